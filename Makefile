@@ -1,0 +1,42 @@
+# gitbroker: `make demo` runs the whole loop on the embedded repository; `make test` runs the tests.
+GO ?= go
+BIN := bin/gitbroker
+PKGS := ./...
+
+.PHONY: all build test demo bench vet fmt fmt-check fuzz golden clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/gitbroker
+
+test: fmt-check vet
+	$(GO) test -race -count=1 $(PKGS)
+
+demo:
+	$(GO) run ./cmd/gitbroker demo
+
+# Benchmarks: the full render of a 10,000-device fleet and the re-render after one change.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x ./render/
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Short fuzzing runs of the parsers (they must never panic).
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseConfigurations -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzParseInventory -fuzztime 30s ./api/
+
+# Rewrite the golden files under fixtures/ from the current renderer.
+golden:
+	$(GO) test ./render/ -run TestGolden -update
+
+clean:
+	rm -rf bin

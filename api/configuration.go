@@ -1,0 +1,359 @@
+package api
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Policy is a Configuration's gitbroker settings with annotations and defaults resolved.
+type Policy struct {
+	Capacity     int
+	RunPolicy    string
+	Concurrency  string
+	HistoryLimit int
+	RunID        string
+	After        string
+	Shards       int
+}
+
+// ParsedConfiguration is one validated Configuration and where it came from.
+type ParsedConfiguration struct {
+	*Configuration
+	Policy Policy
+	Doc    *Document
+}
+
+// Key is "<namespace>/<name>".
+func (c *ParsedConfiguration) Key() string { return c.Namespace + "/" + c.Name }
+
+// IsJobBroker reports whether the Configuration's broker is a Job.
+func (c *ParsedConfiguration) IsJobBroker() bool {
+	return c.Spec.BrokerSpec != nil && c.Spec.BrokerSpec.BrokerJobSpec != nil
+}
+
+// IsPodBroker reports whether the Configuration's broker is a Pod.
+func (c *ParsedConfiguration) IsPodBroker() bool {
+	return c.Spec.BrokerSpec != nil && c.Spec.BrokerSpec.BrokerPodSpec != nil
+}
+
+var gitbrokerAnnotations = map[string]bool{
+	AnnotationRunPolicy: true, AnnotationConcurrency: true, AnnotationHistoryLimit: true,
+	AnnotationRunID: true, AnnotationAfter: true, AnnotationShards: true,
+}
+
+// ParseConfigurations decodes and validates every Configuration in one file. defaultNamespace
+// fills in a missing metadata.namespace. A file is all or nothing: any error rejects the file.
+func ParseConfigurations(file string, data []byte, defaultNamespace string) ([]*ParsedConfiguration, ErrorList) {
+	docs, err := SplitDocuments(file, data)
+	if err != nil {
+		return nil, ErrorList{err.(*FieldError)}
+	}
+	if len(docs) == 0 {
+		return nil, ErrorList{{File: file, Message: "no Configuration in file"}}
+	}
+	var out []*ParsedConfiguration
+	var errs ErrorList
+	for _, d := range docs {
+		c, e := parseConfiguration(d, defaultNamespace)
+		errs = append(errs, e...)
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return out, nil
+}
+
+func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfiguration, ErrorList) {
+	apiVersion, kind := d.TypeMeta()
+	if kind != KindConfiguration {
+		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindConfiguration, kind)}
+	}
+	if apiVersion != AkriAPIVersion && apiVersion != APIVersion {
+		return nil, ErrorList{d.Errorf("apiVersion", "expected %q or %q, got %q", AkriAPIVersion, APIVersion, apiVersion)}
+	}
+	var c Configuration
+	if errs := d.DecodeStrict(&c); len(errs) > 0 {
+		return nil, errs
+	}
+	var errs ErrorList
+	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+
+	if c.Name == "" {
+		add("metadata.name", "required")
+	} else if msgs := validation.IsDNS1123Subdomain(c.Name); len(msgs) > 0 {
+		add("metadata.name", "%q is not a valid name: %s", c.Name, strings.Join(msgs, "; "))
+	} else if len(c.Name) > validation.LabelValueMaxLength {
+		add("metadata.name", "%q is longer than %d characters; it is the value of the akri.sh/configuration label", c.Name, validation.LabelValueMaxLength)
+	}
+	if c.Namespace == "" {
+		c.Namespace = defaultNamespace
+	} else if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		add("metadata.namespace", "%q is not a valid namespace: %s", c.Namespace, strings.Join(msgs, "; "))
+	}
+	if c.Spec.DiscoveryHandler.Name == "" {
+		add("spec.discoveryHandler.name", "required")
+	}
+	for i, p := range c.Spec.DiscoveryHandler.DiscoveryProperties {
+		f := fmt.Sprintf("spec.discoveryHandler.discoveryProperties[%d]", i)
+		if p.Name == "" {
+			add(f+".name", "required")
+		}
+		if p.ValueFrom != nil && p.ValueFrom.SecretKeyRef != nil && p.ValueFrom.ConfigMapKeyRef != nil {
+			add(f+".valueFrom", "set only one of secretKeyRef and configMapKeyRef")
+		}
+	}
+
+	pol := Policy{Capacity: DefaultCapacity, RunPolicy: RunPolicyOnChange, Concurrency: ConcurrencyForbid,
+		HistoryLimit: DefaultHistoryLimit, Shards: DefaultShards}
+	if c.Spec.Capacity != nil {
+		if *c.Spec.Capacity < 1 {
+			add("spec.capacity", "must be at least 1, got %d", *c.Spec.Capacity)
+		}
+		pol.Capacity = int(*c.Spec.Capacity)
+	}
+	for _, k := range sortedKeys(c.Spec.BrokerProperties) {
+		if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
+			add("spec.brokerProperties."+k, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", k)
+		}
+	}
+
+	// gitbroker's own settings: spec fields on gitbroker.dev/v1alpha1, annotations on either.
+	if apiVersion == AkriAPIVersion {
+		if c.Spec.JobPolicy != nil {
+			add("spec.jobPolicy", "unknown field in %s; use apiVersion %s or the gitbroker.dev/* annotations", AkriAPIVersion, APIVersion)
+		}
+		if c.Spec.After != "" {
+			add("spec.after", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationAfter)
+		}
+		if c.Spec.Shards != nil {
+			add("spec.shards", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationShards)
+		}
+	}
+	for _, k := range sortedKeys(c.Annotations) {
+		if strings.HasPrefix(k, "gitbroker.dev/") && !gitbrokerAnnotations[k] {
+			add("metadata.annotations."+k, "unknown gitbroker annotation")
+		}
+	}
+	jp := c.Spec.JobPolicy
+	if jp == nil {
+		jp = &JobPolicy{}
+	}
+	str := func(specVal, specField, ann string) string {
+		a, ok := c.Annotations[ann]
+		if ok && specVal != "" && a != specVal {
+			add("metadata.annotations."+ann, "conflicts with %s (%q); set one of them", specField, specVal)
+		}
+		if specVal != "" {
+			return specVal
+		}
+		return a
+	}
+	num := func(spec *int32, specField, ann string) (int, bool) {
+		if a, ok := c.Annotations[ann]; ok {
+			n, err := strconv.Atoi(a)
+			if err != nil {
+				add("metadata.annotations."+ann, "expected an integer, got %q", a)
+				return 0, false
+			}
+			if spec != nil && int(*spec) != n {
+				add("metadata.annotations."+ann, "conflicts with %s (%d); set one of them", specField, *spec)
+			}
+			return n, true
+		}
+		if spec != nil {
+			return int(*spec), true
+		}
+		return 0, false
+	}
+	if v := str(jp.RunPolicy, "spec.jobPolicy.runPolicy", AnnotationRunPolicy); v != "" {
+		if v != RunPolicyOnChange && v != RunPolicyOnce {
+			add(policyField(jp.RunPolicy != "", "spec.jobPolicy.runPolicy", AnnotationRunPolicy), "must be %s or %s, got %q", RunPolicyOnChange, RunPolicyOnce, v)
+		}
+		pol.RunPolicy = v
+	}
+	if v := str(jp.Concurrency, "spec.jobPolicy.concurrency", AnnotationConcurrency); v != "" {
+		if v != ConcurrencyForbid && v != ConcurrencyAllow {
+			add(policyField(jp.Concurrency != "", "spec.jobPolicy.concurrency", AnnotationConcurrency), "must be %s or %s, got %q", ConcurrencyForbid, ConcurrencyAllow, v)
+		}
+		pol.Concurrency = v
+	}
+	if n, ok := num(jp.HistoryLimit, "spec.jobPolicy.historyLimit", AnnotationHistoryLimit); ok {
+		if n < 0 {
+			add(policyField(jp.HistoryLimit != nil, "spec.jobPolicy.historyLimit", AnnotationHistoryLimit), "must not be negative, got %d", n)
+		}
+		pol.HistoryLimit = n
+	}
+	pol.RunID = str(jp.RunID, "spec.jobPolicy.runID", AnnotationRunID)
+	pol.After = str(c.Spec.After, "spec.after", AnnotationAfter)
+	if n, ok := num(c.Spec.Shards, "spec.shards", AnnotationShards); ok {
+		if n < 1 || n > 1000 {
+			add(policyField(c.Spec.Shards != nil, "spec.shards", AnnotationShards), "must be between 1 and 1000, got %d", n)
+		}
+		pol.Shards = n
+	}
+
+	bs := c.Spec.BrokerSpec
+	isJob := bs != nil && bs.BrokerJobSpec != nil
+	isPod := bs != nil && bs.BrokerPodSpec != nil
+	if isJob && isPod {
+		add("spec.brokerSpec", "set only one of brokerPodSpec and brokerJobSpec")
+	}
+	hasJobPolicy := c.Spec.JobPolicy != nil
+	for ann := range gitbrokerAnnotations {
+		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards {
+			hasJobPolicy = true
+		}
+	}
+	if hasJobPolicy && !isJob {
+		add(policyField(c.Spec.JobPolicy != nil, "spec.jobPolicy", "gitbroker job policy annotations"), "a job policy needs spec.brokerSpec.brokerJobSpec")
+	}
+	if pol.After != "" {
+		f := policyField(c.Spec.After != "", "spec.after", AnnotationAfter)
+		if !isPod {
+			add(f, "after: needs spec.brokerSpec.brokerPodSpec; it holds broker Pods until a Job succeeded")
+		}
+		if msgs := validation.IsDNS1123Subdomain(pol.After); len(msgs) > 0 {
+			add(f, "%q is not a valid Configuration name", pol.After)
+		} else if pol.After == c.Name {
+			add(f, "a Configuration cannot wait for itself")
+		}
+	}
+	if isPod {
+		errs = append(errs, validatePodSpec(d, "spec.brokerSpec.brokerPodSpec", bs.BrokerPodSpec, false)...)
+	}
+	if isJob {
+		js := bs.BrokerJobSpec
+		if js.TTLSecondsAfterFinished != nil {
+			add("spec.brokerSpec.brokerJobSpec.ttlSecondsAfterFinished",
+				"not allowed: once the Job is deleted by its TTL, Flux or Argo CD re-creates it from git and it runs again; finished Jobs are kept as history instead")
+		}
+		if js.Selector != nil {
+			add("spec.brokerSpec.brokerJobSpec.selector", "not allowed: the Job controller generates the selector")
+		}
+		errs = append(errs, validatePodSpec(d, "spec.brokerSpec.brokerJobSpec.template.spec", &js.Template.Spec, true)...)
+	}
+	if s := c.Spec.InstanceServiceSpec; s != nil {
+		errs = append(errs, validateServiceSpec(d, "spec.instanceServiceSpec", s)...)
+	}
+	if s := c.Spec.ConfigurationServiceSpec; s != nil {
+		errs = append(errs, validateServiceSpec(d, "spec.configurationServiceSpec", s)...)
+	}
+	if (c.Spec.InstanceServiceSpec != nil || c.Spec.ConfigurationServiceSpec != nil) && c.Name != "" {
+		if msgs := validation.IsDNS1035Label(strings.ReplaceAll(c.Name, ".", "-")); len(msgs) > 0 {
+			add("metadata.name", "%q cannot name a Service (it must start with a letter): %s", c.Name, strings.Join(msgs, "; "))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &ParsedConfiguration{Configuration: &c, Policy: pol, Doc: d}, nil
+}
+
+func policyField(inSpec bool, specField, ann string) string {
+	if inSpec {
+		return specField
+	}
+	if strings.HasPrefix(ann, "gitbroker.dev/") {
+		return "metadata.annotations." + ann
+	}
+	return "metadata.annotations"
+}
+
+func validatePodSpec(d *Document, field string, ps *corev1.PodSpec, job bool) ErrorList {
+	var errs ErrorList
+	if len(ps.Containers) == 0 {
+		errs = append(errs, d.Errorf(field+".containers", "at least one container is required"))
+	}
+	seen := map[string]bool{}
+	check := func(list string, cs []corev1.Container) {
+		for i, c := range cs {
+			f := fmt.Sprintf("%s.%s[%d]", field, list, i)
+			if c.Name == "" {
+				errs = append(errs, d.Errorf(f+".name", "required"))
+			} else if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
+				errs = append(errs, d.Errorf(f+".name", "%q is not a valid container name", c.Name))
+			} else if seen[c.Name] {
+				errs = append(errs, d.Errorf(f+".name", "duplicate container name %q", c.Name))
+			}
+			seen[c.Name] = true
+			if c.Image == "" {
+				errs = append(errs, d.Errorf(f+".image", "required"))
+			}
+		}
+	}
+	check("initContainers", ps.InitContainers)
+	check("containers", ps.Containers)
+	if job && ps.RestartPolicy != corev1.RestartPolicyNever && ps.RestartPolicy != corev1.RestartPolicyOnFailure {
+		errs = append(errs, d.Errorf(field+".restartPolicy", "a Job's Pods need restartPolicy Never or OnFailure, got %q", ps.RestartPolicy))
+	}
+	if ps.NodeName != "" {
+		errs = append(errs, d.Errorf(field+".nodeName", "not allowed: gitbroker pins brokers to the nodes that see the device"))
+	}
+	return errs
+}
+
+func validateServiceSpec(d *Document, field string, s *corev1.ServiceSpec) ErrorList {
+	var errs ErrorList
+	switch s.Type {
+	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	default:
+		errs = append(errs, d.Errorf(field+".type", "must be ClusterIP, NodePort or LoadBalancer, got %q", s.Type))
+	}
+	if len(s.Ports) == 0 && s.ClusterIP != corev1.ClusterIPNone {
+		errs = append(errs, d.Errorf(field+".ports", "at least one port is required"))
+	}
+	names := map[string]bool{}
+	for i, p := range s.Ports {
+		f := fmt.Sprintf("%s.ports[%d]", field, i)
+		if p.Port < 1 || p.Port > 65535 {
+			errs = append(errs, d.Errorf(f+".port", "must be between 1 and 65535, got %d", p.Port))
+		}
+		if p.TargetPort.IntVal != 0 || p.TargetPort.StrVal != "" {
+			if p.TargetPort.StrVal != "" {
+				if msgs := validation.IsValidPortName(p.TargetPort.StrVal); len(msgs) > 0 {
+					errs = append(errs, d.Errorf(f+".targetPort", "%q is not a valid port name", p.TargetPort.StrVal))
+				}
+			} else if p.TargetPort.IntVal < 1 || p.TargetPort.IntVal > 65535 {
+				errs = append(errs, d.Errorf(f+".targetPort", "must be between 1 and 65535, got %d", p.TargetPort.IntVal))
+			}
+		}
+		if p.NodePort != 0 && (p.NodePort < 1 || p.NodePort > 65535) {
+			errs = append(errs, d.Errorf(f+".nodePort", "must be between 1 and 65535, got %d", p.NodePort))
+		}
+		switch p.Protocol {
+		case "", corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+		default:
+			errs = append(errs, d.Errorf(f+".protocol", "must be TCP, UDP or SCTP, got %q", p.Protocol))
+		}
+		if len(s.Ports) > 1 && p.Name == "" {
+			errs = append(errs, d.Errorf(f+".name", "required when a Service has more than one port"))
+		}
+		if p.Name != "" {
+			if msgs := validation.IsDNS1123Label(p.Name); len(msgs) > 0 {
+				errs = append(errs, d.Errorf(f+".name", "%q is not a valid port name", p.Name))
+			} else if names[p.Name] {
+				errs = append(errs, d.Errorf(f+".name", "duplicate port name %q", p.Name))
+			}
+			names[p.Name] = true
+		}
+	}
+	return errs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

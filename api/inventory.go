@@ -1,0 +1,269 @@
+package api
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ParsedInventory is one validated NodeInventory.
+type ParsedInventory struct {
+	*NodeInventory
+	Doc *Document
+}
+
+// NodeFromInventoryPath returns the node a path inventory/<node>.yaml belongs to.
+func NodeFromInventoryPath(file string) string {
+	return strings.TrimSuffix(path.Base(file), path.Ext(file))
+}
+
+// ParseInventory decodes and validates inventory/<node>.yaml. Entries without a namespace get
+// defaultNamespace.
+func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedInventory, ErrorList) {
+	docs, err := SplitDocuments(file, data)
+	if err != nil {
+		return nil, ErrorList{err.(*FieldError)}
+	}
+	if len(docs) != 1 {
+		return nil, ErrorList{{File: file, Message: fmt.Sprintf("expected exactly one NodeInventory document, found %d", len(docs))}}
+	}
+	d := docs[0]
+	apiVersion, kind := d.TypeMeta()
+	if kind != KindNodeInventory {
+		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindNodeInventory, kind)}
+	}
+	if apiVersion != APIVersion {
+		return nil, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
+	}
+	var inv NodeInventory
+	if errs := d.DecodeStrict(&inv); len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	var errs ErrorList
+	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+	node := NodeFromInventoryPath(file)
+	switch {
+	case inv.Name == "":
+		add("metadata.name", "required")
+	case inv.Name != node:
+		add("metadata.name", "node %q does not match the file name: inventory/%s.yaml may only hold node %q", inv.Name, node, node)
+	default:
+		if msgs := validation.IsDNS1123Subdomain(inv.Name); len(msgs) > 0 {
+			add("metadata.name", "%q is not a valid node name: %s", inv.Name, strings.Join(msgs, "; "))
+		}
+	}
+	seen := map[string]bool{}
+	for i := range inv.Spec.Configurations {
+		ic := &inv.Spec.Configurations[i]
+		f := fmt.Sprintf("spec.configurations[%d]", i)
+		if ic.Name == "" {
+			add(f+".name", "required")
+		} else if msgs := validation.IsDNS1123Subdomain(ic.Name); len(msgs) > 0 {
+			add(f+".name", "%q is not a valid Configuration name", ic.Name)
+		}
+		if ic.Namespace == "" {
+			ic.Namespace = defaultNamespace
+		} else if msgs := validation.IsDNS1123Label(ic.Namespace); len(msgs) > 0 {
+			add(f+".namespace", "%q is not a valid namespace", ic.Namespace)
+		}
+		key := ic.Namespace + "/" + ic.Name
+		if seen[key] {
+			add(f+".name", "Configuration %s is listed twice", key)
+		}
+		seen[key] = true
+		ids := map[string]bool{}
+		for j, dev := range ic.Devices {
+			df := fmt.Sprintf("%s.devices[%d]", f, j)
+			if dev.ID == "" {
+				add(df+".id", "required")
+			}
+			if ids[dev.ID] {
+				add(df+".id", "device %q is listed twice", dev.ID)
+			}
+			ids[dev.ID] = true
+			for _, k := range sortedKeys(dev.Properties) {
+				if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
+					add(df+".properties."+k, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", k)
+				}
+			}
+			for m, mt := range dev.Mounts {
+				if mt.ContainerPath == "" || mt.HostPath == "" {
+					add(fmt.Sprintf("%s.mounts[%d]", df, m), "containerPath and hostPath are required")
+				}
+			}
+			for m, ds := range dev.DeviceSpecs {
+				if ds.ContainerPath == "" || ds.HostPath == "" {
+					add(fmt.Sprintf("%s.deviceSpecs[%d]", df, m), "containerPath and hostPath are required")
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return &ParsedInventory{NodeInventory: &inv, Doc: d}, nil
+}
+
+// ParsedJobRecord is one validated JobRecord.
+type ParsedJobRecord struct {
+	*JobRecord
+	Doc *Document
+}
+
+// JobRecordPath is where the recorder writes the record of a Job.
+func JobRecordPath(namespace, job string) string {
+	return path.Join("status/jobs", namespace, job+".yaml")
+}
+
+// ParseJobRecord decodes and validates status/jobs/<namespace>/<job>.yaml. When file is empty the
+// path check is skipped (records embedded in history files).
+func ParseJobRecord(file string, d *Document) (*ParsedJobRecord, ErrorList) {
+	apiVersion, kind := d.TypeMeta()
+	if kind != KindJobRecord {
+		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindJobRecord, kind)}
+	}
+	if apiVersion != APIVersion {
+		return nil, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
+	}
+	var r JobRecord
+	if errs := d.DecodeStrict(&r); len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	var errs ErrorList
+	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+	if r.Name == "" {
+		add("metadata.name", "required")
+	}
+	if r.Namespace == "" {
+		add("metadata.namespace", "required")
+	}
+	if file != "" && r.Name != "" && r.Namespace != "" && file != JobRecordPath(r.Namespace, r.Name) {
+		add("metadata.name", "record of Job %s/%s must be at %s", r.Namespace, r.Name, JobRecordPath(r.Namespace, r.Name))
+	}
+	if r.Spec.Configuration == "" {
+		add("spec.configuration", "required")
+	}
+	if r.Spec.Instance == "" {
+		add("spec.instance", "required")
+	}
+	if r.Spec.Outcome != OutcomeSucceeded && r.Spec.Outcome != OutcomeFailed {
+		add("spec.outcome", "must be %s or %s, got %q", OutcomeSucceeded, OutcomeFailed, r.Spec.Outcome)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &ParsedJobRecord{JobRecord: &r, Doc: d}, nil
+}
+
+// ParseJobRecordFile parses one status/jobs file.
+func ParseJobRecordFile(file string, data []byte) (*ParsedJobRecord, ErrorList) {
+	docs, err := SplitDocuments(file, data)
+	if err != nil {
+		return nil, ErrorList{err.(*FieldError)}
+	}
+	if len(docs) != 1 {
+		return nil, ErrorList{{File: file, Message: fmt.Sprintf("expected exactly one JobRecord document, found %d", len(docs))}}
+	}
+	return ParseJobRecord(file, docs[0])
+}
+
+// ResolvedSettings is gitbroker.yaml with every default applied.
+type ResolvedSettings struct {
+	DefaultNamespace    string
+	MaxDeletionPercent  int
+	MaxObjectsPerFolder int
+	Flux                FluxSettings
+}
+
+// DefaultSettings are the settings of a repository without gitbroker.yaml.
+func DefaultSettings() ResolvedSettings {
+	s, _ := ParseSettings("gitbroker.yaml", nil)
+	return s
+}
+
+// ParseSettings decodes gitbroker.yaml; nil data gives the defaults.
+func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
+	var s Settings
+	var d *Document
+	if len(data) > 0 {
+		docs, err := SplitDocuments(file, data)
+		if err != nil {
+			return ResolvedSettings{}, ErrorList{err.(*FieldError)}
+		}
+		if len(docs) > 1 {
+			return ResolvedSettings{}, ErrorList{{File: file, Message: "expected one Settings document"}}
+		}
+		if len(docs) == 1 {
+			d = docs[0]
+			apiVersion, kind := d.TypeMeta()
+			if kind != KindSettings {
+				return ResolvedSettings{}, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindSettings, kind)}
+			}
+			if apiVersion != APIVersion {
+				return ResolvedSettings{}, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
+			}
+			if errs := d.DecodeStrict(&s); len(errs) > 0 {
+				errs.Sort()
+				return ResolvedSettings{}, errs
+			}
+		}
+	}
+	var errs ErrorList
+	r := ResolvedSettings{
+		DefaultNamespace:    DefaultNamespace,
+		MaxDeletionPercent:  DefaultMaxDeletionPercent,
+		MaxObjectsPerFolder: DefaultMaxObjectsPerFolder,
+		Flux:                s.Spec.Flux,
+	}
+	if v := s.Spec.DefaultNamespace; v != "" {
+		if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {
+			errs = append(errs, d.Errorf("spec.defaultNamespace", "%q is not a valid namespace", v))
+		}
+		r.DefaultNamespace = v
+	}
+	if v := s.Spec.MaxDeletionPercent; v != nil {
+		if *v < 0 || *v > 100 {
+			errs = append(errs, d.Errorf("spec.maxDeletionPercent", "must be between 0 and 100, got %d", *v))
+		}
+		r.MaxDeletionPercent = int(*v)
+	}
+	if v := s.Spec.MaxObjectsPerFolder; v != nil {
+		if *v < 1 {
+			errs = append(errs, d.Errorf("spec.maxObjectsPerFolder", "must be at least 1, got %d", *v))
+		}
+		r.MaxObjectsPerFolder = int(*v)
+	}
+	f := &r.Flux
+	if f.Namespace == "" {
+		f.Namespace = "flux-system"
+	}
+	if f.SourceRef.Kind == "" {
+		f.SourceRef.Kind = "GitRepository"
+	}
+	if f.SourceRef.Name == "" {
+		f.SourceRef.Name = "flux-system"
+	}
+	switch f.SourceRef.Kind {
+	case "GitRepository", "OCIRepository", "Bucket":
+	default:
+		errs = append(errs, d.Errorf("spec.flux.sourceRef.kind", "must be GitRepository, OCIRepository or Bucket, got %q", f.SourceRef.Kind))
+	}
+	for field, v := range map[string]string{"spec.flux.namespace": f.Namespace, "spec.flux.sourceRef.name": f.SourceRef.Name} {
+		if msgs := validation.IsDNS1123Subdomain(v); len(msgs) > 0 {
+			errs = append(errs, d.Errorf(field, "%q is not a valid name", v))
+		}
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			e.File = file
+		}
+		errs.Sort()
+		return ResolvedSettings{}, errs
+	}
+	return r, nil
+}

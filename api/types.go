@@ -1,0 +1,222 @@
+package api
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// API versions and kinds gitbroker reads.
+const (
+	AkriAPIVersion = "akri.sh/v0"
+	APIVersion     = "gitbroker.dev/v1alpha1"
+
+	KindConfiguration = "Configuration"
+	KindNodeInventory = "NodeInventory"
+	KindJobRecord     = "JobRecord"
+	KindSettings      = "Settings"
+)
+
+// Annotations that carry gitbroker's settings on an akri.sh/v0 Configuration.
+const (
+	AnnotationRunPolicy    = "gitbroker.dev/run-policy"
+	AnnotationConcurrency  = "gitbroker.dev/concurrency"
+	AnnotationHistoryLimit = "gitbroker.dev/history-limit"
+	AnnotationRunID        = "gitbroker.dev/run-id"
+	AnnotationAfter        = "gitbroker.dev/after"
+	AnnotationShards       = "gitbroker.dev/shards"
+)
+
+// Job policy values.
+const (
+	RunPolicyOnChange = "OnChange"
+	RunPolicyOnce     = "Once"
+
+	ConcurrencyForbid = "Forbid"
+	ConcurrencyAllow  = "Allow"
+
+	OutcomeSucceeded = "Succeeded"
+	OutcomeFailed    = "Failed"
+)
+
+// Defaults documented in DESIGN.md.
+const (
+	DefaultNamespace           = "default"
+	DefaultCapacity            = 1
+	DefaultHistoryLimit        = 5
+	DefaultShards              = 1
+	DefaultMaxDeletionPercent  = 50
+	DefaultMaxObjectsPerFolder = 1000
+)
+
+// Configuration is Akri's Configuration (akri.sh/v0), accepted unchanged, or gitbroker's
+// superset (gitbroker.dev/v1alpha1) that adds spec.jobPolicy, spec.after and spec.shards.
+type Configuration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ConfigurationSpec `json:"spec"`
+}
+
+// ConfigurationSpec mirrors Akri's ConfigurationSpec field for field.
+type ConfigurationSpec struct {
+	DiscoveryHandler         DiscoveryHandlerInfo `json:"discoveryHandler"`
+	Capacity                 *int32               `json:"capacity,omitempty"`
+	BrokerSpec               *BrokerSpec          `json:"brokerSpec,omitempty"`
+	InstanceServiceSpec      *corev1.ServiceSpec  `json:"instanceServiceSpec,omitempty"`
+	ConfigurationServiceSpec *corev1.ServiceSpec  `json:"configurationServiceSpec,omitempty"`
+	BrokerProperties         map[string]string    `json:"brokerProperties,omitempty"`
+
+	// gitbroker.dev/v1alpha1 only.
+	JobPolicy *JobPolicy `json:"jobPolicy,omitempty"`
+	After     string     `json:"after,omitempty"`
+	Shards    *int32     `json:"shards,omitempty"`
+}
+
+// DiscoveryHandlerInfo names the discovery handler and what it is asked to discover.
+type DiscoveryHandlerInfo struct {
+	Name                string              `json:"name"`
+	DiscoveryDetails    string              `json:"discoveryDetails,omitempty"`
+	DiscoveryProperties []DiscoveryProperty `json:"discoveryProperties,omitempty"`
+}
+
+// DiscoveryProperty is Akri's named discovery property, given inline or by reference.
+type DiscoveryProperty struct {
+	Name      string                   `json:"name"`
+	Value     *string                  `json:"value,omitempty"`
+	ValueFrom *DiscoveryPropertySource `json:"valueFrom,omitempty"`
+}
+
+// DiscoveryPropertySource references a Secret or ConfigMap key.
+type DiscoveryPropertySource struct {
+	SecretKeyRef    *DiscoveryPropertyKeySelector `json:"secretKeyRef,omitempty"`
+	ConfigMapKeyRef *DiscoveryPropertyKeySelector `json:"configMapKeyRef,omitempty"`
+}
+
+// DiscoveryPropertyKeySelector selects one key of a Secret or ConfigMap.
+type DiscoveryPropertyKeySelector struct {
+	Key       string `json:"key"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Optional  *bool  `json:"optional,omitempty"`
+}
+
+// BrokerSpec holds exactly one of a Pod or a Job broker.
+type BrokerSpec struct {
+	BrokerPodSpec *corev1.PodSpec  `json:"brokerPodSpec,omitempty"`
+	BrokerJobSpec *batchv1.JobSpec `json:"brokerJobSpec,omitempty"`
+}
+
+// JobPolicy is gitbroker's lifecycle policy for Job brokers.
+type JobPolicy struct {
+	RunPolicy    string `json:"runPolicy,omitempty"`
+	Concurrency  string `json:"concurrency,omitempty"`
+	HistoryLimit *int32 `json:"historyLimit,omitempty"`
+	RunID        string `json:"runID,omitempty"`
+}
+
+// NodeInventory is what one node's agent discovered. It is sorted and has no timestamps, so it
+// changes only when what the node sees changes.
+type NodeInventory struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              NodeInventorySpec `json:"spec"`
+}
+
+// NodeInventorySpec lists devices per Configuration.
+type NodeInventorySpec struct {
+	Configurations []InventoryConfiguration `json:"configurations,omitempty"`
+}
+
+// InventoryConfiguration is the devices one node sees for one Configuration.
+type InventoryConfiguration struct {
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace,omitempty"`
+	Devices   []Device `json:"devices,omitempty"`
+}
+
+// Device is one discovered device, as Akri's discovery protocol reports it.
+type Device struct {
+	ID          string            `json:"id"`
+	Shared      bool              `json:"shared,omitempty"`
+	Properties  map[string]string `json:"properties,omitempty"`
+	Mounts      []Mount           `json:"mounts,omitempty"`
+	DeviceSpecs []DeviceSpec      `json:"deviceSpecs,omitempty"`
+}
+
+// Mount is a host path the discovery handler reports for a device.
+type Mount struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// DeviceSpec is a device node the discovery handler reports for a device.
+type DeviceSpec struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	Permissions   string `json:"permissions,omitempty"`
+}
+
+// JobRecord is the final outcome of one broker Job, written once by the recorder.
+type JobRecord struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              JobRecordSpec `json:"spec"`
+}
+
+// JobRecordSpec is the recorded outcome.
+type JobRecordSpec struct {
+	Configuration  string       `json:"configuration"`
+	Instance       string       `json:"instance"`
+	DeviceID       string       `json:"deviceID"`
+	RenderedFrom   string       `json:"renderedFrom,omitempty"`
+	Outcome        string       `json:"outcome"`
+	StartTime      *metav1.Time `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	Succeeded      int32        `json:"succeeded"`
+	Failed         int32        `json:"failed"`
+	Reason         string       `json:"reason,omitempty"`
+	Message        string       `json:"message,omitempty"`
+}
+
+// Settings is the optional gitbroker.yaml at the repository root.
+type Settings struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              SettingsSpec `json:"spec"`
+}
+
+// SettingsSpec holds repository-wide settings; every field has a documented default.
+type SettingsSpec struct {
+	// DefaultNamespace is used for Configurations and inventory entries without a namespace.
+	DefaultNamespace string `json:"defaultNamespace,omitempty"`
+	// MaxDeletionPercent refuses a render that removes more than this share of broker objects.
+	MaxDeletionPercent *int32 `json:"maxDeletionPercent,omitempty"`
+	// MaxObjectsPerFolder makes plan warn about folders that build slowly in kustomize.
+	MaxObjectsPerFolder *int32 `json:"maxObjectsPerFolder,omitempty"`
+	// Flux configures the Kustomizations written to rendered/flux/.
+	Flux FluxSettings `json:"flux,omitempty"`
+}
+
+// FluxSettings configures the per-folder Flux Kustomizations.
+type FluxSettings struct {
+	// Namespace of the Flux Kustomizations (default flux-system).
+	Namespace string `json:"namespace,omitempty"`
+	// SourceRef is the GitRepository holding this repository (default GitRepository/flux-system).
+	SourceRef FluxSourceRef `json:"sourceRef,omitempty"`
+	// Interval between reconciles (default 10m).
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// RetryInterval after a failed reconcile (default 2m).
+	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
+	// Timeout of one reconcile (default 5m).
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Wait for the applied objects to become ready (default false: Jobs may run for long).
+	Wait bool `json:"wait,omitempty"`
+}
+
+// FluxSourceRef names the Flux source the Kustomizations build from.
+type FluxSourceRef struct {
+	Kind      string `json:"kind,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func newDemoCommand() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole loop on an embedded repository, with no cluster and no network",
+		Long: `Demo renders an embedded GitOps repository step by step and prints the plan of each step:
+the first render; a Configuration change whose new Job is held behind the running one; Job
+records arriving, which retire Jobs to history/, start the next run and release a Pod waiting
+with after:; and devices vanishing. The agent's and the recorder's writes are simulated by
+editing the repository's files between renders.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			repo, err := readFS(fixtures.Demo())
+			if err != nil {
+				return err
+			}
+			d := &demo{w: cmd.OutOrStdout(), repo: repo, r: render.New()}
+			if err := d.run(); err != nil {
+				return err
+			}
+			if out != "" {
+				if err := writeAll(out, d.repo); err != nil {
+					return exitf(exitInvalid, "%v", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "\nThe repository after the last step is in %s\n", out)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, flagOut, "", "write the repository after the last step to this directory")
+	return cmd
+}
+
+type demo struct {
+	w    io.Writer
+	repo render.Tree
+	r    *render.Renderer
+	step int
+}
+
+func (d *demo) run() error {
+	d.say("The repository: %s", strings.Join(inputPaths(d.repo), ", "))
+	if err := d.render("First render: Pod brokers for akri-debug-echo on edge-a and edge-b (foo0 is shared, bar0 is not), a firmware Job for plc-1, the Once journal-format Job for disk-7; the journal-reader Pod waits (after: journal-format)"); err != nil {
+		return err
+	}
+
+	if err := d.edit("configurations/plc-firmware.yaml", `FIRMWARE_VERSION: "4.2.0"`, `FIRMWARE_VERSION: "4.3.0"`); err != nil {
+		return err
+	}
+	if err := d.render("A person commits firmware 4.3.0: the new run is held behind the running 4.2.0 Job (concurrency: Forbid)"); err != nil {
+		return err
+	}
+
+	if err := d.recordRunningJobs(); err != nil {
+		return err
+	}
+	if err := d.render("The recorder writes JobRecords for the finished Jobs: they move to history/, the 4.3.0 run starts, and the journal-reader Pod appears because journal-format succeeded on disk-7"); err != nil {
+		return err
+	}
+
+	if err := d.edit("inventory/edge-a.yaml", "    - id: bar0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: bar0\n", ""); err != nil {
+		return err
+	}
+	if err := d.edit("inventory/edge-a.yaml", "  - name: plc-firmware\n    namespace: plant\n    devices:\n    - id: plc-1\n      shared: true\n      properties:\n        DEBUG_ECHO_DESCRIPTION: plc-1\n", ""); err != nil {
+		return err
+	}
+	if err := d.render("The agent on edge-a stops seeing bar0 and plc-1: bar0's Pod and Service go; the 4.3.0 Job stays, because it may still be running"); err != nil {
+		return err
+	}
+
+	d.say("Files under rendered/ and history/ now:")
+	for _, p := range d.repo.Owned().Paths() {
+		fmt.Fprintf(d.w, "  %s\n", p)
+	}
+	return nil
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.w, format+"\n", args...)
+}
+
+func (d *demo) render(title string) error {
+	d.step++
+	fmt.Fprintf(d.w, "\n== Step %d: %s\n\n", d.step, title)
+	res := d.r.Render(render.Request{Files: d.repo})
+	res.Plan.WriteText(d.w)
+	if len(res.Errors) > 0 {
+		return &exitError{code: exitInvalid, err: res.Errors}
+	}
+	if res.Refused != nil {
+		return &exitError{code: exitRefused, err: res.Refused}
+	}
+	for p := range d.repo.Owned() {
+		delete(d.repo, p)
+	}
+	for p, b := range res.Files {
+		d.repo[p] = b
+	}
+	return nil
+}
+
+func (d *demo) edit(path, old, new string) error {
+	data, ok := d.repo[path]
+	if !ok || !bytes.Contains(data, []byte(old)) {
+		return fmt.Errorf("demo: %s does not contain the text to change", path)
+	}
+	d.repo[path] = bytes.Replace(data, []byte(old), []byte(new), 1)
+	fmt.Fprintf(d.w, "\n(edited %s)\n", path)
+	return nil
+}
+
+// recordRunningJobs does what the recorder does when the Jobs in the cluster finish.
+func (d *demo) recordRunningJobs() error {
+	start := metav1.NewTime(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	done := metav1.NewTime(start.Add(90 * time.Second))
+	for _, p := range d.repo.Paths() {
+		if !strings.HasPrefix(p, render.RenderedDir) || !strings.Contains(p, "/job-") {
+			continue
+		}
+		var job struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(d.repo[p], &job); err != nil {
+			return fmt.Errorf("demo: reading %s: %w", p, err)
+		}
+		rec := api.JobRecord{
+			TypeMeta:   metav1.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindJobRecord},
+			ObjectMeta: metav1.ObjectMeta{Name: job.Metadata.Name, Namespace: job.Metadata.Namespace},
+			Spec: api.JobRecordSpec{
+				Configuration:  job.Metadata.Labels[render.LabelConfiguration],
+				Instance:       job.Metadata.Labels[render.LabelInstance],
+				DeviceID:       job.Metadata.Annotations[render.AnnotationDeviceID],
+				RenderedFrom:   job.Metadata.Annotations[render.AnnotationRenderedFrom],
+				Outcome:        api.OutcomeSucceeded,
+				StartTime:      &start,
+				CompletionTime: &done,
+				Succeeded:      1,
+			},
+		}
+		data, err := yaml.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		rp := api.JobRecordPath(rec.Namespace, rec.Name)
+		d.repo[rp] = data
+		fmt.Fprintf(d.w, "\n(the recorder wrote %s: %s)\n", rp, rec.Spec.Outcome)
+	}
+	return nil
+}
+
+func inputPaths(t render.Tree) []string {
+	var out []string
+	for _, p := range t.Paths() {
+		if render.IsInput(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

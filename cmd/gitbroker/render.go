@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/spf13/cobra"
+)
+
+// renderOptions are the flags of the commands that render a work tree.
+type renderOptions struct {
+	Dir            string
+	AllowDeletions bool
+	SourceCommit   string
+}
+
+func (o *renderOptions) BindFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Dir, flagDir, ".", "path of the GitOps repository work tree")
+	cmd.Flags().BoolVar(&o.AllowDeletions, flagAllowDeletions, false, "allow a render that removes more than maxDeletionPercent of the broker objects, or all of them")
+	cmd.Flags().StringVar(&o.SourceCommit, flagSourceCommit, "", "commit the inputs come from; recorded in the metadata file and on new Jobs")
+}
+
+func (o *renderOptions) render() (*render.Result, error) {
+	files, err := readTree(o.Dir)
+	if err != nil {
+		return nil, exitf(exitInvalid, "%v", err)
+	}
+	return render.Render(render.Request{Files: files, SourceCommit: o.SourceCommit, AllowDeletions: o.AllowDeletions}), nil
+}
+
+func newRenderCommand() *cobra.Command {
+	o := &renderOptions{}
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Write rendered/ and history/ from the Configurations, inventory and Job records of a work tree",
+		Long: `Render expands every Configuration x node inventory into Pod, Job and Service manifests under
+rendered/, moves recorded Jobs to history/, and prints the plan of what changed.
+
+Invalid inputs keep their previous output; everything else renders, and the command exits 2
+after listing every error. A render refused by a safety rule writes nothing and exits 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := o.render()
+			if err != nil {
+				return err
+			}
+			res.Plan.WriteText(cmd.OutOrStdout())
+			if res.Refused != nil {
+				return &exitError{code: exitRefused, err: res.Refused}
+			}
+			if res.Changed() {
+				if err := writeOwned(o.Dir, res.Files); err != nil {
+					return exitf(exitInvalid, "%v", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d changed files under rendered/ and history/\n", len(render.Diff(res.Previous, res.Files)))
+			} else {
+				fmt.Fprintln(cmd.ErrOrStderr(), "rendered/ and history/ are up to date")
+			}
+			return inputErrors(cmd.ErrOrStderr(), res)
+		},
+	}
+	o.BindFlags(cmd)
+	return cmd
+}
+
+// inputErrors lists every invalid input and turns them into exit code 2.
+func inputErrors(w io.Writer, res *render.Result) error {
+	if len(res.Errors) == 0 {
+		return nil
+	}
+	for _, e := range res.Errors {
+		fmt.Fprintln(w, "error:", e.Error())
+	}
+	return &exitError{code: exitInvalid, err: fmt.Errorf("%d invalid inputs; their previous output was kept", len(res.Errors)), silent: false}
+}

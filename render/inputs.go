@@ -1,0 +1,235 @@
+package render
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gitbroker/gitbroker/api"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// memo keeps parse results by path and content, so unchanged files are parsed once per Renderer.
+// Each render keeps only what it used, so the memo never outgrows the repository.
+type memo[T any] struct {
+	old, cur map[string]memoEntry[T]
+}
+
+type memoEntry[T any] struct {
+	sum [32]byte
+	val T
+}
+
+func (m *memo[T]) get(p string, data []byte, parse func() T) T {
+	if m.cur == nil {
+		m.cur = map[string]memoEntry[T]{}
+	}
+	sum := sha256.Sum256(data)
+	if e, ok := m.cur[p]; ok && e.sum == sum {
+		return e.val
+	}
+	if e, ok := m.old[p]; ok && e.sum == sum {
+		m.cur[p] = e
+		return e.val
+	}
+	v := parse()
+	m.cur[p] = memoEntry[T]{sum: sum, val: v}
+	return v
+}
+
+func (m *memo[T]) rotate() { m.old, m.cur = m.cur, nil }
+
+type parsedConfigFile struct {
+	configs []*api.ParsedConfiguration
+	errs    api.ErrorList
+}
+
+type parsedInventoryFile struct {
+	inv  *api.ParsedInventory
+	errs api.ErrorList
+}
+
+type parsedRecordFile struct {
+	rec  *api.ParsedJobRecord
+	errs api.ErrorList
+}
+
+// objectHead is what the renderer needs to know about a rendered object it reads back.
+type objectHead struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		// Pods and Job templates: the nodes they are pinned to.
+		Template struct {
+			Spec struct {
+				Affinity *affinityHead `json:"affinity"`
+			} `json:"spec"`
+		} `json:"template"`
+		Affinity *affinityHead `json:"affinity"`
+		// Flux Kustomizations: the folder they apply.
+		Path string `json:"path"`
+	} `json:"spec"`
+	err error
+}
+
+type affinityHead struct {
+	NodeAffinity struct {
+		Required struct {
+			Terms []struct {
+				MatchFields []struct {
+					Key    string   `json:"key"`
+					Values []string `json:"values"`
+				} `json:"matchFields"`
+			} `json:"nodeSelectorTerms"`
+		} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+	} `json:"nodeAffinity"`
+}
+
+func (o *objectHead) nodes() []string {
+	var out []string
+	if n := o.Metadata.Labels[LabelTargetNode]; n != "" {
+		out = append(out, n)
+	}
+	for _, a := range []*affinityHead{o.Spec.Affinity, o.Spec.Template.Spec.Affinity} {
+		if a == nil {
+			continue
+		}
+		for _, t := range a.NodeAffinity.Required.Terms {
+			for _, f := range t.MatchFields {
+				if f.Key == "metadata.name" {
+					out = append(out, f.Values...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func parseHead(data []byte) *objectHead {
+	var h objectHead
+	if err := yaml.Unmarshal(data, &h); err != nil {
+		h.err = err
+	}
+	return &h
+}
+
+// historyEntry is one finished Job kept under history/jobs/<ns>/<cfg>/<instance>/<job>.yaml.
+type historyEntry struct {
+	path                         string
+	namespace, config, instance  string
+	job                          string
+	completion                   time.Time
+	record                       *api.JobRecord
+}
+
+func historyPath(ns, cfg, inst, job string) string {
+	return path.Join("history/jobs", ns, cfg, inst, job+".yaml")
+}
+
+func parseHistory(p string, data []byte) (*historyEntry, error) {
+	parts := strings.Split(strings.TrimPrefix(p, "history/jobs/"), "/")
+	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".yaml") {
+		return nil, fmt.Errorf("not a history/jobs/<namespace>/<configuration>/<instance>/<job>.yaml path")
+	}
+	e := &historyEntry{path: p, namespace: parts[0], config: parts[1], instance: parts[2], job: strings.TrimSuffix(parts[3], ".yaml")}
+	docs, err := api.SplitDocuments(p, data)
+	if err != nil {
+		return e, err
+	}
+	for _, d := range docs {
+		if _, kind := d.TypeMeta(); kind == api.KindJobRecord {
+			rec, errs := api.ParseJobRecord("", d)
+			if len(errs) > 0 {
+				return e, errs
+			}
+			e.record = rec.JobRecord
+			if t := rec.Spec.CompletionTime; t != nil {
+				e.completion = t.Time
+			}
+		}
+	}
+	if e.record == nil {
+		return e, fmt.Errorf("no JobRecord in history file")
+	}
+	return e, nil
+}
+
+// historyFile is a retired Job followed by its record.
+func historyFile(job, record []byte) []byte {
+	out := make([]byte, 0, len(job)+len(record)+4)
+	out = append(out, job...)
+	out = append(out, "---\n"...)
+	out = append(out, record...)
+	return out
+}
+
+// Metadata is the file rendered/.gitbroker-render.yaml.
+type Metadata struct {
+	APIVersion   string `json:"apiVersion"`
+	Kind         string `json:"kind"`
+	SourceCommit string `json:"sourceCommit,omitempty"`
+	// InputsDigest is the digest of the inputs of the last render that changed rendered/.
+	InputsDigest string `json:"inputsDigest"`
+	// ConfigurationFiles maps each Configuration file to the Configurations it defined, so an
+	// invalid file can keep exactly what it rendered before.
+	ConfigurationFiles map[string][]string `json:"configurationFiles,omitempty"`
+}
+
+func parseMetadata(data []byte) Metadata {
+	var m Metadata
+	_ = yaml.Unmarshal(data, &m)
+	return m
+}
+
+// InputsDigest digests the inputs of a render: gitbroker.yaml, configurations/, inventory/ and
+// status/jobs/.
+func InputsDigest(files Tree) string {
+	h := sha256.New()
+	for _, p := range files.Paths() {
+		if !IsInput(p) {
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(files[p]))
+		h.Write(files[p])
+	}
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+}
+
+// IsInput reports whether a path is an input of the renderer.
+func IsInput(p string) bool {
+	return p == "gitbroker.yaml" || isConfigurationPath(p) || isInventoryPath(p) || isRecordPath(p)
+}
+
+func isYAML(p string) bool { return strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") }
+
+func isConfigurationPath(p string) bool {
+	return strings.HasPrefix(p, "configurations/") && isYAML(p)
+}
+
+func isInventoryPath(p string) bool {
+	return strings.HasPrefix(p, "inventory/") && strings.Count(p, "/") == 1 && isYAML(p)
+}
+
+func isRecordPath(p string) bool {
+	return strings.HasPrefix(p, "status/jobs/") && strings.HasSuffix(p, ".yaml")
+}
+
+func sortedStrings(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var _ = metav1.Time{}

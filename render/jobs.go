@@ -1,0 +1,186 @@
+package render
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// renderJobs applies the Job lifecycle. A rendered Job is frozen: it is carried over byte for
+// byte until its JobRecord appears, then it moves to history/. A new run is rendered when the
+// inputs give a Job name that has not run yet, and, under concurrency Forbid, only when no
+// earlier run of the instance is still unrecorded.
+func (p *pass) renderJobs() {
+	p.retired = map[string]bool{}
+	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
+	runningNames := map[string]bool{}
+	for _, f := range p.prev.Paths() {
+		ref, ok := parseObjectPath(f)
+		if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
+			continue
+		}
+		data := p.prev[f]
+		h := p.head(f, data)
+		name, ns := h.Metadata.Name, h.Metadata.Namespace
+		if h.err != nil || name == "" {
+			// Never drop what may be running, even when it cannot be read.
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: "rendered Job cannot be read; it is kept as it is until fixed by hand"})
+			p.put(f, data, objMeta{ns: ref.namespace, cfg: ref.configuration})
+			continue
+		}
+		if ns == "" {
+			ns = ref.namespace
+		}
+		cfgName := h.Metadata.Labels[LabelConfiguration]
+		if cfgName == "" {
+			cfgName = ref.configuration
+		}
+		inst := h.Metadata.Labels[LabelInstance]
+		ik := ns + "/" + cfgName + "/" + inst
+		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID], nodes: h.nodes()}
+		if in := p.instByKey[ik]; in != nil {
+			m.nodes = in.nodes
+		}
+		if rec, ok := p.records[ns+"/"+name]; ok {
+			recBytes := p.recordBytes[ns+"/"+name]
+			if recBytes == nil {
+				recBytes = marshal(rec)
+			}
+			hp := historyPath(ns, cfgName, inst, name)
+			p.out[hp] = historyFile(data, recBytes)
+			p.retired[ref.id()] = true
+			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+			p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name,
+				Reason: fmt.Sprintf("recorded %s; moved to %s", rec.Spec.Outcome, hp)})
+			continue
+		}
+		target := f
+		if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
+			target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)
+		}
+		p.put(target, data, m)
+		running[ik] = append(running[ik], name)
+		runningNames[ns+"/"+name] = true
+		cfg, cfgOK := p.configs[ns+"/"+cfgName]
+		switch {
+		case !cfgOK && !p.frozenConfigs[ns+"/"+cfgName]:
+			p.plan.config(ns, cfgName, "deleted")
+			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+				Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
+		case cfgOK && p.instByKey[ik] == nil && p.frozenInstances[ik] == nil:
+			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+				Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
+		case cfgOK && !cfg.IsJobBroker():
+			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+				Reason: "the Configuration no longer has a Job broker; the Job stays until its JobRecord arrives"})
+		}
+	}
+
+	for _, k := range sortedKeys(p.configs) {
+		cfg := p.configs[k]
+		if !cfg.IsJobBroker() {
+			continue
+		}
+		chash := configHash(cfg)
+		for _, in := range p.instances[k] {
+			ik := k + "/" + in.name
+			if p.frozenInstances[ik] != nil {
+				continue
+			}
+			ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+			bj := p.r.jobs.get("job/"+ih, nil, func() builtJob { return buildJob(in, in.env(), ih) })
+			id := cfg.Namespace + "/" + bj.name
+			if runningNames[id] {
+				continue
+			}
+			if _, done := p.records[id]; done {
+				// This exact run already finished; an unchanged input never runs again.
+				continue
+			}
+			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+			if others := running[ik]; len(others) > 0 && cfg.Policy.Concurrency != api.ConcurrencyAllow {
+				sort.Strings(others)
+				p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Job", Name: bj.name,
+					Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(others, ", "))})
+				continue
+			}
+			p.put(in.folder+"/job-"+bj.name+".yaml", bj.bytes(p.req.SourceCommit),
+				objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes})
+			reason := "new run"
+			if cfg.Policy.RunPolicy == api.RunPolicyOnce {
+				reason = "the one run of this instance (runPolicy: Once)"
+				if cfg.Policy.RunID != "" {
+					reason = fmt.Sprintf("the run of runID %q (runPolicy: Once)", cfg.Policy.RunID)
+				}
+			} else if len(running[ik]) > 0 {
+				reason = "new run alongside " + strings.Join(running[ik], ", ") + " (concurrency: Allow)"
+			}
+			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
+		}
+	}
+}
+
+// renderHistory carries history/ over, adds the Jobs retired in this render and keeps the newest
+// historyLimit runs of each instance; git history keeps the rest.
+func (p *pass) renderHistory() {
+	groups := map[string][]*historyEntry{}
+	for _, f := range p.prev.Paths() {
+		if !strings.HasPrefix(f, HistoryDir) {
+			continue
+		}
+		if _, retiredNow := p.out[f]; retiredNow {
+			continue
+		}
+		h := p.history(f)
+		p.out[f] = p.prev[f]
+		if h.err != nil {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: fmt.Sprintf("history file cannot be read (%v); it is kept as it is", h.err)})
+			continue
+		}
+		e := h.entry
+		groups[e.namespace+"/"+e.config+"/"+e.instance] = append(groups[e.namespace+"/"+e.config+"/"+e.instance], e)
+	}
+	for _, f := range sortedKeys(p.out) {
+		if !strings.HasPrefix(f, "history/jobs/") || p.prev[f] != nil {
+			continue
+		}
+		e, err := parseHistory(f, p.out[f])
+		if err != nil {
+			continue
+		}
+		groups[e.namespace+"/"+e.config+"/"+e.instance] = append(groups[e.namespace+"/"+e.config+"/"+e.instance], e)
+	}
+	for _, g := range sortedKeys(groups) {
+		entries := groups[g]
+		parts := strings.SplitN(g, "/", 3)
+		ck := parts[0] + "/" + parts[1]
+		if p.frozenConfigs[ck] {
+			continue
+		}
+		limit := api.DefaultHistoryLimit
+		if cfg, ok := p.configs[ck]; ok {
+			limit = cfg.Policy.HistoryLimit
+		}
+		if len(entries) <= limit {
+			continue
+		}
+		sort.Slice(entries, func(i, j int) bool {
+			a, b := entries[i], entries[j]
+			if !a.completion.Equal(b.completion) {
+				return a.completion.After(b.completion)
+			}
+			return a.job > b.job
+		})
+		for _, e := range entries[limit:] {
+			delete(p.out, e.path)
+		}
+		cp := p.plan.config(parts[0], parts[1], "")
+		cp.Notes = append(cp.Notes, fmt.Sprintf("instance %s: %d older finished runs pruned from history/ (historyLimit %d; git history keeps them)", parts[2], len(entries)-limit, limit))
+	}
+}

@@ -1,0 +1,336 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gitbroker/gitbroker/api"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// copyFrozenConfigurations keeps the folders (and Flux Kustomizations) of Configurations whose
+// file is invalid exactly as they were.
+func (p *pass) copyFrozenConfigurations() {
+	if len(p.frozenConfigs) == 0 {
+		return
+	}
+	for _, k := range sortedKeys(p.frozenConfigs) {
+		ns, name, _ := strings.Cut(k, "/")
+		p.plan.config(ns, name, "invalid")
+		prefix := configFolder(ns, name) + "/"
+		for _, f := range p.prev.Paths() {
+			if strings.HasPrefix(f, prefix) {
+				p.out[f] = p.prev[f]
+			}
+		}
+	}
+	for _, f := range p.prev.Paths() {
+		if !strings.HasPrefix(f, RenderedDir+"flux/") {
+			continue
+		}
+		h := p.head(f, p.prev[f])
+		rel := strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir)
+		parts := strings.Split(rel, "/")
+		if len(parts) >= 2 && p.frozenConfigs[parts[0]+"/"+parts[1]] {
+			p.out[f] = p.prev[f]
+		}
+	}
+}
+
+// kustomization is a kustomize.config.k8s.io Kustomization listing resources.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+}
+
+func kustomizationFile(resources []string) []byte {
+	sort.Strings(resources)
+	if resources == nil {
+		resources = []string{}
+	}
+	return marshal(kustomization{APIVersion: "kustomize.config.k8s.io/v1beta1", Kind: "Kustomization", Resources: resources})
+}
+
+// fluxKustomization is the subset of kustomize.toolkit.fluxcd.io/v1 Kustomization written here.
+type fluxKustomization struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       fluxSpec          `json:"spec"`
+}
+
+type fluxSpec struct {
+	Interval      string        `json:"interval"`
+	RetryInterval string        `json:"retryInterval"`
+	Timeout       string        `json:"timeout"`
+	Path          string        `json:"path"`
+	Prune         bool          `json:"prune"`
+	Wait          bool          `json:"wait"`
+	SourceRef     fluxSourceRef `json:"sourceRef"`
+}
+
+type fluxSourceRef struct {
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) string {
+	if d == nil {
+		return def.String()
+	}
+	return d.Duration.String()
+}
+
+// layout writes the kustomization.yaml files, the root kustomization and rendered/flux/.
+func (p *pass) layout() {
+	// Folders of non-frozen Configurations and the files in each directory under them.
+	dirs := map[string][]string{}
+	folders := map[string]bool{}
+	for f := range p.out {
+		ref, ok := parseObjectPath(f)
+		if !ok {
+			continue
+		}
+		folder := configFolder(ref.namespace, ref.configuration)
+		folders[folder] = true
+		if p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
+			continue
+		}
+		dirs[path.Dir(f)] = append(dirs[path.Dir(f)], path.Base(f))
+	}
+	sub := map[string][]string{}
+	for d := range dirs {
+		if parent := path.Dir(d); folders[parent] && !folders[d] {
+			sub[parent] = append(sub[parent], path.Base(d))
+		}
+	}
+	f := p.settings.Flux
+	for d, files := range dirs {
+		p.out[d+"/kustomization.yaml"] = kustomizationFile(append(files, sub[d]...))
+	}
+	for parent, subs := range sub {
+		if _, ok := dirs[parent]; !ok {
+			p.out[parent+"/kustomization.yaml"] = kustomizationFile(append([]string(nil), subs...))
+		}
+	}
+	// One Flux Kustomization per leaf folder: the Configuration's folder, or each of its shards.
+	for d := range dirs {
+		if len(sub[d]) > 0 {
+			continue
+		}
+		rel := strings.TrimPrefix(d, RenderedDir)
+		parts := strings.Split(rel, "/")
+		fileName := strings.Join(parts, "-")
+		name := shorten("gitbroker-" + fileName)
+		fk := fluxKustomization{
+			APIVersion: "kustomize.toolkit.fluxcd.io/v1",
+			Kind:       "Kustomization",
+			Metadata: metav1.ObjectMeta{Name: name, Namespace: f.Namespace, Labels: map[string]string{
+				LabelManagedBy: ManagedByGitbroker, LabelConfiguration: parts[1]}},
+			Spec: fluxSpec{
+				Interval:      durationOr(f.Interval, 10*time.Minute),
+				RetryInterval: durationOr(f.RetryInterval, 2*time.Minute),
+				Timeout:       durationOr(f.Timeout, 5*time.Minute),
+				Path:          "./" + d,
+				Prune:         true,
+				Wait:          f.Wait,
+				SourceRef:     fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
+			},
+		}
+		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
+		n := len(dirs[d])
+		if max := p.settings.MaxObjectsPerFolder; n > max {
+			p.warn("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
+		}
+	}
+	var roots []string
+	for folder := range folders {
+		roots = append(roots, strings.TrimPrefix(folder, RenderedDir))
+	}
+	// Frozen Configurations whose folders were empty before stay out; the others are listed.
+	if len(roots) > 0 || len(p.configs) > 0 || len(p.frozenConfigs) > 0 || len(p.prev) > 0 {
+		p.out[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
+	}
+}
+
+// writeMetadata writes rendered/.gitbroker-render.yaml only when something else in rendered/
+// changed (or which file defines which Configuration changed), so a render from the renderer's
+// own commit, or from a commit that changes no output, commits nothing.
+func (p *pass) writeMetadata() {
+	if len(p.out) == 0 && len(p.prev) == 0 {
+		return
+	}
+	withoutMeta := func(t Tree) Tree {
+		c := make(Tree, len(t))
+		for k, v := range t {
+			if k != MetadataPath {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	prevData, hadPrev := p.prev[MetadataPath]
+	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
+		(len(p.prevMeta.ConfigurationFiles) == 0 && len(p.configFiles) == 0)
+	if hadPrev && sameFiles && Equal(withoutMeta(p.out), withoutMeta(p.prev)) {
+		p.out[MetadataPath] = prevData
+		return
+	}
+	m := Metadata{
+		APIVersion:         api.APIVersion,
+		Kind:               "RenderMetadata",
+		SourceCommit:       p.req.SourceCommit,
+		InputsDigest:       InputsDigest(p.req.Files),
+		ConfigurationFiles: p.configFiles,
+	}
+	p.out[MetadataPath] = marshal(m)
+}
+
+// planFromDiff adds the Pod, Service and Flux changes, found by comparing files. Job changes
+// were added while applying the lifecycle.
+func (p *pass) planFromDiff() {
+	prevIDs := map[string]string{}
+	for f := range p.prev {
+		if ref, ok := parseObjectPath(f); ok {
+			prevIDs[ref.id()] = f
+		}
+	}
+	newIDs := map[string]string{}
+	for f := range p.out {
+		if ref, ok := parseObjectPath(f); ok {
+			newIDs[ref.id()] = f
+		}
+	}
+	moved := map[string]int{}
+	for _, f := range Diff(p.prev, p.out) {
+		if strings.HasPrefix(f, RenderedDir+"flux/") {
+			ns, cfg := "", ""
+			data := p.out[f]
+			if data == nil {
+				data = p.prev[f]
+			}
+			h := p.head(f, data)
+			parts := strings.Split(strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir), "/")
+			if len(parts) >= 2 {
+				ns, cfg = parts[0], parts[1]
+			}
+			action := Updated
+			switch {
+			case p.prev[f] == nil:
+				action = Created
+			case p.out[f] == nil:
+				action = Removed
+			}
+			p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "rendered/flux/"})
+			continue
+		}
+		ref, ok := parseObjectPath(f)
+		if !ok || ref.kind == "job" {
+			continue
+		}
+		kind := map[string]string{"pod": "Pod", "service": "Service"}[ref.kind]
+		newF, inNew := newIDs[ref.id()]
+		oldF, inOld := prevIDs[ref.id()]
+		if inNew && inOld && newF != oldF {
+			if f == newF {
+				moved[ref.namespace+"/"+ref.configuration]++
+			}
+			if !bytes.Equal(p.prev[oldF], p.out[newF]) && f == newF {
+				m := p.meta[f]
+				p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+				p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name})
+			}
+			continue
+		}
+		switch {
+		case p.out[f] != nil && p.prev[f] == nil:
+			m := p.meta[f]
+			p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: startedVerb(kind), Kind: kind, Name: ref.name})
+		case p.out[f] != nil:
+			m := p.meta[f]
+			if m.cfg == "" { // carried over from a frozen Configuration: not a change
+				continue
+			}
+			p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name})
+		default:
+			h := p.head(f, p.prev[f])
+			inst := h.Metadata.Labels[LabelInstance]
+			reason := ""
+			if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
+				p.plan.config(ref.namespace, ref.configuration, "deleted")
+				reason = "its Configuration was deleted"
+			} else if inst != "" && p.instByKey[ref.namespace+"/"+ref.configuration+"/"+inst] == nil {
+				reason = "its device is no longer reported"
+			}
+			if inst != "" {
+				p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[AnnotationDeviceID], nil)
+			}
+			p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
+		}
+	}
+	for _, k := range sortedKeys(moved) {
+		ns, name, _ := strings.Cut(k, "/")
+		shards := 1
+		if cfg, ok := p.configs[k]; ok {
+			shards = cfg.Policy.Shards
+		}
+		c := p.plan.config(ns, name, "")
+		c.Notes = append(c.Notes, fmt.Sprintf("%d objects move to other folders (spec.shards is now %d): they move between Flux Kustomizations, which re-apply them under a new owner", moved[k], shards))
+	}
+}
+
+func startedVerb(kind string) string {
+	if kind == "Pod" {
+		return Started
+	}
+	return Created
+}
+
+func replacedVerb(kind string) string {
+	if kind == "Pod" {
+		return Replaced
+	}
+	return Updated
+}
+
+// checkSafety refuses renders that would remove too much: more than maxDeletionPercent of the
+// broker objects, or all of them. Jobs retired to history are not deletions.
+func (p *pass) checkSafety() string {
+	prevIDs := map[string]bool{}
+	for f := range p.prev {
+		if ref, ok := parseObjectPath(f); ok {
+			prevIDs[ref.id()] = true
+		}
+	}
+	newIDs := map[string]bool{}
+	for f := range p.out {
+		if ref, ok := parseObjectPath(f); ok {
+			newIDs[ref.id()] = true
+		}
+	}
+	removed := 0
+	for id := range prevIDs {
+		if !newIDs[id] && !p.retired[id] {
+			removed++
+		}
+	}
+	total := len(prevIDs)
+	if total == 0 || removed == 0 {
+		return ""
+	}
+	if len(newIDs) == 0 {
+		return fmt.Sprintf("the render would remove all %d broker objects and leave rendered/ empty; if that is intended, render again with --allow-deletions", total)
+	}
+	if max := p.settings.MaxDeletionPercent; removed*100 > max*total {
+		return fmt.Sprintf("the render would remove %d of %d broker objects (%d%%), more than maxDeletionPercent (%d%%); check the inventory and Configurations, or render again with --allow-deletions", removed, total, removed*100/total, max)
+	}
+	return ""
+}

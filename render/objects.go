@@ -1,0 +1,258 @@
+package render
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Labels and annotations gitbroker writes. The akri.sh labels and "controller: akri.sh" are
+// Akri's, so selectors and dashboards written for Akri keep working.
+const (
+	LabelConfiguration = "akri.sh/configuration"
+	LabelInstance      = "akri.sh/instance"
+	LabelTargetNode    = "akri.sh/target-node"
+	LabelController    = "controller"
+	ControllerAkri     = "akri.sh"
+	LabelManagedBy     = "app.kubernetes.io/managed-by"
+	ManagedByGitbroker = "gitbroker"
+
+	AnnotationInputsHash   = "gitbroker.dev/inputs-hash"
+	AnnotationDeviceID     = "gitbroker.dev/device-id"
+	AnnotationRenderedFrom = "gitbroker.dev/rendered-from"
+
+	// akriPlaceholder is the resource name Akri's controller replaces with the instance's device
+	// plugin resource. gitbroker pins with node affinity instead, so it is removed.
+	akriPlaceholder = "{{PLACEHOLDER}}"
+)
+
+// jobAnnotations keep Flux and Argo CD from patching a rendered Job or deleting a finished one.
+var jobAnnotations = map[string]string{
+	"kustomize.toolkit.fluxcd.io/prune":  "disabled",
+	"kustomize.toolkit.fluxcd.io/ssa":    "IfNotPresent",
+	"argocd.argoproj.io/sync-options":    "Prune=false",
+	"argocd.argoproj.io/compare-options": "IgnoreExtraneous",
+}
+
+// manifest is how every object is written: no status, no server-side fields.
+type manifest struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       any               `json:"spec"`
+}
+
+func marshal(v any) []byte {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		// Only types built here are marshalled; they always encode.
+		panic(err)
+	}
+	return b
+}
+
+// instance is one device of one Configuration, as Akri would name it.
+type instance struct {
+	cfg        *api.ParsedConfiguration
+	name       string
+	digest     string
+	deviceID   string
+	shared     bool
+	nodes      []string // sorted; the nodes that see the device
+	properties map[string]string
+	collided   bool
+	folder     string
+}
+
+func (in *instance) labels() map[string]string {
+	return map[string]string{
+		LabelConfiguration: in.cfg.Name,
+		LabelInstance:      in.name,
+		LabelController:    ControllerAkri,
+		LabelManagedBy:     ManagedByGitbroker,
+	}
+}
+
+// env is Akri's broker environment: every broker and device property as KEY and KEY_<DIGEST>.
+// Device properties win over broker properties of the same name.
+func (in *instance) env() []corev1.EnvVar {
+	props := map[string]string{}
+	for k, v := range in.cfg.Spec.BrokerProperties {
+		props[k] = v
+	}
+	for k, v := range in.properties {
+		props[k] = v
+	}
+	suffix := "_" + strings.ToUpper(in.digest)
+	env := make([]corev1.EnvVar, 0, 2*len(props))
+	for k, v := range props {
+		env = append(env, corev1.EnvVar{Name: k, Value: v}, corev1.EnvVar{Name: k + suffix, Value: v})
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	return env
+}
+
+// applyDevice removes Akri's placeholder resource and gives the device's environment to the
+// containers that asked for the device (those that carried the placeholder), or to every
+// container when none did. Variables the container defines itself are left to the container.
+func applyDevice(ps *corev1.PodSpec, env []corev1.EnvVar) {
+	strip := func(c *corev1.Container) bool {
+		_, inLimits := c.Resources.Limits[akriPlaceholder]
+		_, inRequests := c.Resources.Requests[akriPlaceholder]
+		delete(c.Resources.Limits, akriPlaceholder)
+		delete(c.Resources.Requests, akriPlaceholder)
+		if len(c.Resources.Limits) == 0 {
+			c.Resources.Limits = nil
+		}
+		if len(c.Resources.Requests) == 0 {
+			c.Resources.Requests = nil
+		}
+		return inLimits || inRequests
+	}
+	for i := range ps.InitContainers {
+		strip(&ps.InitContainers[i])
+	}
+	var targets []int
+	for i := range ps.Containers {
+		if strip(&ps.Containers[i]) {
+			targets = append(targets, i)
+		}
+	}
+	if len(targets) == 0 {
+		for i := range ps.Containers {
+			targets = append(targets, i)
+		}
+	}
+	for _, i := range targets {
+		c := &ps.Containers[i]
+		own := map[string]bool{}
+		for _, e := range c.Env {
+			own[e.Name] = true
+		}
+		merged := make([]corev1.EnvVar, 0, len(env)+len(c.Env))
+		for _, e := range env {
+			if !own[e.Name] {
+				merged = append(merged, e)
+			}
+		}
+		// Device variables come first so the container's own variables may refer to them as $(KEY).
+		c.Env = append(merged, c.Env...)
+	}
+}
+
+// pin adds a required node affinity on metadata.name to every node selector term, so the
+// Configuration's own affinity still applies and the Pod can only run where the device is.
+func pin(ps *corev1.PodSpec, nodes []string) {
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: append([]string(nil), nodes...)}
+	if ps.Affinity == nil {
+		ps.Affinity = &corev1.Affinity{}
+	}
+	if ps.Affinity.NodeAffinity == nil {
+		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := ps.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}},
+		}
+		return
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+}
+
+func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {
+	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
+	applyDevice(ps, env)
+	pin(ps, []string{node})
+	labels := in.labels()
+	labels[LabelTargetNode] = node
+	return marshal(manifest{
+		APIVersion: "v1",
+		Kind:       "Pod",
+		Metadata: metav1.ObjectMeta{
+			Name:        podName(in.name, node, in.shared),
+			Namespace:   in.cfg.Namespace,
+			Labels:      labels,
+			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID},
+		},
+		Spec: ps,
+	})
+}
+
+// builtJob is a Job before it is written: its name is known without serializing it, and only a
+// Job that is started gets the source commit and is marshalled.
+type builtJob struct {
+	name string
+	m    manifest
+}
+
+func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
+	js := in.cfg.Spec.BrokerSpec.BrokerJobSpec.DeepCopy()
+	applyDevice(&js.Template.Spec, env)
+	if js.Template.Labels == nil {
+		js.Template.Labels = map[string]string{}
+	}
+	for k, v := range in.labels() {
+		js.Template.Labels[k] = v
+	}
+	pol := in.cfg.Policy
+	var runHash string
+	if pol.RunPolicy == api.RunPolicyOnce {
+		runHash = hashHex(10, []byte("once"), []byte(pol.RunID))
+	} else {
+		// The hash is taken before pinning: a node starting or stopping to see the device is
+		// not a new run of the Job.
+		spec, _ := json.Marshal(js)
+		runHash = hashHex(10, spec, []byte(pol.RunID))
+	}
+	pin(&js.Template.Spec, in.nodes)
+	ann := map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID}
+	for k, v := range jobAnnotations {
+		ann[k] = v
+	}
+	name := jobName(in.name, runHash)
+	return builtJob{name: name, m: manifest{
+		APIVersion: "batch/v1",
+		Kind:       "Job",
+		Metadata:   metav1.ObjectMeta{Name: name, Namespace: in.cfg.Namespace, Labels: in.labels(), Annotations: ann},
+		Spec:       js,
+	}}
+}
+
+func (j builtJob) bytes(sourceCommit string) []byte {
+	m := j.m
+	if sourceCommit != "" {
+		ann := make(map[string]string, len(m.Metadata.Annotations)+1)
+		for k, v := range m.Metadata.Annotations {
+			ann[k] = v
+		}
+		ann[AnnotationRenderedFrom] = sourceCommit
+		m.Metadata.Annotations = ann
+	}
+	return marshal(m)
+}
+
+func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name string, labels, selector map[string]string, inputsHash string) []byte {
+	s := spec.DeepCopy()
+	s.Selector = selector
+	return marshal(manifest{
+		APIVersion: "v1",
+		Kind:       "Service",
+		Metadata: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   cfg.Namespace,
+			Labels:      labels,
+			Annotations: map[string]string{AnnotationInputsHash: inputsHash},
+		},
+		Spec: s,
+	})
+}
+

@@ -1,0 +1,373 @@
+package render
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Actions a plan reports.
+const (
+	Started  = "started"
+	Replaced = "replaced"
+	Removed  = "removed"
+	Held     = "held"
+	Retired  = "retired"
+	Kept     = "kept"
+	Created  = "created"
+	Updated  = "updated"
+)
+
+// Plan is what a render changes, per Configuration and instance.
+type Plan struct {
+	Configurations []*ConfigurationPlan
+	// Warnings are true statements that need no action to render: collisions, shard moves,
+	// folders too large for fast kustomize builds, devices of unknown Configurations.
+	Warnings []string
+	// Errors are the invalid inputs whose previous output was kept.
+	Errors []string
+	// Refused explains why a safety rule refused the render; nothing was written.
+	Refused string
+	Summary Summary
+}
+
+// ConfigurationPlan is one Configuration's part of the plan.
+type ConfigurationPlan struct {
+	Namespace string
+	Name      string
+	// Broker is "Pod", "Job", "none", "deleted" or "invalid".
+	Broker    string
+	Notes     []string
+	Changes   []Change
+	Instances []*InstancePlan
+}
+
+// InstancePlan is one instance's part of the plan.
+type InstancePlan struct {
+	Name     string
+	DeviceID string
+	Nodes    []string
+	Changes  []Change
+}
+
+// Change is one object started, replaced, removed, held, retired or kept.
+type Change struct {
+	Action string
+	Kind   string
+	Name   string
+	Reason string
+}
+
+// Summary counts the changes.
+type Summary struct {
+	PodsStarted, PodsReplaced, PodsRemoved, PodsHeld int
+	JobsStarted, JobsHeld, JobsRetired, JobsKept     int
+	ServicesCreated, ServicesUpdated, ServicesRemove int
+	FluxChanged                                      int
+}
+
+// Empty reports whether the plan changes nothing.
+func (s Summary) Empty() bool {
+	return s.PodsStarted+s.PodsReplaced+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
+		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxChanged == 0
+}
+
+func (p *Plan) count(kind, action string) {
+	s := &p.Summary
+	switch kind + " " + action {
+	case "Pod " + Started:
+		s.PodsStarted++
+	case "Pod " + Replaced:
+		s.PodsReplaced++
+	case "Pod " + Removed:
+		s.PodsRemoved++
+	case "Pod " + Held:
+		s.PodsHeld++
+	case "Job " + Started:
+		s.JobsStarted++
+	case "Job " + Held:
+		s.JobsHeld++
+	case "Job " + Retired:
+		s.JobsRetired++
+	case "Job " + Kept:
+		s.JobsKept++
+	case "Service " + Created:
+		s.ServicesCreated++
+	case "Service " + Updated:
+		s.ServicesUpdated++
+	case "Service " + Removed:
+		s.ServicesRemove++
+	case "Kustomization " + Created, "Kustomization " + Updated, "Kustomization " + Removed:
+		s.FluxChanged++
+	}
+}
+
+// planBuilder collects changes in any order and sorts them once.
+type planBuilder struct {
+	plan    Plan
+	configs map[string]*ConfigurationPlan
+	insts   map[string]*InstancePlan
+}
+
+func newPlanBuilder() *planBuilder {
+	return &planBuilder{configs: map[string]*ConfigurationPlan{}, insts: map[string]*InstancePlan{}}
+}
+
+func (b *planBuilder) config(ns, name, broker string) *ConfigurationPlan {
+	k := ns + "/" + name
+	c := b.configs[k]
+	if c == nil {
+		c = &ConfigurationPlan{Namespace: ns, Name: name, Broker: broker}
+		b.configs[k] = c
+	}
+	if c.Broker == "" {
+		c.Broker = broker
+	}
+	return c
+}
+
+func (b *planBuilder) instance(ns, cfg, name, deviceID string, nodes []string) *InstancePlan {
+	k := ns + "/" + cfg + "/" + name
+	ip := b.insts[k]
+	if ip == nil {
+		ip = &InstancePlan{Name: name}
+		b.insts[k] = ip
+		c := b.config(ns, cfg, "")
+		c.Instances = append(c.Instances, ip)
+	}
+	if ip.DeviceID == "" {
+		ip.DeviceID = deviceID
+	}
+	if len(ip.Nodes) == 0 && len(nodes) > 0 {
+		ip.Nodes = append([]string(nil), nodes...)
+	}
+	return ip
+}
+
+func (b *planBuilder) add(ns, cfg, inst string, ch Change) {
+	b.plan.count(ch.Kind, ch.Action)
+	if inst == "" {
+		c := b.config(ns, cfg, "")
+		c.Changes = append(c.Changes, ch)
+		return
+	}
+	ip := b.instance(ns, cfg, inst, "", nil)
+	ip.Changes = append(ip.Changes, ch)
+}
+
+func (b *planBuilder) finish() *Plan {
+	p := &b.plan
+	for _, c := range b.configs {
+		sortChanges(c.Changes)
+		sort.Slice(c.Instances, func(i, j int) bool { return c.Instances[i].Name < c.Instances[j].Name })
+		keep := c.Instances[:0]
+		for _, ip := range c.Instances {
+			if len(ip.Changes) > 0 {
+				sortChanges(ip.Changes)
+				keep = append(keep, ip)
+			}
+		}
+		c.Instances = keep
+		sort.Strings(c.Notes)
+		if len(c.Changes)+len(c.Instances)+len(c.Notes) > 0 {
+			p.Configurations = append(p.Configurations, c)
+		}
+	}
+	sort.Slice(p.Configurations, func(i, j int) bool {
+		a, b := p.Configurations[i], p.Configurations[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	sort.Strings(p.Warnings)
+	return p
+}
+
+var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Replaced: 3, Updated: 3, Held: 4, Kept: 5}
+var kindOrder = map[string]int{"Job": 0, "Pod": 1, "Service": 2, "Kustomization": 3}
+
+func sortChanges(cs []Change) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if kindOrder[a.Kind] != kindOrder[b.Kind] {
+			return kindOrder[a.Kind] < kindOrder[b.Kind]
+		}
+		if actionOrder[a.Action] != actionOrder[b.Action] {
+			return actionOrder[a.Action] < actionOrder[b.Action]
+		}
+		return a.Name < b.Name
+	})
+}
+
+var actionSigns = map[string]string{Started: "+", Created: "+", Replaced: "~", Updated: "~", Removed: "-", Retired: ">", Held: "=", Kept: "="}
+
+// WriteText writes the plan for a terminal.
+func (p *Plan) WriteText(w io.Writer) {
+	if p.Refused != "" {
+		fmt.Fprintf(w, "REFUSED: %s\n\n", p.Refused)
+	}
+	if len(p.Configurations) == 0 {
+		fmt.Fprintln(w, "No changes.")
+	}
+	for _, c := range p.Configurations {
+		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
+		for _, n := range c.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+		for _, ch := range c.Changes {
+			writeChangeText(w, "  ", ch)
+		}
+		for _, ip := range c.Instances {
+			fmt.Fprintf(w, "  instance %s%s\n", ip.Name, instanceDetail(ip))
+			for _, ch := range ip.Changes {
+				writeChangeText(w, "    ", ch)
+			}
+		}
+	}
+	for _, e := range p.Errors {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "Summary: %s\n", p.Summary.text())
+}
+
+func writeChangeText(w io.Writer, indent string, ch Change) {
+	fmt.Fprintf(w, "%s%s %s %s %s", indent, actionSigns[ch.Action], ch.Kind, ch.Name, ch.Action)
+	if ch.Reason != "" {
+		fmt.Fprintf(w, ": %s", ch.Reason)
+	}
+	fmt.Fprintln(w)
+}
+
+func brokerText(b string) string {
+	switch b {
+	case "Pod":
+		return "Pod broker"
+	case "Job":
+		return "Job broker"
+	case "deleted":
+		return "deleted"
+	case "invalid":
+		return "invalid, previous output kept"
+	}
+	return "no broker"
+}
+
+func instanceDetail(ip *InstancePlan) string {
+	var parts []string
+	if ip.DeviceID != "" {
+		parts = append(parts, "device "+ip.DeviceID)
+	}
+	if len(ip.Nodes) > 0 {
+		parts = append(parts, "nodes "+strings.Join(ip.Nodes, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+func (s Summary) text() string {
+	type item struct {
+		n    int
+		text string
+	}
+	items := []item{
+		{s.PodsStarted, "Pods started"}, {s.PodsReplaced, "Pods replaced"}, {s.PodsRemoved, "Pods removed"},
+		{s.PodsHeld, "Pods held"}, {s.JobsStarted, "Jobs started"}, {s.JobsHeld, "Jobs held"},
+		{s.JobsRetired, "Jobs retired to history"}, {s.JobsKept, "Jobs kept until recorded"},
+		{s.ServicesCreated, "Services created"}, {s.ServicesUpdated, "Services updated"},
+		{s.ServicesRemove, "Services removed"}, {s.FluxChanged, "Flux Kustomizations changed"},
+	}
+	var parts []string
+	for _, it := range items {
+		if it.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", it.n, it.text))
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing to change"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WriteMarkdown writes the plan as a pull request body section.
+func (p *Plan) WriteMarkdown(w io.Writer) {
+	if p.Refused != "" {
+		fmt.Fprintf(w, "> **Refused:** %s\n\n", p.Refused)
+	}
+	fmt.Fprintf(w, "**Summary:** %s\n\n", p.Summary.text())
+	if len(p.Configurations) > 0 {
+		fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+		for _, c := range p.Configurations {
+			var n [5]int
+			tally := func(chs []Change) {
+				for _, ch := range chs {
+					switch ch.Action {
+					case Started, Created:
+						n[0]++
+					case Replaced, Updated:
+						n[1]++
+					case Removed:
+						n[2]++
+					case Held:
+						n[3]++
+					case Retired:
+						n[4]++
+					}
+				}
+			}
+			tally(c.Changes)
+			for _, ip := range c.Instances {
+				tally(ip.Changes)
+			}
+			fmt.Fprintf(w, "| `%s/%s` | %s | %d | %d | %d | %d | %d |\n", c.Namespace, c.Name, brokerText(c.Broker), n[0], n[1], n[2], n[3], n[4])
+		}
+		fmt.Fprintln(w)
+	}
+	for _, c := range p.Configurations {
+		fmt.Fprintf(w, "### `%s/%s`\n\n", c.Namespace, c.Name)
+		for _, n := range c.Notes {
+			fmt.Fprintf(w, "- note: %s\n", n)
+		}
+		for _, ch := range c.Changes {
+			writeChangeMarkdown(w, "", ch)
+		}
+		for _, ip := range c.Instances {
+			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetail(ip))
+			for _, ch := range ip.Changes {
+				writeChangeMarkdown(w, "  ", ch)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if len(p.Errors) > 0 {
+		fmt.Fprintln(w, "#### Invalid inputs (their previous output is kept)")
+		fmt.Fprintln(w)
+		for _, e := range p.Errors {
+			fmt.Fprintf(w, "- `%s`\n", e)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(p.Warnings) > 0 {
+		fmt.Fprintln(w, "#### Warnings")
+		fmt.Fprintln(w)
+		for _, warn := range p.Warnings {
+			fmt.Fprintf(w, "- %s\n", warn)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func writeChangeMarkdown(w io.Writer, indent string, ch Change) {
+	fmt.Fprintf(w, "%s- %s `%s` **%s**", indent, ch.Kind, ch.Name, ch.Action)
+	if ch.Reason != "" {
+		fmt.Fprintf(w, ": %s", ch.Reason)
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,595 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// Request is one render: the repository files at one commit.
+type Request struct {
+	// Files holds the repository: gitbroker.yaml, configurations/, inventory/, status/jobs/ and
+	// the previous rendered/ and history/. Other paths are ignored.
+	Files Tree
+	// SourceCommit is recorded in the metadata file and on Jobs started by this render. It may
+	// be empty (a work tree that is not a commit).
+	SourceCommit string
+	// AllowDeletions lifts the deletion budget and the empty-output guard.
+	AllowDeletions bool
+}
+
+// Result is the outcome of a render.
+type Result struct {
+	// Files is the complete new content of rendered/ and history/. When the render is refused
+	// it equals Previous.
+	Files Tree
+	// Previous is the content of rendered/ and history/ before the render.
+	Previous Tree
+	Plan     *Plan
+	// Errors are invalid inputs. Their previous output is kept; everything else renders.
+	Errors api.ErrorList
+	// Refused is set when a safety rule refused the render.
+	Refused *RefusedError
+}
+
+// Changed reports whether the render changes any file.
+func (r *Result) Changed() bool { return !Equal(r.Files, r.Previous) }
+
+// RefusedError is a render refused by a safety rule.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "render refused: " + e.Reason }
+
+// Renderer renders repositories. It is safe for concurrent use; renders are serialized.
+type Renderer struct {
+	mu      sync.Mutex
+	configs memo[parsedConfigFile]
+	invs    memo[parsedInventoryFile]
+	recs    memo[parsedRecordFile]
+	heads   memo[*objectHead]
+	hist    memo[historyParse]
+	objs    memo[[]byte]
+	jobs    memo[builtJob]
+}
+
+type historyParse struct {
+	entry *historyEntry
+	err   error
+}
+
+// New returns a Renderer.
+func New() *Renderer { return &Renderer{} }
+
+// Render renders once with a fresh Renderer.
+func Render(req Request) *Result { return New().Render(req) }
+
+// Render expands the request's repository into rendered/ and history/.
+func (r *Renderer) Render(req Request) *Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := &pass{r: r, req: req, prev: req.Files.Owned(), out: Tree{}, plan: newPlanBuilder(),
+		meta: map[string]objMeta{}}
+	res := p.run()
+	for _, m := range []interface{ rotate() }{&r.configs, &r.invs, &r.recs, &r.heads, &r.hist, &r.objs, &r.jobs} {
+		m.rotate()
+	}
+	return res
+}
+
+// pass is the state of one render.
+type pass struct {
+	r        *Renderer
+	req      Request
+	settings api.ResolvedSettings
+	prev     Tree
+	out      Tree
+	plan     *planBuilder
+	errs     api.ErrorList
+	prevMeta Metadata
+
+	configs       map[string]*api.ParsedConfiguration // valid, by namespace/name
+	configFiles   map[string][]string
+	frozenConfigs map[string]bool
+	frozenNodes   map[string]bool
+	invs          []*api.ParsedInventory
+
+	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
+	recordBytes map[string][]byte         // by namespace/job, status/ files only
+	byDevice    map[string][]*api.JobRecord
+
+	instances       map[string][]*instance // by configuration key
+	instByKey       map[string]*instance   // namespace/configuration/instance
+	frozenInstances map[string][]string    // namespace/configuration/instance -> previous files
+
+	retired map[string]bool // object ids of Jobs retired in this render
+	meta    map[string]objMeta
+}
+
+// objMeta says which configuration and instance an output file belongs to, for the plan.
+type objMeta struct {
+	ns, cfg, inst, deviceID string
+	nodes                   []string
+}
+
+func (p *pass) run() *Result {
+	res := &Result{Previous: p.prev}
+	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	if len(errs) > 0 {
+		// Settings shape everything; without them nothing is rendered and nothing is lost.
+		res.Files, res.Errors = p.prev, errs
+		res.Plan = &Plan{Errors: errStrings(errs)}
+		return res
+	}
+	p.settings = settings
+	p.prevMeta = parseMetadata(p.prev[MetadataPath])
+
+	p.loadConfigurations()
+	p.loadInventories()
+	p.loadRecords()
+	p.buildInstances()
+	p.findFrozenInstances()
+	p.renderBrokers()
+	p.renderJobs()
+	p.renderHistory()
+	p.copyFrozenConfigurations()
+	p.layout()
+	p.writeMetadata()
+
+	p.errs.Sort()
+	res.Errors = p.errs
+	p.planFromDiff()
+	plan := p.plan.finish()
+	plan.Errors = errStrings(p.errs)
+	res.Plan = plan
+	res.Files = p.out
+	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
+		res.Refused = &RefusedError{Reason: reason}
+		plan.Refused = reason
+		res.Files = p.prev
+	}
+	return res
+}
+
+func errStrings(errs api.ErrorList) []string {
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+func (p *pass) warn(format string, args ...any) {
+	p.plan.plan.Warnings = append(p.plan.plan.Warnings, fmt.Sprintf(format, args...))
+}
+
+func (p *pass) loadConfigurations() {
+	p.configs = map[string]*api.ParsedConfiguration{}
+	p.configFiles = map[string][]string{}
+	p.frozenConfigs = map[string]bool{}
+	definedIn := map[string]string{}
+	var invalid []string
+	for _, f := range p.req.Files.Paths() {
+		if !isConfigurationPath(f) {
+			continue
+		}
+		data := p.req.Files[f]
+		parsed := p.r.configs.get(f, data, func() parsedConfigFile {
+			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
+			return parsedConfigFile{configs: cs, errs: errs}
+		})
+		errs := parsed.errs
+		for _, c := range parsed.configs {
+			if other, dup := definedIn[c.Key()]; dup {
+				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is already defined in %s", c.Key(), other))
+			}
+		}
+		if len(errs) > 0 {
+			p.errs = append(p.errs, errs...)
+			invalid = append(invalid, f)
+			continue
+		}
+		var keys []string
+		for _, c := range parsed.configs {
+			definedIn[c.Key()] = f
+			p.configs[c.Key()] = c
+			keys = append(keys, c.Key())
+		}
+		sort.Strings(keys)
+		p.configFiles[f] = keys
+	}
+	// An invalid file keeps what it rendered before: its Configurations are frozen, and its
+	// entry in the metadata is carried so the next render still knows them.
+	for _, f := range invalid {
+		keys := p.prevMeta.ConfigurationFiles[f]
+		var kept []string
+		for _, k := range keys {
+			if _, ok := p.configs[k]; !ok {
+				p.frozenConfigs[k] = true
+				kept = append(kept, k)
+			}
+		}
+		if len(kept) > 0 {
+			p.configFiles[f] = kept
+		}
+	}
+}
+
+func (p *pass) loadInventories() {
+	p.frozenNodes = map[string]bool{}
+	for _, f := range p.req.Files.Paths() {
+		if !isInventoryPath(f) {
+			continue
+		}
+		data := p.req.Files[f]
+		parsed := p.r.invs.get(f, data, func() parsedInventoryFile {
+			inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
+			return parsedInventoryFile{inv: inv, errs: errs}
+		})
+		if len(parsed.errs) > 0 {
+			p.errs = append(p.errs, parsed.errs...)
+			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			continue
+		}
+		p.invs = append(p.invs, parsed.inv)
+		for i, ic := range parsed.inv.Spec.Configurations {
+			k := ic.Namespace + "/" + ic.Name
+			if _, ok := p.configs[k]; !ok && !p.frozenConfigs[k] && len(ic.Devices) > 0 {
+				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", i),
+					"%d devices reported for Configuration %s, which does not exist", len(ic.Devices), k)
+				p.warn("%s", e.Error())
+			}
+		}
+	}
+}
+
+func (p *pass) loadRecords() {
+	p.records = map[string]*api.JobRecord{}
+	p.recordBytes = map[string][]byte{}
+	p.byDevice = map[string][]*api.JobRecord{}
+	for _, f := range p.req.Files.Paths() {
+		if !isRecordPath(f) {
+			continue
+		}
+		data := p.req.Files[f]
+		parsed := p.r.recs.get(f, data, func() parsedRecordFile {
+			rec, errs := api.ParseJobRecordFile(f, data)
+			return parsedRecordFile{rec: rec, errs: errs}
+		})
+		if len(parsed.errs) > 0 {
+			p.errs = append(p.errs, parsed.errs...)
+			continue
+		}
+		k := parsed.rec.Namespace + "/" + parsed.rec.Name
+		p.records[k] = parsed.rec.JobRecord
+		p.recordBytes[k] = data
+	}
+	for _, f := range p.prev.Paths() {
+		if !strings.HasPrefix(f, "history/jobs/") {
+			continue
+		}
+		h := p.history(f)
+		if h.err != nil || h.entry == nil || h.entry.record == nil {
+			continue
+		}
+		k := h.entry.namespace + "/" + h.entry.job
+		if _, ok := p.records[k]; !ok {
+			p.records[k] = h.entry.record
+		}
+	}
+	for _, k := range sortedKeys(p.records) {
+		rec := p.records[k]
+		dk := rec.Namespace + "/" + rec.Spec.Configuration + "/" + rec.Spec.DeviceID
+		p.byDevice[dk] = append(p.byDevice[dk], rec)
+	}
+}
+
+func (p *pass) history(f string) historyParse {
+	data := p.prev[f]
+	return p.r.hist.get(f, data, func() historyParse {
+		e, err := parseHistory(f, data)
+		return historyParse{entry: e, err: err}
+	})
+}
+
+func (p *pass) head(f string, data []byte) *objectHead {
+	return p.r.heads.get(f, data, func() *objectHead { return parseHead(data) })
+}
+
+// buildInstances groups every valid inventory's devices into Akri instances.
+func (p *pass) buildInstances() {
+	p.instances = map[string][]*instance{}
+	p.instByKey = map[string]*instance{}
+	type agg struct {
+		id, node string
+		shared   bool
+		nodes    []string
+		props    map[string]string
+	}
+	devs := map[string]map[string]*agg{}
+	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
+	for _, inv := range p.invs {
+		for _, ic := range inv.Spec.Configurations {
+			k := ic.Namespace + "/" + ic.Name
+			if _, ok := p.configs[k]; !ok {
+				continue
+			}
+			if devs[k] == nil {
+				devs[k] = map[string]*agg{}
+			}
+			for _, d := range ic.Devices {
+				ident := "s\x00" + d.ID
+				if !d.Shared {
+					ident = "u\x00" + d.ID + "\x00" + inv.Name
+				}
+				a := devs[k][ident]
+				if a == nil {
+					a = &agg{id: d.ID, node: inv.Name, shared: d.Shared, props: d.Properties}
+					devs[k][ident] = a
+				}
+				a.nodes = append(a.nodes, inv.Name)
+			}
+		}
+	}
+	for _, k := range sortedKeys(devs) {
+		cfg := p.configs[k]
+		idents := sortedKeys(devs[k])
+		digests := make(map[string]string, len(idents))
+		collided := map[string]bool{}
+		pending := idents
+		// Akri's 3-byte digest; members of a collision group move to 6 bytes, then 16.
+		for _, size := range []int{3, 6, 16} {
+			groups := map[string][]string{}
+			for _, id := range pending {
+				a := devs[k][id]
+				d := akriDigest(a.id, a.node, a.shared, size)
+				digests[id] = d
+				groups[d] = append(groups[d], id)
+			}
+			pending = nil
+			for _, d := range sortedKeys(groups) {
+				if g := groups[d]; len(g) > 1 {
+					var ids []string
+					for _, id := range g {
+						collided[id] = true
+						ids = append(ids, fmt.Sprintf("%q", devs[k][id].id))
+					}
+					if size == 3 {
+						p.warn("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12)
+					}
+					pending = append(pending, g...)
+				}
+			}
+			if len(pending) == 0 {
+				break
+			}
+		}
+		var list []*instance
+		for _, id := range idents {
+			a := devs[k][id]
+			in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
+				nodes: a.nodes, properties: a.props, collided: collided[id]}
+			in.name = instanceName(cfg.Name, in.digest)
+			sort.Strings(in.nodes)
+			in.folder = p.instanceFolder(cfg, in.name)
+			list = append(list, in)
+			p.instByKey[k+"/"+in.name] = in
+		}
+		sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+		p.instances[k] = list
+	}
+}
+
+func configFolder(ns, cfg string) string { return RenderedDir + ns + "/" + cfg }
+
+// instanceFolder is the folder of an instance's objects: the Configuration's folder, or one of
+// its shards by a stable hash of the instance name.
+func (p *pass) instanceFolder(cfg *api.ParsedConfiguration, inst string) string {
+	base := configFolder(cfg.Namespace, cfg.Name)
+	n := cfg.Policy.Shards
+	if n <= 1 {
+		return base
+	}
+	h := hashHex(8, []byte(inst))
+	v, _ := strconv.ParseUint(h, 16, 64)
+	width := len(strconv.Itoa(n - 1))
+	return fmt.Sprintf("%s/shard-%0*d", base, width, int(v%uint64(n)))
+}
+
+func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
+	base := configFolder(cfg.Namespace, cfg.Name)
+	if cfg.Policy.Shards > 1 {
+		return base + "/common"
+	}
+	return base
+}
+
+// findFrozenInstances keeps, for each node whose inventory is invalid, every instance that node
+// took part in exactly as it was rendered before.
+func (p *pass) findFrozenInstances() {
+	p.frozenInstances = map[string][]string{}
+	if len(p.frozenNodes) == 0 {
+		return
+	}
+	files := map[string][]string{}
+	involved := map[string]bool{}
+	for _, f := range p.prev.Paths() {
+		ref, ok := parseObjectPath(f)
+		if !ok {
+			continue
+		}
+		h := p.head(f, p.prev[f])
+		inst := h.Metadata.Labels[LabelInstance]
+		if inst == "" {
+			continue
+		}
+		k := ref.namespace + "/" + ref.configuration + "/" + inst
+		files[k] = append(files[k], f)
+		for _, n := range h.nodes() {
+			if p.frozenNodes[n] {
+				involved[k] = true
+			}
+		}
+	}
+	for k := range involved {
+		p.frozenInstances[k] = files[k]
+	}
+}
+
+func (p *pass) put(f string, data []byte, m objMeta) {
+	p.out[f] = data
+	p.meta[f] = m
+}
+
+func propsJSON(m map[string]string) []byte {
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func configHash(c *api.ParsedConfiguration) []byte {
+	b, _ := json.Marshal(struct {
+		NS, Name string
+		Spec     api.ConfigurationSpec
+		Policy   api.Policy
+	}{c.Namespace, c.Name, c.Spec, c.Policy})
+	return []byte(hashHex(32, b))
+}
+
+// renderBrokers writes the Pods and Services of every valid Configuration.
+func (p *pass) renderBrokers() {
+	for _, k := range sortedKeys(p.configs) {
+		cfg := p.configs[k]
+		broker := "none"
+		switch {
+		case cfg.IsPodBroker():
+			broker = "Pod"
+		case cfg.IsJobBroker():
+			broker = "Job"
+		}
+		p.plan.config(cfg.Namespace, cfg.Name, broker)
+		if cfg.IsJobBroker() && (cfg.Spec.InstanceServiceSpec != nil || cfg.Spec.ConfigurationServiceSpec != nil) {
+			p.warn("Configuration %s: Services are rendered for Pod brokers only; the service specs of this Job broker are ignored", k)
+		}
+		if cfg.Policy.After != "" {
+			if a, ok := p.configs[cfg.Namespace+"/"+cfg.Policy.After]; !ok && !p.frozenConfigs[cfg.Namespace+"/"+cfg.Policy.After] {
+				p.warn("Configuration %s: after: Configuration %s/%s does not exist; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+			} else if ok && !a.IsJobBroker() {
+				p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+			}
+		}
+		chash := configHash(cfg)
+		withBrokers := 0
+		for _, in := range p.instances[k] {
+			ik := k + "/" + in.name
+			if _, frozen := p.frozenInstances[ik]; frozen {
+				continue
+			}
+			if !cfg.IsPodBroker() {
+				continue
+			}
+			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+			nodes := in.nodes
+			if len(nodes) > cfg.Policy.Capacity {
+				nodes = nodes[:cfg.Policy.Capacity]
+			}
+			if reason := p.afterHeld(cfg, in); reason != "" {
+				for _, n := range nodes {
+					p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
+				}
+				continue
+			}
+			env := in.env()
+			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
+			props := propsJSON(in.properties)
+			for _, n := range nodes {
+				ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
+				data := p.r.objs.get("pod/"+ih, nil, func() []byte { return buildPod(in, n, env, ih) })
+				p.put(in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml", data, m)
+			}
+			withBrokers++
+			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
+				ih := hashHex(16, chash, []byte(in.name), []byte("instance-service"))
+				name := instanceServiceName(in.name)
+				data := p.r.objs.get("svc/"+ih, nil, func() []byte {
+					labels := in.labels()
+					sel := map[string]string{LabelInstance: in.name, LabelController: ControllerAkri}
+					return buildService(cfg, spec, name, labels, sel, ih)
+				})
+				p.put(in.folder+"/service-"+name+".yaml", data, m)
+			}
+		}
+		// Instances a node with an invalid inventory took part in stay as they were (their Jobs
+		// follow the Job lifecycle like every other Job).
+		for _, ik := range sortedKeys(p.frozenInstances) {
+			if !strings.HasPrefix(ik, k+"/") {
+				continue
+			}
+			inst := strings.TrimPrefix(ik, k+"/")
+			folder := p.instanceFolder(cfg, inst)
+			kept := false
+			for _, f := range p.frozenInstances[ik] {
+				if ref, _ := parseObjectPath(f); ref.kind == "job" {
+					continue
+				}
+				p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
+				kept = true
+			}
+			if kept {
+				withBrokers++
+				p.plan.config(cfg.Namespace, cfg.Name, "").Notes = append(p.plan.config(cfg.Namespace, cfg.Name, "").Notes,
+					fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst))
+			}
+		}
+		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {
+			ih := hashHex(16, chash, []byte("configuration-service"))
+			name := configurationServiceName(cfg.Name)
+			data := p.r.objs.get("svc/"+ih, nil, func() []byte {
+				labels := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri, LabelManagedBy: ManagedByGitbroker}
+				sel := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri}
+				return buildService(cfg, spec, name, labels, sel, ih)
+			})
+			p.put(p.commonFolder(cfg)+"/service-"+name+".yaml", data, objMeta{ns: cfg.Namespace, cfg: cfg.Name})
+		}
+	}
+}
+
+// afterHeld says why an instance's broker Pods must wait for a Job, or "" when they may start.
+func (p *pass) afterHeld(cfg *api.ParsedConfiguration, in *instance) string {
+	after := cfg.Policy.After
+	if after == "" {
+		return ""
+	}
+	candidates := map[string]bool{}
+	for _, size := range []int{3, 6, 16} {
+		candidates[instanceName(after, akriDigest(in.deviceID, "", true, size))] = true
+		for _, n := range in.nodes {
+			candidates[instanceName(after, akriDigest(in.deviceID, n, false, size))] = true
+		}
+	}
+	var failed *api.JobRecord
+	for _, rec := range p.byDevice[cfg.Namespace+"/"+after+"/"+in.deviceID] {
+		if !candidates[rec.Spec.Instance] {
+			continue
+		}
+		if rec.Spec.Outcome == api.OutcomeSucceeded {
+			return ""
+		}
+		failed = rec
+	}
+	if failed != nil {
+		why := "failed"
+		if failed.Spec.Reason != "" {
+			why += " (" + failed.Spec.Reason + ")"
+		}
+		if failed.Spec.Message != "" {
+			why += ": " + failed.Spec.Message
+		}
+		return fmt.Sprintf("after: Job %s of Configuration %s %s; the Pod starts only after a Job of %s on this device succeeds (change its runID to run it again)", failed.Name, after, why, after)
+	}
+	return fmt.Sprintf("after: waiting for a Job of Configuration %s on device %q to be recorded Succeeded", after, in.deviceID)
+}

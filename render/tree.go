@@ -1,0 +1,113 @@
+package render
+
+import (
+	"bytes"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Tree is a set of repository files: slash-separated paths relative to the repository root.
+type Tree map[string][]byte
+
+// Output prefixes the renderer owns.
+const (
+	RenderedDir = "rendered/"
+	HistoryDir  = "history/"
+	// MetadataPath records the source commit and inputs of the last render that changed rendered/.
+	MetadataPath = "rendered/.gitbroker-render.yaml"
+)
+
+// Paths returns the tree's paths, sorted.
+func (t Tree) Paths() []string {
+	ps := make([]string, 0, len(t))
+	for p := range t {
+		ps = append(ps, p)
+	}
+	sort.Strings(ps)
+	return ps
+}
+
+// Owned returns the part of the tree the renderer owns: rendered/ and history/.
+func (t Tree) Owned() Tree {
+	out := Tree{}
+	for p, b := range t {
+		if IsOwned(p) {
+			out[p] = b
+		}
+	}
+	return out
+}
+
+// IsOwned reports whether the renderer owns a path.
+func IsOwned(p string) bool {
+	return strings.HasPrefix(p, RenderedDir) || strings.HasPrefix(p, HistoryDir)
+}
+
+// Diff lists the paths whose content differs between a and b, sorted.
+func Diff(a, b Tree) []string {
+	var d []string
+	for p, x := range a {
+		if y, ok := b[p]; !ok || !bytes.Equal(x, y) {
+			d = append(d, p)
+		}
+	}
+	for p := range b {
+		if _, ok := a[p]; !ok {
+			d = append(d, p)
+		}
+	}
+	sort.Strings(d)
+	return d
+}
+
+// Equal reports whether two trees hold the same files with the same bytes.
+func Equal(a, b Tree) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, x := range a {
+		if y, ok := b[p]; !ok || !bytes.Equal(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// objectRef is what a rendered file's path says about it:
+// rendered/<namespace>/<configuration>/[<sub>/]<kind>-<name>.yaml.
+type objectRef struct {
+	namespace, configuration, kind, name string
+}
+
+func parseObjectPath(p string) (objectRef, bool) {
+	if !strings.HasPrefix(p, RenderedDir) || !strings.HasSuffix(p, ".yaml") {
+		return objectRef{}, false
+	}
+	parts := strings.Split(strings.TrimPrefix(p, RenderedDir), "/")
+	if len(parts) < 3 || len(parts) > 4 || parts[0] == "flux" {
+		return objectRef{}, false
+	}
+	base := strings.TrimSuffix(path.Base(p), ".yaml")
+	kind, name, ok := strings.Cut(base, "-")
+	if !ok || base == "kustomization" {
+		return objectRef{}, false
+	}
+	switch kind {
+	case "pod", "job", "service":
+	default:
+		return objectRef{}, false
+	}
+	return objectRef{namespace: parts[0], configuration: parts[1], kind: kind, name: name}, true
+}
+
+func (o objectRef) id() string { return o.kind + "/" + o.namespace + "/" + o.name }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
