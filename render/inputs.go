@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gitbroker/gitbroker/api"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -124,11 +123,11 @@ func parseHead(data []byte) *objectHead {
 
 // historyEntry is one finished Job kept under history/jobs/<ns>/<cfg>/<instance>/<job>.yaml.
 type historyEntry struct {
-	path                         string
-	namespace, config, instance  string
-	job                          string
-	completion                   time.Time
-	record                       *api.JobRecord
+	path                        string
+	namespace, config, instance string
+	job                         string
+	completion                  time.Time
+	record                      *api.JobRecord
 }
 
 func historyPath(ns, cfg, inst, job string) string {
@@ -232,4 +231,3 @@ func sortedStrings(set map[string]bool) []string {
 	return out
 }
 
-var _ = metav1.Time{}

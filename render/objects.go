@@ -255,4 +255,3 @@ func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name s
 		Spec: s,
 	})
 }
-
