@@ -230,4 +230,3 @@ func sortedStrings(set map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
-
