@@ -1,0 +1,168 @@
+package render_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/stretchr/testify/require"
+)
+
+// readDir loads a repository directory the way the CLI does.
+func readDir(t testing.TB, dir string) render.Tree {
+	t.Helper()
+	tree := render.Tree{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if render.IsInput(rel) || render.IsOwned(rel) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			tree[rel] = b
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return tree
+}
+
+// repo builds a tree from path -> content.
+func repo(files map[string]string) render.Tree {
+	t := render.Tree{}
+	for p, c := range files {
+		t[p] = []byte(c)
+	}
+	return t
+}
+
+// apply replaces the owned part of tree with the render result, like a commit would.
+func apply(tree render.Tree, res *render.Result) render.Tree {
+	out := render.Tree{}
+	for p, b := range tree {
+		if !render.IsOwned(p) {
+			out[p] = b
+		}
+	}
+	for p, b := range res.Files {
+		out[p] = b
+	}
+	return out
+}
+
+func renderOK(t *testing.T, tree render.Tree) *render.Result {
+	t.Helper()
+	res := render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors, "unexpected input errors")
+	require.Nil(t, res.Refused)
+	return res
+}
+
+func planText(p *render.Plan) string {
+	var b strings.Builder
+	p.WriteText(&b)
+	return b.String()
+}
+
+// filesUnder lists the paths of a tree under a prefix that contain a substring.
+func filesUnder(tree render.Tree, prefix, contains string) []string {
+	var out []string
+	for _, p := range tree.Paths() {
+		if strings.HasPrefix(p, prefix) && strings.Contains(p, contains) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+const podConfig = `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: cam
+spec:
+  discoveryHandler:
+    name: onvif
+  capacity: 1
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: ghcr.io/project-akri/akri/onvif-video-broker:latest
+        resources:
+          limits:
+            "{{PLACEHOLDER}}": "1"
+  instanceServiceSpec:
+    ports:
+    - name: grpc
+      port: 80
+      targetPort: 8083
+`
+
+func jobConfig(name, extra string) string {
+	return `apiVersion: gitbroker.dev/v1alpha1
+kind: Configuration
+metadata:
+  name: ` + name + `
+spec:
+  discoveryHandler:
+    name: debugEcho
+  brokerProperties:
+    VERSION: "1"
+  brokerSpec:
+    brokerJobSpec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: flash
+            image: busybox
+` + extra
+}
+
+func inventory(node string, entries ...string) string {
+	return `apiVersion: gitbroker.dev/v1alpha1
+kind: NodeInventory
+metadata:
+  name: ` + node + `
+spec:
+  configurations:
+` + strings.Join(entries, "")
+}
+
+func entry(cfg string, devices ...string) string {
+	s := "  - name: " + cfg + "\n    devices:\n"
+	for _, d := range devices {
+		shared := "false"
+		id := d
+		if strings.HasPrefix(d, "shared:") {
+			shared, id = "true", strings.TrimPrefix(d, "shared:")
+		}
+		s += "    - id: " + id + "\n      shared: " + shared + "\n      properties:\n        DEVICE: " + id + "\n"
+	}
+	return s
+}
+
+func record(ns, job, cfg, inst, device, outcome string) string {
+	return `apiVersion: gitbroker.dev/v1alpha1
+kind: JobRecord
+metadata:
+  name: ` + job + `
+  namespace: ` + ns + `
+spec:
+  configuration: ` + cfg + `
+  instance: ` + inst + `
+  deviceID: ` + device + `
+  outcome: ` + outcome + `
+  startTime: "2026-11-30T10:00:00Z"
+  completionTime: "2026-11-30T10:01:00Z"
+  succeeded: 1
+  failed: 0
+`
+}

@@ -1,0 +1,292 @@
+package render_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+func TestAkriInstanceNamesAndEnvironment(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/akri-debug-echo.yaml": strings.Replace(podConfig, "name: cam", "name: akri-debug-echo", 1),
+		"inventory/edge-a.yaml":               inventory("edge-a", entry("akri-debug-echo", "shared:foo0", "bar0")),
+		"inventory/edge-b.yaml":               inventory("edge-b", entry("akri-debug-echo", "shared:foo0")),
+	})
+	res := renderOK(t, tree)
+	// foo0 is shared: Akri names its instance akri-debug-echo-8120fe on every node (BLAKE2b-24 of
+	// the id); bar0 is not shared, so the node name is part of the digest.
+	folder := "rendered/default/akri-debug-echo/"
+	pod := res.Files[folder+"pod-edge-a-akri-debug-echo-8120fe-pod.yaml"]
+	require.NotNil(t, pod, "files: %v", res.Files.Paths())
+	require.Nil(t, res.Files[folder+"pod-edge-b-akri-debug-echo-8120fe-pod.yaml"], "capacity 1 caps the shared device to one node")
+	unshared := filesUnder(res.Files, folder, "pod-akri-debug-echo-")
+	require.Len(t, unshared, 1)
+
+	var p corev1.Pod
+	require.NoError(t, yaml.UnmarshalStrict(pod, &p))
+	require.Equal(t, map[string]string{
+		"akri.sh/configuration":        "akri-debug-echo",
+		"akri.sh/instance":             "akri-debug-echo-8120fe",
+		"akri.sh/target-node":          "edge-a",
+		"controller":                   "akri.sh",
+		"app.kubernetes.io/managed-by": "gitbroker",
+	}, p.Labels)
+	c := p.Spec.Containers[0]
+	require.Equal(t, []corev1.EnvVar{{Name: "DEVICE", Value: "foo0"}, {Name: "DEVICE_8120FE", Value: "foo0"}}, c.Env)
+	_, placeholder := c.Resources.Limits["{{PLACEHOLDER}}"]
+	require.False(t, placeholder)
+	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	require.Equal(t, []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge-a"}}}, terms[0].MatchFields)
+
+	var svc corev1.Service
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[folder+"service-akri-debug-echo-8120fe-svc.yaml"], &svc))
+	require.Equal(t, map[string]string{"akri.sh/instance": "akri-debug-echo-8120fe", "controller": "akri.sh"}, svc.Spec.Selector)
+}
+
+func TestDigestCollisionUsesLongerDigests(t *testing.T) {
+	a, b := findCollision(t)
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:"+a, "shared:"+b, "shared:other")),
+	})
+	res := renderOK(t, tree)
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	require.Len(t, pods, 3, "two devices must never share a name")
+	long := 0
+	for _, p := range pods {
+		// edge-a-cam-<12 hex>-pod for the colliding pair, 6 hex for the other device.
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "rendered/default/cam/pod-edge-a-cam-"), "-pod.yaml")
+		if len(name) == 12 {
+			long++
+		} else {
+			require.Len(t, name, 6)
+		}
+	}
+	require.Equal(t, 2, long)
+	require.Contains(t, strings.Join(res.Plan.Warnings, "\n"), "share the Akri digest")
+	again := renderOK(t, tree)
+	require.True(t, render.Equal(res.Files, again.Files))
+}
+
+// findCollision brute-forces two device ids whose 3-byte Akri digests collide.
+func findCollision(t *testing.T) (string, string) {
+	t.Helper()
+	seen := map[string]string{}
+	for i := 0; i < 1<<20; i++ {
+		id := fmt.Sprintf("dev-%d", i)
+		d := digest3(id)
+		if other, ok := seen[d]; ok {
+			return other, id
+		}
+		seen[d] = id
+	}
+	t.Fatal("no collision found")
+	return "", ""
+}
+
+func TestDeterministic(t *testing.T) {
+	tree := generateFleet(fleetSpec{nodes: 40, configurations: 6, devices: 300, seed: 7})
+	a := render.Render(render.Request{Files: tree, SourceCommit: "abc"})
+	b := render.Render(render.Request{Files: tree, SourceCommit: "abc"})
+	require.Empty(t, a.Errors)
+	require.True(t, render.Equal(a.Files, b.Files))
+	require.Equal(t, planText(a.Plan), planText(b.Plan))
+	// A reused Renderer (with its memo) gives the same bytes as a fresh one.
+	r := render.New()
+	r.Render(render.Request{Files: tree})
+	c := r.Render(render.Request{Files: tree, SourceCommit: "abc"})
+	require.True(t, render.Equal(a.Files, c.Files))
+}
+
+func TestRenderOfOwnOutputIsNoOp(t *testing.T) {
+	tree := generateFleet(fleetSpec{nodes: 5, configurations: 4, devices: 20, seed: 1})
+	res := render.Render(render.Request{Files: tree, SourceCommit: "commit-1"})
+	require.True(t, res.Changed())
+	tree = apply(tree, res)
+	// The renderer's own commit, or any commit that changes no output, changes nothing: not even
+	// the metadata file, so there is never a commit loop.
+	again := render.Render(render.Request{Files: tree, SourceCommit: "commit-2"})
+	require.False(t, again.Changed(), "diff: %v", render.Diff(again.Previous, again.Files))
+	require.True(t, again.Plan.Summary.Empty())
+	require.Contains(t, string(tree[render.MetadataPath]), "sourceCommit: commit-1")
+}
+
+func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
+	tree := generateFleet(fleetSpec{nodes: 12, configurations: 6, devices: 60, seed: 3, shards: 3})
+	res := renderOK(t, tree)
+	fs := filesys.MakeFsInMemory()
+	for p, b := range res.Files {
+		require.NoError(t, fs.WriteFile("/repo/"+p, b))
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(fs, "/repo/rendered")
+	require.NoError(t, err)
+	objects := 0
+	for p := range res.Files {
+		if strings.HasPrefix(p, "rendered/") && strings.Contains(p, "/pod-") || strings.Contains(p, "/job-") || strings.Contains(p, "/service-") {
+			if strings.HasPrefix(p, "rendered/") {
+				objects++
+			}
+		}
+	}
+	require.Equal(t, objects, m.Size(), "every rendered object is built exactly once")
+	for _, r := range m.Resources() {
+		data, err := r.MarshalJSON()
+		require.NoError(t, err)
+		var target any
+		switch r.GetKind() {
+		case "Pod":
+			target = &corev1.Pod{}
+		case "Job":
+			target = &batchv1.Job{}
+		case "Service":
+			target = &corev1.Service{}
+		default:
+			t.Fatalf("unexpected kind %s", r.GetKind())
+		}
+		strict, err := kjson.UnmarshalStrict(data, target)
+		require.NoError(t, err)
+		require.Empty(t, strict, "%s %s decodes strictly", r.GetKind(), r.GetName())
+	}
+	// Each Flux Kustomization's folder builds on its own too.
+	for _, p := range filesUnder(res.Files, "rendered/flux/", ".yaml") {
+		var fk struct {
+			Spec struct {
+				Path string `json:"path"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal(res.Files[p], &fk))
+		_, err := k.Run(fs, "/repo/"+strings.TrimPrefix(fk.Spec.Path, "./"))
+		require.NoError(t, err, p)
+	}
+}
+
+func TestShardsSplitFoldersAndFluxKustomizations(t *testing.T) {
+	cfg := strings.Replace(podConfig, "kind: Configuration\n", "kind: Configuration\n", 1)
+	cfg = strings.Replace(cfg, "apiVersion: akri.sh/v0", "apiVersion: gitbroker.dev/v1alpha1", 1) + "  shards: 4\n"
+	var devs []string
+	for i := 0; i < 40; i++ {
+		devs = append(devs, fmt.Sprintf("shared:cam-%d", i))
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": cfg,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", devs...)),
+	})
+	res := renderOK(t, tree)
+	require.Len(t, filesUnder(res.Files, "rendered/flux/", "default-cam-shard-"), 4)
+	root := string(res.Files["rendered/default/cam/kustomization.yaml"])
+	for i := 0; i < 4; i++ {
+		require.Contains(t, root, fmt.Sprintf("- shard-%d\n", i))
+	}
+	tree = apply(tree, res)
+	// Going back to one folder moves every object between Flux Kustomizations, and plan says so.
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(cfg, "shards: 4", "shards: 1", 1))
+	res = renderOK(t, tree)
+	require.Contains(t, planText(res.Plan), "move between Flux Kustomizations")
+	require.Equal(t, 0, res.Plan.Summary.PodsRemoved)
+}
+
+func TestFolderSizeWarning(t *testing.T) {
+	var devs []string
+	for i := 0; i < 30; i++ {
+		devs = append(devs, fmt.Sprintf("shared:cam-%d", i))
+	}
+	tree := repo(map[string]string{
+		"gitbroker.yaml":          "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  maxObjectsPerFolder: 10\n",
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", devs...)),
+	})
+	res := renderOK(t, tree)
+	require.Contains(t, strings.Join(res.Plan.Warnings, "\n"), "more than maxObjectsPerFolder (10)")
+}
+
+func TestInvalidConfigurationKeepsItsOutput(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"configurations/fw.yaml":  jobConfig("fw", ""),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1"), entry("fw", "plc-1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	before := tree.Owned()
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "image:", "imagee:", 1))
+	// fw changes too, and still renders.
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "c1"), entry("fw", "plc-1", "plc-2")))
+	res := render.Render(render.Request{Files: tree})
+	require.Len(t, res.Errors, 1)
+	require.Equal(t, "configurations/cam.yaml", res.Errors[0].File)
+	require.Equal(t, 13, res.Errors[0].Line)
+	for _, p := range filesUnder(before, "rendered/default/cam/", "") {
+		require.Equal(t, before[p], res.Files[p], p)
+	}
+	require.Equal(t, before["rendered/flux/default-cam.yaml"], res.Files["rendered/flux/default-cam.yaml"])
+	require.Len(t, jobs(res.Files, "default/fw"), 2)
+	// Still invalid on the next render: still kept.
+	tree = apply(tree, res)
+	res = render.Render(render.Request{Files: tree})
+	for _, p := range filesUnder(before, "rendered/default/cam/", "") {
+		require.Equal(t, before[p], res.Files[p], p)
+	}
+}
+
+func TestInvalidInventoryKeepsItsInstances(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": strings.Replace(podConfig, "capacity: 1", "capacity: 2", 1),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:c1", "a1")),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "shared:c1", "b1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	before := tree.Owned()
+	tree["inventory/edge-b.yaml"] = []byte(strings.Replace(inventory("edge-b", entry("cam", "shared:c1", "b1")), "name: edge-b", "name: edge-c", 1))
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "shared:c1", "a1", "a2")))
+	res := render.Render(render.Request{Files: tree})
+	require.Len(t, res.Errors, 1)
+	require.Contains(t, res.Errors[0].Error(), "inventory/edge-b.yaml:4: metadata.name")
+	for _, p := range before.Paths() {
+		if strings.Contains(p, "/pod-") || strings.Contains(p, "/service-") {
+			require.Equal(t, before[p], res.Files[p], "%s is kept", p)
+		}
+	}
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 5, "the new device a2 renders")
+}
+
+func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1", "c2", "c3", "c4")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "c1")))
+	res := render.Render(render.Request{Files: tree})
+	require.NotNil(t, res.Refused)
+	require.Contains(t, res.Refused.Reason, "6 of 8 broker objects")
+	require.True(t, render.Equal(res.Previous, res.Files), "a refused render writes nothing")
+
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	res = render.Render(render.Request{Files: tree})
+	require.NotNil(t, res.Refused)
+	require.Contains(t, res.Refused.Reason, "leave rendered/ empty")
+
+	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
+	require.Nil(t, res.Refused)
+	require.Empty(t, filesUnder(res.Files, "rendered/default/", "/pod-"))
+}
+
+func TestCheckDetectsHandEdits(t *testing.T) {
+	tree := generateFleet(fleetSpec{nodes: 3, configurations: 2, devices: 6, seed: 2})
+	tree = apply(tree, renderOK(t, tree))
+	pods := filesUnder(tree, "rendered/", "/pod-")
+	require.NotEmpty(t, pods)
+	tree[pods[0]] = bytes.Replace(tree[pods[0]], []byte("image:"), []byte("image: evil\n    x:"), 1)
+	res := renderOK(t, tree)
+	require.Equal(t, []string{pods[0]}, render.Diff(res.Previous, res.Files))
+}
