@@ -4,8 +4,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gitbroker/gitbroker/api"
@@ -40,7 +43,81 @@ func (m *memo[T]) get(p string, data []byte, parse func() T) T {
 	return v
 }
 
+// getMany is get for many files, parsing the ones not in the memo in parallel.
+func (m *memo[T]) getMany(paths []string, files Tree, parse func(p string, data []byte) T) []T {
+	if m.cur == nil {
+		m.cur = map[string]memoEntry[T]{}
+	}
+	out := make([]T, len(paths))
+	sums := make([][32]byte, len(paths))
+	var miss []int
+	for i, p := range paths {
+		sums[i] = sha256.Sum256(files[p])
+		if e, ok := m.cur[p]; ok && e.sum == sums[i] {
+			out[i] = e.val
+		} else if e, ok := m.old[p]; ok && e.sum == sums[i] {
+			out[i] = e.val
+			m.cur[p] = e
+		} else {
+			miss = append(miss, i)
+		}
+	}
+	parallel(len(miss), func(j int) {
+		i := miss[j]
+		out[i] = parse(paths[i], files[paths[i]])
+	})
+	for _, i := range miss {
+		m.cur[paths[i]] = memoEntry[T]{sum: sums[i], val: out[i]}
+	}
+	return out
+}
+
+// lookup finds a value stored under a key that has no content of its own (built objects, keyed
+// by the hash of their inputs).
+func (m *memo[T]) lookup(key string) (T, bool) {
+	if e, ok := m.cur[key]; ok {
+		return e.val, true
+	}
+	if e, ok := m.old[key]; ok {
+		m.store(key, e.val)
+		return e.val, true
+	}
+	var zero T
+	return zero, false
+}
+
+func (m *memo[T]) store(key string, v T) {
+	if m.cur == nil {
+		m.cur = map[string]memoEntry[T]{}
+	}
+	m.cur[key] = memoEntry[T]{val: v}
+}
+
 func (m *memo[T]) rotate() { m.old, m.cur = m.cur, nil }
+
+// parallel runs f(0..n-1) on every CPU. f must only touch its own index.
+func parallel(n int, f func(i int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
 
 type parsedConfigFile struct {
 	configs []*api.ParsedConfiguration

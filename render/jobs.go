@@ -82,6 +82,16 @@ func (p *pass) renderJobs() {
 		}
 	}
 
+	// Build every desired Job (in parallel where the memo does not have it) before deciding.
+	type desired struct {
+		cfg *api.ParsedConfiguration
+		in  *instance
+		key string
+		ih  string
+		bj  builtJob
+		hit bool
+	}
+	var want []*desired
 	for _, k := range sortedKeys(p.configs) {
 		cfg := p.configs[k]
 		if !cfg.IsJobBroker() {
@@ -89,12 +99,32 @@ func (p *pass) renderJobs() {
 		}
 		chash := configHash(cfg)
 		for _, in := range p.instances[k] {
-			ik := k + "/" + in.name
-			if p.frozenInstances[ik] != nil {
+			if p.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
 			ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
-			bj := p.r.jobs.get("job/"+ih, nil, func() builtJob { return buildJob(in, in.env(), ih) })
+			d := &desired{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
+			d.bj, d.hit = p.r.jobs.lookup(d.key)
+			want = append(want, d)
+		}
+	}
+	parallel(len(want), func(i int) {
+		if d := want[i]; !d.hit {
+			d.bj = buildJob(d.in, d.in.env(), d.ih)
+		}
+	})
+	type started struct {
+		path string
+		bj   builtJob
+		m    objMeta
+		data []byte
+	}
+	var starts []*started
+	for _, d := range want {
+		p.r.jobs.store(d.key, d.bj)
+		cfg, in, bj := d.cfg, d.in, d.bj
+		ik := cfg.Key() + "/" + in.name
+		{
 			id := cfg.Namespace + "/" + bj.name
 			if runningNames[id] {
 				continue
@@ -110,8 +140,8 @@ func (p *pass) renderJobs() {
 					Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(others, ", "))})
 				continue
 			}
-			p.put(in.folder+"/job-"+bj.name+".yaml", bj.bytes(p.req.SourceCommit),
-				objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes})
+			starts = append(starts, &started{path: in.folder + "/job-" + bj.name + ".yaml", bj: bj,
+				m: objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}})
 			reason := "new run"
 			if cfg.Policy.RunPolicy == api.RunPolicyOnce {
 				reason = "the one run of this instance (runPolicy: Once)"
@@ -123,6 +153,10 @@ func (p *pass) renderJobs() {
 			}
 			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
 		}
+	}
+	parallel(len(starts), func(i int) { starts[i].data = starts[i].bj.bytes(p.req.SourceCommit) })
+	for _, s := range starts {
+		p.put(s.path, s.data, s.m)
 	}
 }
 

@@ -109,6 +109,7 @@ type pass struct {
 
 	retired map[string]bool // object ids of Jobs retired in this render
 	meta    map[string]objMeta
+	pending []*pendingBuild
 }
 
 // objMeta says which configuration and instance an output file belongs to, for the plan.
@@ -222,15 +223,18 @@ func (p *pass) loadConfigurations() {
 
 func (p *pass) loadInventories() {
 	p.frozenNodes = map[string]bool{}
+	var paths []string
 	for _, f := range p.req.Files.Paths() {
-		if !isInventoryPath(f) {
-			continue
+		if isInventoryPath(f) {
+			paths = append(paths, f)
 		}
-		data := p.req.Files[f]
-		parsed := p.r.invs.get(f, data, func() parsedInventoryFile {
-			inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
-			return parsedInventoryFile{inv: inv, errs: errs}
-		})
+	}
+	all := p.r.invs.getMany(paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
+		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
+		return parsedInventoryFile{inv: inv, errs: errs}
+	})
+	for i, f := range paths {
+		parsed := all[i]
 		if len(parsed.errs) > 0 {
 			p.errs = append(p.errs, parsed.errs...)
 			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
@@ -508,19 +512,18 @@ func (p *pass) renderBrokers() {
 			props := propsJSON(in.properties)
 			for _, n := range nodes {
 				ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
-				data := p.r.objs.get("pod/"+ih, nil, func() []byte { return buildPod(in, n, env, ih) })
-				p.put(in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml", data, m)
+				p.build("pod/"+ih, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml", m, func() []byte { return buildPod(in, n, env, ih) })
 			}
 			withBrokers++
 			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
 				ih := hashHex(16, chash, []byte(in.name), []byte("instance-service"))
 				name := instanceServiceName(in.name)
-				data := p.r.objs.get("svc/"+ih, nil, func() []byte {
+				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
 					labels := in.labels()
+					labels[LabelManagedBy] = ManagedByGitbroker
 					sel := map[string]string{LabelInstance: in.name, LabelController: ControllerAkri}
 					return buildService(cfg, spec, name, labels, sel, ih)
 				})
-				p.put(in.folder+"/service-"+name+".yaml", data, m)
 			}
 		}
 		// Instances a node with an invalid inventory took part in stay as they were (their Jobs
@@ -548,14 +551,40 @@ func (p *pass) renderBrokers() {
 		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {
 			ih := hashHex(16, chash, []byte("configuration-service"))
 			name := configurationServiceName(cfg.Name)
-			data := p.r.objs.get("svc/"+ih, nil, func() []byte {
+			p.build("svc/"+ih, p.commonFolder(cfg)+"/service-"+name+".yaml", objMeta{ns: cfg.Namespace, cfg: cfg.Name}, func() []byte {
 				labels := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri, LabelManagedBy: ManagedByGitbroker}
 				sel := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri}
 				return buildService(cfg, spec, name, labels, sel, ih)
 			})
-			p.put(p.commonFolder(cfg)+"/service-"+name+".yaml", data, objMeta{ns: cfg.Namespace, cfg: cfg.Name})
 		}
 	}
+	p.flushBuilds()
+}
+
+// pendingBuild is an object whose inputs are new to the Renderer's memo.
+type pendingBuild struct {
+	key, path string
+	m         objMeta
+	build     func() []byte
+	data      []byte
+}
+
+// build writes an object, from the memo when its inputs were seen before, else later in parallel.
+func (p *pass) build(key, path string, m objMeta, f func() []byte) {
+	if data, ok := p.r.objs.lookup(key); ok {
+		p.put(path, data, m)
+		return
+	}
+	p.pending = append(p.pending, &pendingBuild{key: key, path: path, m: m, build: f})
+}
+
+func (p *pass) flushBuilds() {
+	parallel(len(p.pending), func(i int) { p.pending[i].data = p.pending[i].build() })
+	for _, b := range p.pending {
+		p.r.objs.store(b.key, b.data)
+		p.put(b.path, b.data, b.m)
+	}
+	p.pending = nil
 }
 
 // afterHeld says why an instance's broker Pods must wait for a Job, or "" when they may start.

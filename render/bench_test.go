@@ -1,0 +1,118 @@
+package render_test
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gitbroker/gitbroker/render"
+)
+
+// fleet10k is the benchmark fleet: 10,000 devices on 1,000 nodes, 20 Configurations,
+// half Pod brokers and half Job brokers.
+var fleet10k = fleetSpec{nodes: 1000, configurations: 20, devices: 10000, seed: 42}
+
+// peakHeap samples the live heap while f runs and returns its peak in MiB.
+func peakHeap(f func()) float64 {
+	runtime.GC()
+	var peak atomic.Uint64
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() {
+		metrics.Read(sample)
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	}()
+	f()
+	read()
+	close(done)
+	return float64(peak.Load()) / (1 << 20)
+}
+
+// BenchmarkRenderFleet10k is the full render of the fleet from nothing, with a fresh Renderer.
+func BenchmarkRenderFleet10k(b *testing.B) {
+	tree := generateFleet(fleet10k)
+	var peak float64
+	var res *render.Result
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := peakHeap(func() { res = render.Render(render.Request{Files: tree}) })
+		if p > peak {
+			peak = p
+		}
+	}
+	b.StopTimer()
+	if len(res.Errors) > 0 || res.Refused != nil {
+		b.Fatalf("render failed: %v %v", res.Errors, res.Refused)
+	}
+	b.ReportMetric(peak, "peak-heap-MiB")
+	b.ReportMetric(float64(len(res.Files)), "files")
+}
+
+// BenchmarkRerenderFleet10kOneDevice re-renders the rendered fleet after one device's
+// properties change, with the Renderer kept from the previous render (as a daemon does).
+func BenchmarkRerenderFleet10kOneDevice(b *testing.B) {
+	tree := generateFleet(fleet10k)
+	r := render.New()
+	tree = apply(tree, r.Render(render.Request{Files: tree}))
+	inv, changed := oneDeviceChange(tree)
+	variants := []string{changed, string(tree[inv])}
+	var peak float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tree[inv] = []byte(variants[i%2])
+		var res *render.Result
+		p := peakHeap(func() { res = r.Render(render.Request{Files: tree}) })
+		if p > peak {
+			peak = p
+		}
+		if !res.Changed() {
+			b.Fatal("the change must change the output")
+		}
+		tree = apply(tree, res)
+	}
+	b.ReportMetric(peak, "peak-heap-MiB")
+}
+
+// BenchmarkRerenderFleet10kFresh is the same re-render with a fresh Renderer (a CLI run).
+func BenchmarkRerenderFleet10kFresh(b *testing.B) {
+	tree := generateFleet(fleet10k)
+	tree = apply(tree, render.Render(render.Request{Files: tree}))
+	inv, changed := oneDeviceChange(tree)
+	tree[inv] = []byte(changed)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res := render.Render(render.Request{Files: tree})
+		if !res.Changed() {
+			b.Fatal("the change must change the output")
+		}
+	}
+}
+
+// oneDeviceChange adds one unshared device of the Pod broker cfg-00 to the first node that has
+// devices of it.
+func oneDeviceChange(tree render.Tree) (string, string) {
+	const block = "  - name: cfg-00\n    devices:\n"
+	for _, p := range tree.Paths() {
+		if s := string(tree[p]); strings.HasPrefix(p, "inventory/") && strings.Contains(s, block) {
+			return p, strings.Replace(s, block, block+"    - id: new-device\n      properties:\n        DEVICE: new\n", 1)
+		}
+	}
+	panic("no inventory with cfg-00")
+}
