@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/stretchr/testify/require"
+)
+
+// demoRepo writes the embedded demo repository to a temporary directory and renders it.
+func demoRepo(t *testing.T) string {
+	t.Helper()
+	tree, err := readFS(fixtures.Demo())
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, writeAll(dir, tree))
+	code, _, stderr := gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	return dir
+}
+
+func gitbroker(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func owned(t *testing.T, dir string) render.Tree {
+	t.Helper()
+	tree, err := readTree(dir)
+	require.NoError(t, err)
+	return tree.Owned()
+}
+
+func TestBadInputKeepsPreviousOutput(t *testing.T) {
+	const (
+		echo   = "configurations/akri-debug-echo.yaml"
+		fw     = "configurations/plc-firmware.yaml"
+		format = "configurations/journal-format.yaml"
+		edgeA  = "inventory/edge-a.yaml"
+	)
+	replace := func(old, new string) func(string) string {
+		return func(s string) string {
+			if !strings.Contains(s, old) {
+				panic("test input does not contain " + old)
+			}
+			return strings.Replace(s, old, new, 1)
+		}
+	}
+	content := func(c string) func(string) string { return func(string) string { return c } }
+	cases := []struct {
+		name  string
+		file  string
+		edit  func(string) string
+		field string // the message names this field (or, for YAML errors, this text)
+	}{
+		{"unknown container field", echo, replace("image: ", "imagee: "), "spec.brokerSpec.brokerPodSpec.containers[0].imagee"},
+		{"mistyped capacity", echo, replace("capacity: 2", "capacity: two"), "spec.capacity"},
+		{"capacity zero", echo, replace("capacity: 2", "capacity: 0"), "spec.capacity"},
+		{"invalid name", echo, replace("name: akri-debug-echo\n", "name: Akri_Echo\n"), "metadata.name"},
+		{"property key not an env name", echo, replace("  capacity: 2", "  brokerProperties:\n    bad-key: x\n  capacity: 2"), "spec.brokerProperties.bad-key"},
+		{"service port out of range", echo, replace("port: 80\n", "port: 70000\n"), "spec.instanceServiceSpec.ports[0].port"},
+		{"service protocol", echo, replace("protocol: TCP", "protocol: HTTP"), "spec.instanceServiceSpec.ports[0].protocol"},
+		{"service target port", echo, replace("targetPort: 80", "targetPort: 99999"), "spec.instanceServiceSpec.ports[0].targetPort"},
+		{"mistyped service port", echo, replace("port: 80\n", "port: eighty\n"), "spec.instanceServiceSpec.ports.port"},
+		{"both brokers", echo, replace("    brokerPodSpec:", "    brokerJobSpec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - name: x\n            image: y\n    brokerPodSpec:"), "spec.brokerSpec"},
+		{"wrong apiVersion", echo, replace("akri.sh/v0", "akri.sh/v1"), "apiVersion"},
+		{"wrong kind", echo, replace("kind: Configuration", "kind: Instance"), "kind"},
+		{"invalid YAML", echo, replace("  brokerSpec:\n", "  brokerSpec:\n\t- x: [\n"), "invalid YAML"},
+		{"duplicate key", echo, replace("  capacity: 2", "  capacity: 2\n  capacity: 3"), "capacity"},
+		{"missing discovery handler name", echo, replace("    name: debugEcho\n", "    name: \"\"\n"), "spec.discoveryHandler.name"},
+		{"missing container name", echo, replace("      - name: akri-debug-echo-broker\n        image:", "      - image:"), "spec.brokerSpec.brokerPodSpec.containers[0].name"},
+		{"ttlSecondsAfterFinished", fw, replace("      backoffLimit: 2", "      backoffLimit: 2\n      ttlSecondsAfterFinished: 100"), "spec.brokerSpec.brokerJobSpec.ttlSecondsAfterFinished"},
+		{"job restartPolicy Always", fw, replace("restartPolicy: Never", "restartPolicy: Always"), "spec.brokerSpec.brokerJobSpec.template.spec.restartPolicy"},
+		{"mistyped backoffLimit", fw, replace("backoffLimit: 2", "backoffLimit: [2]"), "spec.brokerSpec.brokerJobSpec.backoffLimit"},
+		{"run policy value", fw, replace("runPolicy: OnChange", "runPolicy: Sometimes"), "spec.jobPolicy.runPolicy"},
+		{"unknown jobPolicy field", fw, replace("historyLimit: 3", "historyLimt: 3"), "spec.jobPolicy.historyLimt"},
+		{"jobPolicy on akri.sh/v0", format, replace("spec:\n", "spec:\n  jobPolicy:\n    runPolicy: Once\n"), "spec.jobPolicy"},
+		{"bad run-policy annotation", format, replace("gitbroker.dev/run-policy: Once", "gitbroker.dev/run-policy: Sometimes"), "metadata.annotations.gitbroker.dev/run-policy"},
+		{"unknown gitbroker annotation", format, replace("gitbroker.dev/run-id:", "gitbroker.dev/runid:"), "metadata.annotations.gitbroker.dev/runid"},
+		{"after on a Job broker", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/after: journal-reader\n"), "metadata.annotations.gitbroker.dev/after"},
+		{"history-limit not a number", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/history-limit: five\n"), "metadata.annotations.gitbroker.dev/history-limit"},
+		{"duplicate Configuration name", "configurations/zz-copy.yaml", func(string) string { return "" }, "metadata.name"},
+		{"node differs from file name", edgeA, replace("name: edge-a", "name: edge-x"), "metadata.name"},
+		{"inventory property key", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG-ECHO: bar0"), "spec.configurations[0].devices[0].properties.DEBUG-ECHO"},
+		{"inventory device id missing", edgeA, replace("- id: bar0", "- id: \"\""), "spec.configurations[0].devices[0].id"},
+		{"inventory duplicate device", edgeA, replace("- id: foo0", "- id: bar0"), "spec.configurations[0].devices[1].id"},
+		{"inventory unknown field", edgeA, replace("shared: true", "sharedd: true"), "spec.configurations[0].devices[1].sharedd"},
+		{"inventory mistyped shared", edgeA, replace("shared: true", "shared: [yes]"), "spec.configurations.devices.shared"},
+		{"JobRecord outcome", "status/jobs/plant/plc-firmware-x-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-x-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Maybe\n  succeeded: 0\n  failed: 0\n"), "spec.outcome"},
+		{"settings out of range", "gitbroker.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  maxDeletionPercent: 150\n"), "spec.maxDeletionPercent"},
+	}
+	require.GreaterOrEqual(t, len(cases), 25)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := demoRepo(t)
+			before := owned(t, dir)
+			path := filepath.Join(dir, filepath.FromSlash(tc.file))
+			old, _ := os.ReadFile(path)
+			next := tc.edit(string(old))
+			if tc.name == "duplicate Configuration name" {
+				echoData, err := os.ReadFile(filepath.Join(dir, echo))
+				require.NoError(t, err)
+				next = string(echoData)
+			}
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			require.NoError(t, os.WriteFile(path, []byte(next), 0o644))
+
+			code, _, stderr := gitbroker(t, "render", "--dir", dir)
+			require.Equal(t, exitInvalid, code, stderr)
+			located := regexp.MustCompile(regexp.QuoteMeta(tc.file) + `:[0-9]+: .*` + regexp.QuoteMeta(tc.field))
+			require.Regexp(t, located, stderr, "the error names the file, the line and the field")
+			require.True(t, render.Equal(before, owned(t, dir)), "previous output is untouched: %v", render.Diff(before, owned(t, dir)))
+
+			code, _, _ = gitbroker(t, "check", "--dir", dir)
+			require.Equal(t, exitInvalid, code)
+		})
+	}
+}
+
+func TestInvalidFileStillRendersTheRest(t *testing.T) {
+	dir := demoRepo(t)
+	before := owned(t, dir)
+	echo := filepath.Join(dir, "configurations/akri-debug-echo.yaml")
+	data, _ := os.ReadFile(echo)
+	require.NoError(t, os.WriteFile(echo, bytes.Replace(data, []byte("image:"), []byte("imagee:"), 1), 0o644))
+	fw := filepath.Join(dir, "configurations/plc-firmware.yaml")
+	data, _ = os.ReadFile(fw)
+	require.NoError(t, os.WriteFile(fw, bytes.Replace(data, []byte(`"4.2.0"`), []byte(`"4.3.0"`), 1), 0o644))
+	// Remove the running Job's history by recording it, so the new run renders.
+	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml:17: spec.brokerSpec.brokerPodSpec.containers[0].imagee: unknown field")
+	require.Contains(t, stdout, "held: waiting for")
+	after := owned(t, dir)
+	for _, p := range before.Paths() {
+		if strings.HasPrefix(p, "rendered/default/") {
+			require.Equal(t, before[p], after[p])
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	dir := demoRepo(t)
+	code, stdout, _ := gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitOK, code, stdout)
+
+	pod := filepath.Join(dir, "rendered/default/akri-debug-echo/pod-edge-a-akri-debug-echo-8120fe-pod.yaml")
+	data, err := os.ReadFile(pod)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(pod, bytes.Replace(data, []byte("nginx:stable-alpine"), []byte("nginx:latest"), 1), 0o644))
+	code, stdout, _ = gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitRefused, code)
+	require.Contains(t, stdout, "differs: rendered/default/akri-debug-echo/pod-edge-a-akri-debug-echo-8120fe-pod.yaml")
+
+	code, _, _ = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code)
+	code, _, _ = gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitOK, code)
+}
+
+func TestRefusedRenderWritesNothing(t *testing.T) {
+	dir := demoRepo(t)
+	before := owned(t, dir)
+	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-a.yaml")))
+	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-b.yaml")))
+	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stdout, "REFUSED")
+	require.True(t, render.Equal(before, owned(t, dir)))
+
+	code, _, _ = gitbroker(t, "render", "--dir", dir, "--allow-deletions")
+	require.Equal(t, exitOK, code)
+	require.NotEqual(t, before, owned(t, dir))
+}
+
+func TestPlanFormats(t *testing.T) {
+	tree, err := readFS(fixtures.Demo())
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, writeAll(dir, tree))
+	code, stdout, _ := gitbroker(t, "plan", "--dir", dir, "--format", "markdown")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker | 7 |")
+	require.Contains(t, stdout, "- Job `plc-firmware-84beef-083a2d022a-job` **started**")
+	require.Empty(t, owned(t, dir), "plan writes nothing")
+
+	code, _, stderr := gitbroker(t, "plan", "--dir", dir, "--format", "html")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--format must be text or markdown")
+	code, _, _ = gitbroker(t, "plan", "--bogus")
+	require.Equal(t, exitInvalid, code)
+}
+
+func TestDemo(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := gitbroker(t, "demo", "--out", out)
+	require.Equal(t, exitOK, code, stderr)
+	for _, want := range []string{
+		"== Step 1", "== Step 2", "== Step 3", "== Step 4",
+		"held: waiting for plc-firmware-84beef-083a2d022a-job to be recorded finished",
+		"retired: recorded Succeeded",
+		"+ Pod journal-reader-0542ca-pod started",
+		"- Pod akri-debug-echo-3f431e-pod removed",
+		"kept: its device is gone",
+	} {
+		require.Contains(t, stdout, want)
+	}
+	code, _, _ = gitbroker(t, "check", "--dir", out)
+	require.Equal(t, exitOK, code, "the demo's result is a consistent repository")
+}
