@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,13 @@ func demoRepo(t *testing.T) string {
 	code, _, stderr := gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
 	return dir
+}
+
+func demoFile(t *testing.T, p string) string {
+	t.Helper()
+	data, err := fs.ReadFile(fixtures.Demo(), p)
+	require.NoError(t, err)
+	return string(data)
 }
 
 func gitbroker(t *testing.T, args ...string) (int, string, string) {
@@ -69,7 +77,8 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 		{"service port out of range", echo, replace("port: 80\n", "port: 70000\n"), "spec.instanceServiceSpec.ports[0].port"},
 		{"service protocol", echo, replace("protocol: TCP", "protocol: HTTP"), "spec.instanceServiceSpec.ports[0].protocol"},
 		{"service target port", echo, replace("targetPort: 80", "targetPort: 99999"), "spec.instanceServiceSpec.ports[0].targetPort"},
-		{"mistyped service port", echo, replace("port: 80\n", "port: eighty\n"), "spec.instanceServiceSpec.ports.port"},
+		{"mistyped service port", echo, replace("port: 80\n", "port: eighty\n"), "spec.instanceServiceSpec.ports[0].port: expected an integer"},
+		{"malformed quantity", echo, replace("memory: 30Mi", "memory: 30 MB"), "spec.brokerSpec.brokerPodSpec.containers[0].resources.limits.memory: quantities must match"},
 		{"both brokers", echo, replace("    brokerPodSpec:", "    brokerJobSpec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - name: x\n            image: y\n    brokerPodSpec:"), "spec.brokerSpec"},
 		{"wrong apiVersion", echo, replace("akri.sh/v0", "akri.sh/v1"), "apiVersion"},
 		{"wrong kind", echo, replace("kind: Configuration", "kind: Instance"), "kind"},
@@ -87,14 +96,15 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 		{"unknown gitbroker annotation", format, replace("gitbroker.dev/run-id:", "gitbroker.dev/runid:"), "metadata.annotations.gitbroker.dev/runid"},
 		{"after on a Job broker", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/after: journal-reader\n"), "metadata.annotations.gitbroker.dev/after"},
 		{"history-limit not a number", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/history-limit: five\n"), "metadata.annotations.gitbroker.dev/history-limit"},
-		{"duplicate Configuration name", "configurations/zz-copy.yaml", func(string) string { return "" }, "metadata.name"},
+		{"duplicate Configuration name", "configurations/zz-copy.yaml", content(demoFile(t, echo)), "metadata.name: Configuration default/akri-debug-echo is already defined in configurations/akri-debug-echo.yaml"},
 		{"node differs from file name", edgeA, replace("name: edge-a", "name: edge-x"), "metadata.name"},
 		{"inventory property key", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG-ECHO: bar0"), "spec.configurations[0].devices[0].properties.DEBUG-ECHO"},
 		{"inventory device id missing", edgeA, replace("- id: bar0", "- id: \"\""), "spec.configurations[0].devices[0].id"},
 		{"inventory duplicate device", edgeA, replace("- id: foo0", "- id: bar0"), "spec.configurations[0].devices[1].id"},
 		{"inventory unknown field", edgeA, replace("shared: true", "sharedd: true"), "spec.configurations[0].devices[1].sharedd"},
-		{"inventory mistyped shared", edgeA, replace("shared: true", "shared: [yes]"), "spec.configurations.devices.shared"},
+		{"inventory mistyped shared", edgeA, replace("shared: true", "shared: [yes]"), "spec.configurations[0].devices[1].shared: expected a boolean"},
 		{"JobRecord outcome", "status/jobs/plant/plc-firmware-x-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-x-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Maybe\n  succeeded: 0\n  failed: 0\n"), "spec.outcome"},
+		{"JobRecord time", "status/jobs/plant/plc-firmware-y-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-y-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Failed\n  completionTime: yesterday\n  succeeded: 0\n  failed: 1\n"), "spec.completionTime: parsing time"},
 		{"settings out of range", "gitbroker.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  maxDeletionPercent: 150\n"), "spec.maxDeletionPercent"},
 	}
 	require.GreaterOrEqual(t, len(cases), 25)
@@ -105,11 +115,6 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 			path := filepath.Join(dir, filepath.FromSlash(tc.file))
 			old, _ := os.ReadFile(path)
 			next := tc.edit(string(old))
-			if tc.name == "duplicate Configuration name" {
-				echoData, err := os.ReadFile(filepath.Join(dir, echo))
-				require.NoError(t, err)
-				next = string(echoData)
-			}
 			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 			require.NoError(t, os.WriteFile(path, []byte(next), 0o644))
 
