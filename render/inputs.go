@@ -43,8 +43,9 @@ func (m *memo[T]) get(p string, data []byte, parse func() T) T {
 	return v
 }
 
-// getMany is get for many files, parsing the ones not in the memo in parallel.
-func (m *memo[T]) getMany(paths []string, files Tree, parse func(p string, data []byte) T) []T {
+// getMany is get for many files, parsing the ones not in the memo in parallel. scope is part of
+// the key: what else the parse depends on.
+func (m *memo[T]) getMany(scope string, paths []string, files Tree, parse func(p string, data []byte) T) []T {
 	if m.cur == nil {
 		m.cur = map[string]memoEntry[T]{}
 	}
@@ -53,11 +54,12 @@ func (m *memo[T]) getMany(paths []string, files Tree, parse func(p string, data 
 	var miss []int
 	for i, p := range paths {
 		sums[i] = sha256.Sum256(files[p])
-		if e, ok := m.cur[p]; ok && e.sum == sums[i] {
+		key := scope + "\x00" + p
+		if e, ok := m.cur[key]; ok && e.sum == sums[i] {
 			out[i] = e.val
-		} else if e, ok := m.old[p]; ok && e.sum == sums[i] {
+		} else if e, ok := m.old[key]; ok && e.sum == sums[i] {
 			out[i] = e.val
-			m.cur[p] = e
+			m.cur[key] = e
 		} else {
 			miss = append(miss, i)
 		}
@@ -67,7 +69,7 @@ func (m *memo[T]) getMany(paths []string, files Tree, parse func(p string, data 
 		out[i] = parse(paths[i], files[paths[i]])
 	})
 	for _, i := range miss {
-		m.cur[paths[i]] = memoEntry[T]{sum: sums[i], val: out[i]}
+		m.cur[scope+"\x00"+paths[i]] = memoEntry[T]{sum: sums[i], val: out[i]}
 	}
 	return out
 }

@@ -39,6 +39,10 @@ func (p *pass) renderJobs() {
 			cfgName = ref.configuration
 		}
 		inst := h.Metadata.Labels[LabelInstance]
+		if inst == "" {
+			// Hand-edited: still a Job that may be running, and its history needs a folder.
+			inst = "unknown-instance"
+		}
 		ik := ns + "/" + cfgName + "/" + inst
 		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID], nodes: h.nodes()}
 		if in := p.instByKey[ik]; in != nil {
@@ -124,35 +128,33 @@ func (p *pass) renderJobs() {
 		p.r.jobs.store(d.key, d.bj)
 		cfg, in, bj := d.cfg, d.in, d.bj
 		ik := cfg.Key() + "/" + in.name
-		{
-			id := cfg.Namespace + "/" + bj.name
-			if runningNames[id] {
-				continue
-			}
-			if _, done := p.records[id]; done {
-				// This exact run already finished; an unchanged input never runs again.
-				continue
-			}
-			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-			if others := running[ik]; len(others) > 0 && cfg.Policy.Concurrency != api.ConcurrencyAllow {
-				sort.Strings(others)
-				p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Job", Name: bj.name,
-					Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(others, ", "))})
-				continue
-			}
-			starts = append(starts, &started{path: in.folder + "/job-" + bj.name + ".yaml", bj: bj,
-				m: objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}})
-			reason := "new run"
-			if cfg.Policy.RunPolicy == api.RunPolicyOnce {
-				reason = "the one run of this instance (runPolicy: Once)"
-				if cfg.Policy.RunID != "" {
-					reason = fmt.Sprintf("the run of runID %q (runPolicy: Once)", cfg.Policy.RunID)
-				}
-			} else if len(running[ik]) > 0 {
-				reason = "new run alongside " + strings.Join(running[ik], ", ") + " (concurrency: Allow)"
-			}
-			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
+		id := cfg.Namespace + "/" + bj.name
+		if runningNames[id] {
+			continue
 		}
+		if _, done := p.records[id]; done {
+			// This exact run already finished; an unchanged input never runs again.
+			continue
+		}
+		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+		if others := running[ik]; len(others) > 0 && cfg.Policy.Concurrency != api.ConcurrencyAllow {
+			sort.Strings(others)
+			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Job", Name: bj.name,
+				Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(others, ", "))})
+			continue
+		}
+		starts = append(starts, &started{path: in.folder + "/job-" + bj.name + ".yaml", bj: bj,
+			m: objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}})
+		reason := "new run"
+		if cfg.Policy.RunPolicy == api.RunPolicyOnce {
+			reason = "the one run of this instance (runPolicy: Once)"
+			if cfg.Policy.RunID != "" {
+				reason = fmt.Sprintf("the run of runID %q (runPolicy: Once)", cfg.Policy.RunID)
+			}
+		} else if len(running[ik]) > 0 {
+			reason = "new run alongside " + strings.Join(running[ik], ", ") + " (concurrency: Allow)"
+		}
+		p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
 	}
 	parallel(len(starts), func(i int) { starts[i].data = starts[i].bj.bytes(p.req.SourceCommit) })
 	for _, s := range starts {

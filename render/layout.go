@@ -227,7 +227,7 @@ func (p *pass) planFromDiff() {
 			case p.out[f] == nil:
 				action = Removed
 			}
-			p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "rendered/flux/"})
+			p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "Flux applies " + h.Spec.Path})
 			continue
 		}
 		ref, ok := parseObjectPath(f)

@@ -180,15 +180,20 @@ func (p *pass) loadConfigurations() {
 			continue
 		}
 		data := p.req.Files[f]
-		parsed := p.r.configs.get(f, data, func() parsedConfigFile {
+		// Parsing fills in the default namespace, so it is part of the memo key.
+		parsed := p.r.configs.get(p.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
 			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})
 		errs := parsed.errs
+		inFile := map[string]bool{}
 		for _, c := range parsed.configs {
 			if other, dup := definedIn[c.Key()]; dup {
 				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is already defined in %s", c.Key(), other))
+			} else if inFile[c.Key()] {
+				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is defined twice in this file", c.Key()))
 			}
+			inFile[c.Key()] = true
 		}
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
@@ -229,7 +234,7 @@ func (p *pass) loadInventories() {
 			paths = append(paths, f)
 		}
 	}
-	all := p.r.invs.getMany(paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
+	all := p.r.invs.getMany(p.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
 		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})

@@ -106,6 +106,13 @@ func TestDeterministic(t *testing.T) {
 	r.Render(render.Request{Files: tree})
 	c := r.Render(render.Request{Files: tree, SourceCommit: "abc"})
 	require.True(t, render.Equal(a.Files, c.Files))
+
+	// The memo knows what parsing depends on: a new default namespace re-reads every input.
+	tree["gitbroker.yaml"] = []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: edge\n")
+	fresh := render.Render(render.Request{Files: tree, SourceCommit: "abc", AllowDeletions: true})
+	kept := r.Render(render.Request{Files: tree, SourceCommit: "abc", AllowDeletions: true})
+	require.NotEmpty(t, filesUnder(fresh.Files, "rendered/edge/", "/pod-"))
+	require.True(t, render.Equal(fresh.Files, kept.Files))
 }
 
 func TestRenderOfOwnOutputIsNoOp(t *testing.T) {

@@ -97,6 +97,7 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 		{"after on a Job broker", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/after: journal-reader\n"), "metadata.annotations.gitbroker.dev/after"},
 		{"history-limit not a number", format, replace("    gitbroker.dev/run-policy: Once\n", "    gitbroker.dev/run-policy: Once\n    gitbroker.dev/history-limit: five\n"), "metadata.annotations.gitbroker.dev/history-limit"},
 		{"duplicate Configuration name", "configurations/zz-copy.yaml", content(demoFile(t, echo)), "metadata.name: Configuration default/akri-debug-echo is already defined in configurations/akri-debug-echo.yaml"},
+		{"Configuration twice in one file", "configurations/zz-two.yaml", content(strings.Replace(demoFile(t, echo), "name: akri-debug-echo\n", "name: echo-two\n", 1) + "---\n" + strings.Replace(demoFile(t, echo), "name: akri-debug-echo\n", "name: echo-two\n", 1)), "metadata.name: Configuration default/echo-two is defined twice in this file"},
 		{"node differs from file name", edgeA, replace("name: edge-a", "name: edge-x"), "metadata.name"},
 		{"inventory property key", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG-ECHO: bar0"), "spec.configurations[0].devices[0].properties.DEBUG-ECHO"},
 		{"inventory device id missing", edgeA, replace("- id: bar0", "- id: \"\""), "spec.configurations[0].devices[0].id"},
