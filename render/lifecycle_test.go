@@ -134,8 +134,7 @@ func TestHistoryLimitKeepsNewestRuns(t *testing.T) {
 		require.Len(t, js, 1)
 		names = append(names, path.Base(js[0]))
 		tree = recordJob(t, tree, js[0], "Succeeded")
-		// Completion times are equal in these records; the newest is the one with the later name
-		// only by chance, so give each record its own time.
+		// Each run completes an hour after the previous one (10:01, 11:01, ...).
 		p := "status/jobs/default/" + strings.TrimSuffix(strings.TrimPrefix(names[i], "job-"), ".yaml") + ".yaml"
 		tree[p] = []byte(strings.Replace(string(tree[p]), "10:01:00Z", "1"+string(rune('0'+i))+":01:00Z", 1))
 	}

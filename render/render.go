@@ -246,10 +246,10 @@ func (p *pass) loadInventories() {
 			continue
 		}
 		p.invs = append(p.invs, parsed.inv)
-		for i, ic := range parsed.inv.Spec.Configurations {
+		for j, ic := range parsed.inv.Spec.Configurations {
 			k := ic.Namespace + "/" + ic.Name
 			if _, ok := p.configs[k]; !ok && !p.frozenConfigs[k] && len(ic.Devices) > 0 {
-				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", i),
+				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", j),
 					"%d devices reported for Configuration %s, which does not exist", len(ic.Devices), k)
 				p.warn("%s", e.Error())
 			}

@@ -139,12 +139,8 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 	m, err := k.Run(fs, "/repo/rendered")
 	require.NoError(t, err)
 	objects := 0
-	for p := range res.Files {
-		if strings.HasPrefix(p, "rendered/") && strings.Contains(p, "/pod-") || strings.Contains(p, "/job-") || strings.Contains(p, "/service-") {
-			if strings.HasPrefix(p, "rendered/") {
-				objects++
-			}
-		}
+	for _, kind := range []string{"/pod-", "/job-", "/service-"} {
+		objects += len(filesUnder(res.Files, "rendered/", kind))
 	}
 	require.Equal(t, objects, m.Size(), "every rendered object is built exactly once")
 	for _, r := range m.Resources() {

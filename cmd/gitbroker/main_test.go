@@ -140,7 +140,8 @@ func TestInvalidFileStillRendersTheRest(t *testing.T) {
 	fw := filepath.Join(dir, "configurations/plc-firmware.yaml")
 	data, _ = os.ReadFile(fw)
 	require.NoError(t, os.WriteFile(fw, bytes.Replace(data, []byte(`"4.2.0"`), []byte(`"4.3.0"`), 1), 0o644))
-	// Remove the running Job's history by recording it, so the new run renders.
+	// The firmware change still renders (held behind the running Job), while the invalid
+	// Configuration keeps its folder as it was.
 	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml:17: spec.brokerSpec.brokerPodSpec.containers[0].imagee: unknown field")
