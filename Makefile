@@ -1,9 +1,10 @@
 # gitbroker: `make demo` runs the whole loop on the embedded repository; `make test` runs the tests.
+SHELL := bash
 GO ?= go
 BIN := bin/gitbroker
 PKGS := ./...
 
-.PHONY: all build test demo bench vet fmt fmt-check fuzz golden clean
+.PHONY: all build test demo bench bench-cli vet fmt fmt-check fuzz golden clean
 
 all: build
 
@@ -19,6 +20,16 @@ demo:
 # Benchmarks: the full render of a 10,000-device fleet and the re-render after one change.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x ./render/
+	$(MAKE) bench-cli
+
+# The command on the same fleet written to a new directory: read 1,020 inputs, render, write
+# 16,686 files, then check them.
+bench-cli: build
+	@dir=$$(mktemp -d) && \
+	GITBROKER_FLEET_DIR=$$dir $(GO) test -count=1 -run TestWriteFleet ./render/ >/dev/null && \
+	echo "render:" && time $(BIN) render --dir $$dir >/dev/null 2>&1 && \
+	echo "check:" && time $(BIN) check --dir $$dir && \
+	rm -rf $$dir
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,6 +1,8 @@
 package render_test
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -115,4 +117,22 @@ func oneDeviceChange(tree render.Tree) (string, string) {
 		}
 	}
 	panic("no inventory with cfg-00")
+}
+
+// TestWriteFleet writes the benchmark fleet as a repository to $GITBROKER_FLEET_DIR, so the
+// command itself can be measured on it (make bench-cli). It is skipped otherwise.
+func TestWriteFleet(t *testing.T) {
+	dir := os.Getenv("GITBROKER_FLEET_DIR")
+	if dir == "" {
+		t.Skip("GITBROKER_FLEET_DIR is not set")
+	}
+	for p, b := range generateFleet(fleet10k) {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -19,7 +19,7 @@ func newCheckCommand() *cobra.Command {
 				return err
 			}
 			if len(res.Errors) > 0 {
-				return inputErrors(cmd.ErrOrStderr(), res)
+				return inputErrors(cmd, res)
 			}
 			// A refused render still tells what a render would write: compare with that.
 			want := res.Files

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -62,13 +63,17 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
+	// A plan of a large fleet has tens of thousands of lines: write them in blocks.
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	root := newRootCommand(out, stderr)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
 		return exitOK
 	}
 	var ee *exitError
+	out.Flush()
 	if errors.As(err, &ee) {
 		if !ee.silent {
 			fmt.Fprintln(stderr, "error:", ee.err)

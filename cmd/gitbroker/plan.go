@@ -30,7 +30,7 @@ func newPlanCommand() *cobra.Command {
 				res.Plan.WriteText(cmd.OutOrStdout())
 			}
 			if len(res.Errors) > 0 {
-				return inputErrors(cmd.ErrOrStderr(), res)
+				return inputErrors(cmd, res)
 			}
 			if res.Refused != nil {
 				return &exitError{code: exitRefused, err: res.Refused}

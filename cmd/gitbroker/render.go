@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
@@ -46,29 +45,40 @@ after listing every error. A render refused by a safety rule writes nothing and 
 				return err
 			}
 			res.Plan.WriteText(cmd.OutOrStdout())
+			flushOut(cmd)
 			if res.Refused != nil {
 				return &exitError{code: exitRefused, err: res.Refused}
 			}
 			if res.Changed() {
-				if err := writeOwned(o.Dir, res.Files); err != nil {
+				if err := writeOwned(o.Dir, res.Previous, res.Files); err != nil {
 					return exitf(exitInvalid, "%v", err)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d changed files under rendered/ and history/\n", len(render.Diff(res.Previous, res.Files)))
 			} else {
 				fmt.Fprintln(cmd.ErrOrStderr(), "rendered/ and history/ are up to date")
 			}
-			return inputErrors(cmd.ErrOrStderr(), res)
+			return inputErrors(cmd, res)
 		},
 	}
 	o.BindFlags(cmd)
 	return cmd
 }
 
+// flushOut writes out what the command buffered on stdout, so that what follows on stderr
+// comes after it.
+func flushOut(cmd *cobra.Command) {
+	if f, ok := cmd.OutOrStdout().(interface{ Flush() error }); ok {
+		_ = f.Flush()
+	}
+}
+
 // inputErrors lists every invalid input and turns them into exit code 2.
-func inputErrors(w io.Writer, res *render.Result) error {
+func inputErrors(cmd *cobra.Command, res *render.Result) error {
 	if len(res.Errors) == 0 {
 		return nil
 	}
+	flushOut(cmd)
+	w := cmd.ErrOrStderr()
 	for _, e := range res.Errors {
 		fmt.Fprintln(w, "error:", e.Error())
 	}

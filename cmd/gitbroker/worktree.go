@@ -57,26 +57,18 @@ func readFS(fsys fs.FS) (render.Tree, error) {
 	return t, nil
 }
 
-// writeOwned makes rendered/ and history/ under dir hold exactly the owned files of t. Each file
-// is written to a temporary name and renamed, so a reader never sees half a file.
-func writeOwned(dir string, t render.Tree) error {
-	have, err := readTree(dir)
-	if err != nil {
-		return err
-	}
-	for _, p := range t.Paths() {
-		if !render.IsOwned(p) {
-			continue
-		}
-		if old, ok := have[p]; ok && bytes.Equal(old, t[p]) {
-			continue
-		}
-		if err := writeFile(dir, p, t[p]); err != nil {
-			return err
+// writeOwned changes rendered/ and history/ under dir from prev (what the render read) to next.
+func writeOwned(dir string, prev, next render.Tree) error {
+	w := &treeWriter{dir: dir, made: map[string]bool{}}
+	for _, p := range next.Paths() {
+		if old, ok := prev[p]; render.IsOwned(p) && (!ok || !bytes.Equal(old, next[p])) {
+			if err := w.write(p, next[p]); err != nil {
+				return err
+			}
 		}
 	}
-	for _, p := range have.Owned().Paths() {
-		if _, keep := t[p]; !keep {
+	for _, p := range prev.Owned().Paths() {
+		if _, keep := next[p]; !keep {
 			if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("removing %s: %w", p, err)
 			}
@@ -85,40 +77,42 @@ func writeOwned(dir string, t render.Tree) error {
 	return removeEmptyDirs(dir, []string{"rendered", "history"})
 }
 
-// writeFile writes one file atomically, creating its directory.
-func writeFile(dir, p string, data []byte) error {
-	full := filepath.Join(dir, filepath.FromSlash(p))
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(full), ".gitbroker-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(tmp.Name(), 0o644)
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), full)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", p, werr)
+// writeAll writes every file of t under dir (used to materialize a repository).
+func writeAll(dir string, t render.Tree) error {
+	w := &treeWriter{dir: dir, made: map[string]bool{}}
+	for _, p := range t.Paths() {
+		if err := w.write(p, t[p]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// writeAll writes every file of t under dir (used to materialize a repository).
-func writeAll(dir string, t render.Tree) error {
-	for _, p := range t.Paths() {
-		if err := writeFile(dir, p, t[p]); err != nil {
-			return err
+// treeWriter writes files with as few system calls as it can, since a large fleet renders to
+// tens of thousands of files: each directory is created once, and each file is written to a
+// temporary name and renamed, so a reader never sees half a file.
+type treeWriter struct {
+	dir  string
+	made map[string]bool
+}
+
+func (w *treeWriter) write(p string, data []byte) error {
+	full := filepath.Join(w.dir, filepath.FromSlash(p))
+	parent := filepath.Dir(full)
+	if !w.made[parent] {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
 		}
+		w.made[parent] = true
+	}
+	tmp := filepath.Join(parent, ".gitbroker-tmp-"+filepath.Base(full))
+	err := os.WriteFile(tmp, data, 0o644)
+	if err == nil {
+		err = os.Rename(tmp, full)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", p, err)
 	}
 	return nil
 }
