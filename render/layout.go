@@ -119,14 +119,28 @@ func (p *pass) layout() {
 			p.out[parent+"/kustomization.yaml"] = kustomizationFile(append([]string(nil), subs...))
 		}
 	}
-	// One Flux Kustomization per leaf folder: the Configuration's folder, or each of its shards.
+	// One Flux Kustomization per leaf folder: the Configuration's folder, or each of its shards,
+	// named <namespace>-<configuration>[-<shard>]. Dashes can join differently ("a-b"/"c" and
+	// "a"/"b-c"), so names that would be shared get a hash of their folder instead.
+	names := map[string][]string{}
 	for d := range dirs {
-		if len(sub[d]) > 0 {
-			continue
+		if len(sub[d]) == 0 {
+			base := strings.ReplaceAll(strings.TrimPrefix(d, RenderedDir), "/", "-")
+			names[base] = append(names[base], d)
 		}
-		rel := strings.TrimPrefix(d, RenderedDir)
-		parts := strings.Split(rel, "/")
-		fileName := strings.Join(parts, "-")
+	}
+	fileNames := map[string]string{}
+	for base, ds := range names {
+		for _, d := range ds {
+			fileNames[d] = base
+			if len(ds) > 1 {
+				fileNames[d] = base + "-" + hashHex(8, []byte(d))
+			}
+		}
+	}
+	for _, d := range sortedKeys(fileNames) {
+		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
+		fileName := fileNames[d]
 		name := shorten("gitbroker-" + fileName)
 		fk := fluxKustomization{
 			APIVersion: "kustomize.toolkit.fluxcd.io/v1",

@@ -293,3 +293,27 @@ func TestCheckDetectsHandEdits(t *testing.T) {
 	res := renderOK(t, tree)
 	require.Equal(t, []string{pods[0]}, render.Diff(res.Previous, res.Files))
 }
+
+func TestFluxNamesNeverCollide(t *testing.T) {
+	cfg := func(ns, name string) string {
+		return strings.Replace(podConfig, "  name: cam\n", "  name: "+name+"\n  namespace: "+ns+"\n", 1)
+	}
+	tree := repo(map[string]string{
+		"configurations/a.yaml": cfg("edge", "cam-b"),
+		"configurations/b.yaml": cfg("edge-cam", "b"),
+		"inventory/edge-a.yaml": inventory("edge-a", strings.Replace(entry("cam-b", "c1"), "devices:", "namespace: edge\n    devices:", 1),
+			strings.Replace(entry("b", "c2"), "devices:", "namespace: edge-cam\n    devices:", 1)),
+	})
+	res := renderOK(t, tree)
+	flux := filesUnder(res.Files, "rendered/flux/", ".yaml")
+	require.Len(t, flux, 2, "two folders, two Flux Kustomizations")
+	names := map[string]bool{}
+	for _, p := range flux {
+		var fk struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		require.NoError(t, yaml.Unmarshal(res.Files[p], &fk))
+		names[fk.Metadata.Name] = true
+	}
+	require.Len(t, names, 2)
+}
