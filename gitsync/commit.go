@@ -1,0 +1,330 @@
+package gitsync
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// commitBuilder writes a Change as new git objects on top of a base
+// commit. It reads and writes only the trees on the changed paths; every
+// other subtree is referenced by hash, so a commit's cost follows the size
+// of the change, not of the repository.
+type commitBuilder struct {
+	s       storer.EncodedObjectStorer
+	created []plumbing.Hash
+}
+
+// build writes the change on top of base (nil for a new branch) and returns
+// the new commit and every object it created, which is what a push must
+// send. It returns ErrNoChanges when the tree would not change.
+func (b *commitBuilder) build(base *object.Commit, c *Change) (plumbing.Hash, []plumbing.Hash, error) {
+	if err := c.validate(); err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	var root *object.Tree
+	if base != nil {
+		t, err := base.Tree()
+		if err != nil {
+			return plumbing.ZeroHash, nil, fmt.Errorf("reading tree of %s: %w", base.Hash, err)
+		}
+		root = t
+	}
+	edits, err := c.patch(
+		func(name string) (string, bool, error) {
+			if root == nil {
+				return "", false, nil
+			}
+			e, err := root.FindEntry(name)
+			if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+				return "", false, nil
+			}
+			if err != nil {
+				return "", false, fmt.Errorf("looking up %s: %w", name, err)
+			}
+			if !e.Mode.IsFile() {
+				return "", false, nil
+			}
+			return e.Hash.String(), true, nil
+		},
+		func(dir string) ([]string, error) { return listFiles(root, dir) },
+		func(content []byte) string { return plumbing.ComputeHash(plumbing.BlobObject, content).String() },
+	)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	if len(edits) == 0 {
+		return plumbing.ZeroHash, nil, ErrNoChanges
+	}
+	treeHash, err := b.rewrite(root, "", edits)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	if root != nil && treeHash == root.Hash {
+		return plumbing.ZeroHash, nil, ErrNoChanges
+	}
+	commit := &object.Commit{
+		Author:    object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.Author.When},
+		Committer: object.Signature{Name: c.committer().Name, Email: c.committer().Email, When: c.committer().When},
+		Message:   c.FullMessage(),
+		TreeHash:  treeHash,
+	}
+	if base != nil {
+		commit.ParentHashes = []plumbing.Hash{base.Hash}
+	}
+	h, err := b.store(commit)
+	if err != nil {
+		return plumbing.ZeroHash, nil, fmt.Errorf("writing commit: %w", err)
+	}
+	return h, b.created, nil
+}
+
+// rewrite returns the hash of tree (nil if absent) with edits applied. Edit
+// keys are relative to the tree; a nil value deletes. An empty result is
+// the zero hash: git keeps no empty folders.
+func (b *commitBuilder) rewrite(tree *object.Tree, prefix string, edits map[string][]byte) (plumbing.Hash, error) {
+	entries := make(map[string]object.TreeEntry)
+	if tree != nil {
+		for _, e := range tree.Entries {
+			entries[e.Name] = e
+		}
+	}
+	sub := make(map[string]map[string][]byte)
+	for _, name := range sortedKeys(edits) {
+		content := edits[name]
+		dir, rest, nested := strings.Cut(name, "/")
+		if nested {
+			if sub[dir] == nil {
+				sub[dir] = make(map[string][]byte)
+			}
+			sub[dir][rest] = content
+			continue
+		}
+		if old, ok := entries[name]; ok && old.Mode == filemode.Dir {
+			return plumbing.ZeroHash, fmt.Errorf("writing %s%s: a folder of that name exists", prefix, name)
+		}
+		if content == nil {
+			delete(entries, name)
+			continue
+		}
+		h, err := b.blob(content)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("writing %s%s: %w", prefix, name, err)
+		}
+		mode := filemode.Regular
+		if old, ok := entries[name]; ok && old.Mode == filemode.Executable {
+			mode = filemode.Executable
+		}
+		entries[name] = object.TreeEntry{Name: name, Mode: mode, Hash: h}
+	}
+	for _, dir := range sortedKeys(sub) {
+		var child *object.Tree
+		if old, ok := entries[dir]; ok {
+			if old.Mode != filemode.Dir {
+				return plumbing.ZeroHash, fmt.Errorf("writing under %s%s/: a file of that name exists", prefix, dir)
+			}
+			t, err := object.GetTree(b.s, old.Hash)
+			if err != nil {
+				return plumbing.ZeroHash, fmt.Errorf("reading tree %s%s: %w", prefix, dir, err)
+			}
+			child = t
+		}
+		h, err := b.rewrite(child, prefix+dir+"/", sub[dir])
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if h.IsZero() {
+			delete(entries, dir)
+		} else {
+			entries[dir] = object.TreeEntry{Name: dir, Mode: filemode.Dir, Hash: h}
+		}
+	}
+	if len(entries) == 0 {
+		return plumbing.ZeroHash, nil
+	}
+	list := make([]object.TreeEntry, 0, len(entries))
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	sort.Slice(list, func(i, j int) bool { return treeOrder(list[i]) < treeOrder(list[j]) })
+	if tree != nil && sameEntries(tree.Entries, list) {
+		return tree.Hash, nil
+	}
+	return b.store(&object.Tree{Entries: list})
+}
+
+// treeOrder is git's tree entry order: folders sort as if their name
+// ended in "/".
+func treeOrder(e object.TreeEntry) string {
+	if e.Mode == filemode.Dir {
+		return e.Name + "/"
+	}
+	return e.Name
+}
+
+func sameEntries(a, b []object.TreeEntry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *commitBuilder) blob(content []byte) (plumbing.Hash, error) {
+	obj := b.s.NewEncodedObject()
+	obj.SetType(plumbing.BlobObject)
+	obj.SetSize(int64(len(content)))
+	w, err := obj.Writer()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if _, err := w.Write(content); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return b.put(obj)
+}
+
+type encoder interface {
+	Encode(plumbing.EncodedObject) error
+}
+
+func (b *commitBuilder) store(o encoder) (plumbing.Hash, error) {
+	obj := b.s.NewEncodedObject()
+	if err := o.Encode(obj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return b.put(obj)
+}
+
+func (b *commitBuilder) put(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+	h, err := b.s.SetEncodedObject(obj)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	b.created = append(b.created, h)
+	return h, nil
+}
+
+// listFiles returns the full paths of the files under dir in root.
+func listFiles(root *object.Tree, dir string) ([]string, error) {
+	if root == nil {
+		return nil, nil
+	}
+	t := root
+	if dir != "" {
+		sub, err := root.Tree(dir)
+		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading folder %s: %w", dir, err)
+		}
+		t = sub
+	}
+	var names []string
+	w := object.NewTreeWalker(t, true, nil)
+	defer w.Close()
+	for {
+		name, e, err := w.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("walking %s: %w", dir, err)
+		}
+		if e.Mode.IsFile() {
+			names = append(names, joinPath(dir, name))
+		}
+	}
+	return names, nil
+}
+
+// treeSnapshot reads files from a commit's tree in the object store.
+type treeSnapshot struct {
+	commit string
+	root   *object.Tree
+}
+
+func (s *treeSnapshot) Commit() string { return s.commit }
+
+func (s *treeSnapshot) ReadFile(name string) ([]byte, error) {
+	if s.root == nil {
+		return nil, fmt.Errorf("reading %s: %w", name, fs.ErrNotExist)
+	}
+	f, err := s.root.File(name)
+	if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, err)
+	}
+	return readBlob(f)
+}
+
+func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	if s.root == nil {
+		return out, nil
+	}
+	t := s.root
+	if dir != "" {
+		sub, err := s.root.Tree(dir)
+		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading folder %s at %s: %w", dir, s.commit, err)
+		}
+		t = sub
+	}
+	err := t.Files().ForEach(func(f *object.File) error {
+		if !f.Mode.IsFile() {
+			return nil
+		}
+		b, err := readBlob(f)
+		if err != nil {
+			return err
+		}
+		out[joinPath(dir, f.Name)] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading folder %s at %s: %w", dir, s.commit, err)
+	}
+	return out, nil
+}
+
+func readBlob(f *object.File) ([]byte, error) {
+	r, err := f.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", f.Name, err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", f.Name, err)
+	}
+	return b, nil
+}
+
+func joinPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}

@@ -1,0 +1,260 @@
+// Package gitsynctest runs a real git server for tests: git's own
+// http-backend speaking the smart HTTP protocol on loopback, seeded with
+// files and inspected with the git command line. It can fail on purpose: go down, or apply a push and then
+// drop the connection before the client hears back.
+package gitsynctest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// RepoPath is the repository's path on the server.
+const RepoPath = "fleet.git"
+
+// Server is git's own smart HTTP server (git http-backend, run as CGI) on
+// loopback, serving one repository.
+type Server struct {
+	t        testing.TB
+	branch   string
+	root     string
+	http     *httptest.Server
+	user     string
+	password string
+
+	down        atomic.Bool
+	dropPushes  atomic.Int32
+	receivePost atomic.Int64
+	onPush      atomic.Pointer[func()]
+}
+
+// Option configures a Server before it starts.
+type Option func(*Server)
+
+// WithAuth requires HTTP basic auth.
+func WithAuth(user, password string) Option {
+	return func(s *Server) { s.user, s.password = user, password }
+}
+
+// NewServer starts a server on loopback whose repository holds files on
+// branch in one commit (no commit at all when files is nil). It stops when
+// the test ends.
+func NewServer(t testing.TB, branch string, files map[string]string, opts ...Option) *Server {
+	t.Helper()
+	s := &Server{t: t, branch: branch, root: t.TempDir()}
+	for _, o := range opts {
+		o(s)
+	}
+	Init(t, s.Bare(), branch)
+	if files != nil {
+		s.Commit(files, nil, "seed")
+	}
+	backend := filepath.Join(strings.TrimSpace(Git(t, "", "--exec-path")), "git-http-backend")
+	cgiHandler := &cgi.Handler{
+		Path:   backend,
+		Root:   "/",
+		Env:    []string{"GIT_PROJECT_ROOT=" + s.root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1"},
+		Stderr: io.Discard,
+		Logger: log.New(io.Discard, "", 0),
+	}
+	s.http = httptest.NewServer(s.faults(s.auth(cgiHandler)))
+	t.Cleanup(s.http.Close)
+	return s
+}
+
+// Init creates a bare repository that accepts pushes over HTTP.
+func Init(t testing.TB, bare, branch string) {
+	t.Helper()
+	Git(t, "", "init", "--quiet", "--bare", "--initial-branch="+branch, bare)
+	Git(t, bare, "config", "http.receivepack", "true")
+}
+
+// Stop closes the server; a stopped server refuses connections.
+func (s *Server) Stop() { s.http.Close() }
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	if s.user == "" && s.password == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != s.user || p != s.password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// URL is the repository's HTTP URL, without credentials.
+func (s *Server) URL() string { return s.http.URL + "/" + RepoPath }
+
+// Bare is the repository's folder on disk.
+func (s *Server) Bare() string { return filepath.Join(s.root, RepoPath) }
+
+// SetDown makes every request fail by closing its connection, as if the
+// server were gone, or brings the server back.
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// DropNextPushes makes the next n pushes be applied by the server and then
+// lose their connection before the client reads the result.
+func (s *Server) DropNextPushes(n int) { s.dropPushes.Store(int32(n)) }
+
+// BeforeNextPush runs f once, when the next push reaches the server and
+// before the server reads it: after the client saw the refs, before its
+// update is applied.
+func (s *Server) BeforeNextPush(f func()) { s.onPush.Store(&f) }
+
+// Pushes counts the pushes the server received.
+func (s *Server) Pushes() int64 { return s.receivePost.Load() }
+
+func (s *Server) faults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			hangUp(w)
+			return
+		}
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+			s.receivePost.Add(1)
+			if f := s.onPush.Swap(nil); f != nil {
+				(*f)()
+			}
+			if s.dropPushes.Load() > 0 && s.dropPushes.Add(-1) >= 0 {
+				rec := httptest.NewRecorder()
+				next.ServeHTTP(rec, r)
+				hangUp(w)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// hangUp closes the connection without a response.
+func hangUp(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "down", http.StatusBadGateway)
+		return
+	}
+	conn, _, err := hj.Hijack()
+	if err == nil {
+		_ = conn.Close()
+	}
+}
+
+// Commit commits files (and removes the paths in remove) on the branch
+// directly in the server's repository, the way a person's push would land.
+func (s *Server) Commit(files map[string]string, remove []string, message string) string {
+	s.t.Helper()
+	work := s.t.TempDir()
+	if s.Head() == "" {
+		Git(s.t, "", "init", "--quiet", "--initial-branch="+s.branch, work)
+	} else {
+		Git(s.t, "", "clone", "--quiet", "--depth=1", "--branch", s.branch, "file://"+s.Bare(), work)
+	}
+	for name, content := range files {
+		full := filepath.Join(work, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			s.t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	for _, name := range remove {
+		Git(s.t, work, "rm", "--quiet", name)
+	}
+	Git(s.t, work, "add", "-A")
+	Git(s.t, work, "-c", "user.name=A Person", "-c", "user.email=person@example.com",
+		"commit", "--quiet", "--allow-empty", "-m", message)
+	Git(s.t, work, "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
+	return s.Head()
+}
+
+// Head is the branch's commit, or "" when the branch does not exist.
+func (s *Server) Head() string {
+	out, err := exec.Command("git", "-C", s.Bare(), "rev-parse", "--verify", "--quiet", "refs/heads/"+s.branch).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// File is a file's content at the branch head, and whether it exists.
+func (s *Server) File(name string) (string, bool) {
+	out, err := exec.Command("git", "-C", s.Bare(), "show", s.branch+":"+name).Output()
+	if err != nil {
+		return "", false
+	}
+	return string(out), true
+}
+
+// Files lists the paths at the branch head.
+func (s *Server) Files() []string {
+	out := Git(s.t, s.Bare(), "ls-tree", "-r", "--name-only", s.branch)
+	return strings.Fields(out)
+}
+
+// LogEntry is one commit on the branch with the paths it changed.
+type LogEntry struct {
+	Hash    string
+	Author  string
+	Subject string
+	Body    string
+	Paths   []string
+}
+
+// Log lists the branch's commits, newest first, with the paths each
+// changed relative to its first parent.
+func (s *Server) Log() []LogEntry {
+	s.t.Helper()
+	out := Git(s.t, s.Bare(), "log", "--first-parent", "--name-only", "--format=%x00%H%x01%an <%ae>%x01%s%x01%b%x01", s.branch)
+	var log []LogEntry
+	for _, rec := range strings.Split(out, "\x00")[1:] {
+		parts := strings.SplitN(rec, "\x01", 5)
+		if len(parts) != 5 {
+			s.t.Fatalf("unexpected log record %q", rec)
+		}
+		e := LogEntry{Hash: parts[0], Author: parts[1], Subject: parts[2], Body: parts[3]}
+		sc := bufio.NewScanner(strings.NewReader(parts[4]))
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); line != "" {
+				e.Paths = append(e.Paths, line)
+			}
+		}
+		log = append(log, e)
+	}
+	return log
+}
+
+// Git runs git in dir and returns its output, failing the test on error.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// String describes the server for failure messages.
+func (s *Server) String() string { return fmt.Sprintf("git server %s", s.URL()) }

@@ -1,0 +1,436 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// Repository is one branch of a remote repository, fetched into memory.
+// It is safe for concurrent use; updates through one Repository are
+// serialized.
+type Repository struct {
+	url         string
+	branch      plumbing.ReferenceName
+	auth        transport.AuthMethod
+	authSet     bool
+	redact      redactor
+	depth       int
+	backoff     Backoff
+	pushOptions map[string]string
+	resetEvery  int
+
+	mu      sync.Mutex
+	repo    *git.Repository
+	fetches int
+}
+
+var _ Store = &Repository{}
+
+// Backoff bounds the retries of one Update. Delays grow exponentially from
+// Initial to Max with full jitter, so writers that collided spread out.
+type Backoff struct {
+	Initial     time.Duration
+	Max         time.Duration
+	MaxAttempts int
+	MaxElapsed  time.Duration
+}
+
+// DefaultBackoff suits a handful of writers on one branch.
+var DefaultBackoff = Backoff{
+	Initial:     100 * time.Millisecond,
+	Max:         10 * time.Second,
+	MaxAttempts: 30,
+	MaxElapsed:  5 * time.Minute,
+}
+
+// delay returns the wait before retry n (0-based).
+func (b Backoff) delay(n int) time.Duration {
+	d := b.Initial
+	for i := 0; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	if d > b.Max {
+		d = b.Max
+	}
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// Option configures a Repository.
+type Option func(*Repository) error
+
+// WithAuth sets the credentials. They are kept out of every error.
+func WithAuth(a Auth) Option {
+	return func(r *Repository) error {
+		url, a, err := endpoint(r.url, a)
+		if err != nil {
+			return err
+		}
+		m, err := a.method(url)
+		if err != nil {
+			return err
+		}
+		r.url, r.auth, r.authSet = url, m, true
+		r.redact.secrets = append(r.redact.secrets, a.secrets()...)
+		return nil
+	}
+}
+
+// WithDepth sets the fetch depth; 0 fetches full history. The default, 1,
+// is all a writer needs: it reads the head and commits on top of it.
+func WithDepth(depth int) Option {
+	return func(r *Repository) error { r.depth = depth; return nil }
+}
+
+// WithBackoff replaces DefaultBackoff.
+func WithBackoff(b Backoff) Option {
+	return func(r *Repository) error { r.backoff = b; return nil }
+}
+
+// WithPushOptions sends git push options (`git push -o`), for hosts that
+// act on them, such as GitLab's merge_request.create.
+func WithPushOptions(opts map[string]string) Option {
+	return func(r *Repository) error { r.pushOptions = opts; return nil }
+}
+
+// WithResetEvery starts from an empty object store after n fetches, so a
+// long-running writer does not accumulate every commit it ever saw. The
+// default is 50; 0 never resets.
+func WithResetEvery(n int) Option {
+	return func(r *Repository) error { r.resetEvery = n; return nil }
+}
+
+// New returns a Repository for branch at url. It does not connect until
+// the first Snapshot or Update.
+func New(url, branch string, opts ...Option) (*Repository, error) {
+	if branch == "" {
+		return nil, errors.New("no branch given")
+	}
+	r := &Repository{
+		branch:     plumbing.NewBranchReferenceName(branch),
+		depth:      1,
+		backoff:    DefaultBackoff,
+		resetEvery: 50,
+	}
+	r.url = url
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, r.redact.wrap(err)
+		}
+	}
+	if !r.authSet {
+		// Credentials in the URL alone still go through WithAuth, which
+		// moves them out of the URL.
+		if err := WithAuth(Auth{})(r); err != nil {
+			return nil, r.redact.wrap(err)
+		}
+	}
+	if !r.branch.IsBranch() || strings.ContainsAny(branch, " ~^:?*[\\") {
+		return nil, fmt.Errorf("invalid branch name %q", branch)
+	}
+	return r, nil
+}
+
+// URL returns the remote URL without credentials.
+func (r *Repository) URL() string { return redactString(r.url, r.redact.secrets) }
+
+// Branch returns the branch name.
+func (r *Repository) Branch() string { return r.branch.Short() }
+
+func (r *Repository) remoteRef() plumbing.ReferenceName {
+	return plumbing.NewRemoteReferenceName("origin", r.branch.Short())
+}
+
+// Snapshot fetches the branch and returns its head.
+func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.fetch(ctx)
+	if err != nil {
+		return nil, r.redact.wrap(err)
+	}
+	return snapshotOf(c)
+}
+
+func snapshotOf(c *object.Commit) (Snapshot, error) {
+	if c == nil {
+		return &treeSnapshot{}, nil
+	}
+	t, err := c.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("reading tree of %s: %w", c.Hash, err)
+	}
+	return &treeSnapshot{commit: c.Hash.String(), root: t}, nil
+}
+
+// fetch brings the branch head into the object store. A branch that does
+// not exist yet gives a nil commit.
+func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
+	if r.repo == nil || (r.resetEvery > 0 && r.fetches >= r.resetEvery) {
+		repo, err := git.Init(memory.NewStorage(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("creating object store: %w", err)
+		}
+		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
+			return nil, fmt.Errorf("configuring remote: %w", err)
+		}
+		r.repo, r.fetches = repo, 0
+	}
+	r.fetches++
+	spec := config.RefSpec(fmt.Sprintf("+%s:%s", r.branch, r.remoteRef()))
+	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{spec},
+		Depth:      r.depth,
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+	})
+	var noRef git.NoMatchingRefSpecError
+	switch {
+	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+	case errors.Is(err, transport.ErrEmptyRemoteRepository), errors.As(err, &noRef):
+		_ = r.repo.Storer.RemoveReference(r.remoteRef())
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("fetching %s from %s: %w", r.branch.Short(), r.URL(), err)
+	}
+	ref, err := r.repo.Reference(r.remoteRef(), true)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", r.branch.Short(), err)
+	}
+	c, err := r.repo.CommitObject(ref.Hash())
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s: %w", ref.Hash(), err)
+	}
+	return c, nil
+}
+
+// errConflict means the branch moved between the fetch and the push.
+var errConflict = errors.New("branch moved since it was fetched")
+
+// Update implements Store. It retries until the change lands, the writer
+// has nothing to change (ErrNoChanges), a permanent error occurs or the
+// backoff is exhausted; the last error is returned then, and nothing
+// partial is ever on the branch.
+func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := time.Now()
+	var res Result
+	finish := func(err error) (Result, error) {
+		res.Elapsed = time.Since(start)
+		return res, r.redact.wrap(err)
+	}
+	for n := 0; ; n++ {
+		err := r.attempt(ctx, fn, &res)
+		if err == nil || errors.Is(err, ErrNoChanges) || !retryable(ctx, err) {
+			return finish(err)
+		}
+		if n+1 >= r.backoff.MaxAttempts || time.Since(start) >= r.backoff.MaxElapsed {
+			return finish(fmt.Errorf("giving up on %s after %d attempts in %s: %w",
+				r.branch.Short(), n+1, time.Since(start).Round(time.Millisecond), err))
+		}
+		if errors.Is(err, errConflict) {
+			res.Conflicts++
+		} else {
+			res.Retries++
+		}
+		t := time.NewTimer(r.backoff.delay(n))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return finish(fmt.Errorf("updating %s: %w (last error: %v)", r.branch.Short(), ctx.Err(), err))
+		case <-t.C:
+		}
+	}
+}
+
+// attempt is one fetch, recompute, commit and push.
+func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, res *Result) error {
+	base, err := r.fetch(ctx)
+	if err != nil {
+		return err
+	}
+	snap, err := snapshotOf(base)
+	if err != nil {
+		return err
+	}
+	res.Base = snap.Commit()
+	change, err := fn(ctx, snap)
+	if err != nil {
+		return &writerError{err}
+	}
+	b := &commitBuilder{s: r.repo.Storer}
+	commit, objects, err := b.build(base, change)
+	if err != nil {
+		if errors.Is(err, ErrNoChanges) {
+			return err
+		}
+		return &writerError{fmt.Errorf("building commit: %w", err)}
+	}
+	old := plumbing.ZeroHash
+	if base != nil {
+		old = base.Hash
+	}
+	res.Attempts++
+	if err := r.push(ctx, old, commit, objects); err != nil {
+		return err
+	}
+	res.Commit = commit.String()
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.remoteRef(), commit)); err != nil {
+		return &writerError{fmt.Errorf("recording pushed head: %w", err)}
+	}
+	return nil
+}
+
+// writerError is an error of the writer or of the change it returned;
+// trying again cannot help.
+type writerError struct{ err error }
+
+func (e *writerError) Error() string { return e.err.Error() }
+func (e *writerError) Unwrap() error { return e.err }
+
+// push sends objects and moves the branch from old to commit, only if the
+// branch is still at old: a compare-and-swap on the server.
+func (r *Repository) push(ctx context.Context, old, commit plumbing.Hash, objects []plumbing.Hash) error {
+	ep, err := transport.NewEndpoint(r.url)
+	if err != nil {
+		return &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
+	}
+	c, err := client.NewClient(ep)
+	if err != nil {
+		return &writerError{err}
+	}
+	sess, err := c.NewReceivePackSession(ep, r.auth)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", r.URL(), err)
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
+		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+	}
+	current := plumbing.ZeroHash
+	if ar != nil {
+		refs, err := ar.AllReferences()
+		if err != nil {
+			return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+		}
+		if ref, err := refs.Reference(r.branch); err == nil {
+			current = ref.Hash()
+		}
+	}
+	if current != old {
+		return errConflict
+	}
+	caps := capability.NewList()
+	if ar != nil {
+		caps = ar.Capabilities
+	}
+	req := packp.NewReferenceUpdateRequestFromCapabilities(caps)
+	if len(r.pushOptions) > 0 {
+		if !caps.Supports(capability.PushOptions) {
+			return &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
+		}
+		_ = req.Capabilities.Set(capability.PushOptions)
+		for _, k := range sortedKeys(r.pushOptions) {
+			req.Options = append(req.Options, &packp.Option{Key: k, Value: r.pushOptions[k]})
+		}
+	}
+	req.Commands = []*packp.Command{{Name: r.branch, Old: old, New: commit}}
+
+	rd, wr := io.Pipe()
+	req.Packfile = rd
+	done := make(chan error, 1)
+	go func() {
+		e := packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta))
+		if _, err := e.Encode(objects, 10); err != nil {
+			done <- wr.CloseWithError(err)
+			return
+		}
+		done <- wr.Close()
+	}()
+	rs, err := sess.ReceivePack(ctx, req)
+	if err != nil {
+		_ = rd.Close()
+	}
+	if perr := <-done; perr != nil && err == nil {
+		return fmt.Errorf("encoding pack: %w", perr)
+	}
+	// The server's report comes back with an error when it refused the
+	// update; read the report before the error.
+	if rs != nil {
+		if rs.UnpackStatus != "" && rs.UnpackStatus != "ok" {
+			return fmt.Errorf("pushing to %s: server could not unpack: %s", r.URL(), rs.UnpackStatus)
+		}
+		for _, cs := range rs.CommandStatuses {
+			if cs.Status == "ok" {
+				continue
+			}
+			if movedRef(cs.Status) {
+				return errConflict
+			}
+			return &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+	}
+	return nil
+}
+
+// movedRef reports whether a refused push means the branch moved under us,
+// in the words git's receive-pack uses.
+func movedRef(status string) bool {
+	for _, s := range []string{"failed to update ref", "failed to lock", "cannot lock", "stale info", "fetch first", "non-fast-forward", "already exists"} {
+		if strings.Contains(status, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryable tells transient failures (network, server) and conflicts from
+// errors that another attempt cannot fix.
+func retryable(ctx context.Context, err error) bool {
+	var we *writerError
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case errors.Is(err, errConflict):
+		return true
+	case errors.As(err, &we),
+		errors.Is(err, transport.ErrAuthenticationRequired),
+		errors.Is(err, transport.ErrAuthorizationFailed),
+		errors.Is(err, transport.ErrRepositoryNotFound),
+		errors.Is(err, transport.ErrInvalidAuthMethod):
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"knownhosts:", "no common algorithm for host key", "unable to authenticate", "no supported methods remain"} {
+		if strings.Contains(msg, s) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,316 @@
+package gitsync_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+var when = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+func seed() map[string]string {
+	return map[string]string{
+		"configurations/echo.yaml":      "kind: Configuration\n",
+		"inventory/edge-a.yaml":         "a: 1\n",
+		"inventory/edge-b.yaml":         "b: 1\n",
+		"rendered/default/x/pod-a.yaml": "pod: a\n",
+		"rendered/default/x/pod-b.yaml": "pod: b\n",
+		"rendered/kustomization.yaml":   "resources: []\n",
+	}
+}
+
+func fastBackoff() gitsync.Option {
+	return gitsync.WithBackoff(gitsync.Backoff{
+		Initial: time.Millisecond, Max: 20 * time.Millisecond, MaxAttempts: 50, MaxElapsed: time.Minute,
+	})
+}
+
+func open(t *testing.T, srv *gitsynctest.Server, opts ...gitsync.Option) *gitsync.Repository {
+	t.Helper()
+	r, err := gitsync.New(srv.URL(), "main", append([]gitsync.Option{fastBackoff()}, opts...)...)
+	require.NoError(t, err)
+	return r
+}
+
+// write returns an UpdateFunc with a fixed change.
+func write(owned []string, files map[string]string) gitsync.UpdateFunc {
+	return func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		return change(owned, files), nil
+	}
+}
+
+func change(owned []string, files map[string]string) *gitsync.Change {
+	c := &gitsync.Change{
+		Owned:    owned,
+		Files:    map[string][]byte{},
+		Message:  "agent: update edge-a",
+		Trailers: []gitsync.Trailer{{Key: "Gitbroker-Node", Value: "edge-a"}},
+		Author:   gitsync.Signature{Name: "gitbroker agent", Email: "agent@gitbroker.dev", When: when},
+	}
+	for k, v := range files {
+		c.Files[k] = []byte(v)
+	}
+	return c
+}
+
+func TestUpdateChangesOnlyOwnedPaths(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	res, err := r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{
+		"inventory/edge-a.yaml": "a: 2\n",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, srv.Head(), res.Commit)
+	require.Equal(t, 1, res.Attempts)
+
+	log := srv.Log()
+	require.Len(t, log, 2)
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
+	require.Equal(t, "gitbroker agent <agent@gitbroker.dev>", log[0].Author)
+	require.Equal(t, "agent: update edge-a", log[0].Subject)
+	require.Contains(t, log[0].Body, "Gitbroker-Node: edge-a")
+	date := gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%aI %cI", "main")
+	require.Equal(t, "2026-11-30T09:00:00Z 2026-11-30T09:00:00Z\n", strings.ReplaceAll(date, "+00:00", "Z"))
+
+	got, ok := srv.File("inventory/edge-a.yaml")
+	require.True(t, ok)
+	require.Equal(t, "a: 2\n", got)
+	for name, want := range seed() {
+		if name == "inventory/edge-a.yaml" {
+			continue
+		}
+		got, ok := srv.File(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, got, name)
+	}
+	gitsynctest.Git(t, srv.Bare(), "fsck", "--strict", "--no-progress")
+}
+
+func TestUpdateOwnedFolderReplacesItsFiles(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	_, err := r.Update(context.Background(), write([]string{"rendered/", "history/"}, map[string]string{
+		"rendered/default/x/pod-a.yaml":   "pod: a2\n",
+		"rendered/default/y/pod-c.yaml":   "pod: c\n",
+		"history/jobs/default/x/i/j.yaml": "job: j\n",
+	}))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{
+		"configurations/echo.yaml", "inventory/edge-a.yaml", "inventory/edge-b.yaml",
+		"rendered/default/x/pod-a.yaml", "rendered/default/y/pod-c.yaml", "history/jobs/default/x/i/j.yaml",
+	}, srv.Files())
+	require.ElementsMatch(t, []string{
+		"rendered/default/x/pod-a.yaml", "rendered/default/x/pod-b.yaml", "rendered/default/y/pod-c.yaml",
+		"rendered/kustomization.yaml", "history/jobs/default/x/i/j.yaml",
+	}, srv.Log()[0].Paths)
+
+	// Owning a file that is not in Files deletes it; an emptied folder goes.
+	_, err = r.Update(context.Background(), write([]string{"rendered/", "history/"}, map[string]string{
+		"rendered/default/y/pod-c.yaml": "pod: c\n",
+	}))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{
+		"configurations/echo.yaml", "inventory/edge-a.yaml", "inventory/edge-b.yaml", "rendered/default/y/pod-c.yaml",
+	}, srv.Files())
+	gitsynctest.Git(t, srv.Bare(), "fsck", "--strict", "--no-progress")
+}
+
+func TestUpdateWithoutChangesMakesNoCommit(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	head := srv.Head()
+	r := open(t, srv)
+	res, err := r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{
+		"inventory/edge-a.yaml": "a: 1\n",
+	}))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, head, res.Base)
+	require.Empty(t, res.Commit)
+	require.Equal(t, head, srv.Head())
+	require.Zero(t, srv.Pushes())
+
+	// Deleting a file that is not there is no change either.
+	_, err = r.Update(context.Background(), write([]string{"inventory/edge-c.yaml"}, nil))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+}
+
+func TestUpdateCreatesTheBranch(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", nil)
+	r := open(t, srv)
+	snap, err := r.Snapshot(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, snap.Commit())
+	_, err = snap.ReadFile("inventory/edge-a.yaml")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+
+	res, err := r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{
+		"inventory/edge-a.yaml": "a: 1\n",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, res.Commit, srv.Head())
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, srv.Files())
+}
+
+func TestSnapshotReadsFiles(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	snap, err := r.Snapshot(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, srv.Head(), snap.Commit())
+	b, err := snap.ReadFile("configurations/echo.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "kind: Configuration\n", string(b))
+	files, err := snap.Files("inventory")
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"inventory/edge-a.yaml": []byte("a: 1\n"), "inventory/edge-b.yaml": []byte("b: 1\n")}, files)
+	files, err = snap.Files("nothing-here")
+	require.NoError(t, err)
+	require.Empty(t, files)
+	_, err = snap.ReadFile("inventory/edge-z.yaml")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// A person commits to configurations/ between the agent's fetch and its
+// push: the push is refused, the agent recomputes on the new head, and both
+// changes are on the branch.
+func TestConflictRecomputesOnTheNewHead(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	var calls atomic.Int32
+	var heads []string
+	res, err := r.Update(context.Background(), func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		heads = append(heads, head.Commit())
+		if calls.Add(1) == 1 {
+			srv.Commit(map[string]string{"configurations/new.yaml": "kind: Configuration # by a person\n"}, nil, "add a configuration")
+		}
+		return change([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 3\n"}), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), calls.Load())
+	require.Equal(t, 1, res.Conflicts)
+	require.Equal(t, 2, res.Attempts)
+	require.NotEqual(t, heads[0], heads[1])
+
+	log := srv.Log()
+	require.Len(t, log, 3)
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
+	require.Equal(t, []string{"configurations/new.yaml"}, log[1].Paths)
+	got, _ := srv.File("configurations/new.yaml")
+	require.Equal(t, "kind: Configuration # by a person\n", got)
+	got, _ = srv.File("inventory/edge-a.yaml")
+	require.Equal(t, "a: 3\n", got)
+}
+
+// The server applies a push and drops the connection, then is gone for a
+// while. The writer retries; on the new head its change is already there,
+// so it lands exactly once.
+func TestOutageMidPushLandsOnce(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	srv.DropNextPushes(1)
+	calls := 0
+	res, err := r.Update(context.Background(), func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		calls++
+		if calls == 1 {
+			// Once the dropped push is in, the server goes away for a bit.
+			go func() {
+				for srv.Pushes() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				srv.SetDown(true)
+				time.Sleep(200 * time.Millisecond)
+				srv.SetDown(false)
+			}()
+		}
+		return change([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 4\n"}), nil
+	})
+	require.ErrorIs(t, err, gitsync.ErrNoChanges, "the first push landed; the retry finds nothing to do")
+	require.GreaterOrEqual(t, res.Retries, 1)
+	require.Equal(t, 2, calls)
+	log := srv.Log()
+	require.Len(t, log, 2, "exactly one commit landed")
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
+	got, _ := srv.File("inventory/edge-a.yaml")
+	require.Equal(t, "a: 4\n", got)
+}
+
+func TestServerDownGivesUpWithinBounds(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	srv.SetDown(true)
+	r, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(gitsync.Backoff{
+		Initial: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 4, MaxElapsed: time.Minute,
+	}))
+	require.NoError(t, err)
+	res, err := r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "x\n"}))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "after 4 attempts")
+	require.Equal(t, 3, res.Retries)
+	require.Zero(t, res.Attempts, "nothing was pushed while the fetch failed")
+}
+
+func TestChangeIsValidated(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	cases := map[string]*gitsync.Change{
+		"outside owned": change([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-b.yaml": "x"}),
+		"escaping path": change([]string{"inventory/"}, map[string]string{"inventory/../x": "x"}),
+		"dot git":       change([]string{".git/"}, map[string]string{".git/config": "x"}),
+		"nothing owned": change(nil, nil),
+		"file over dir": change([]string{"rendered"}, map[string]string{"rendered": "x"}),
+	}
+	noAuthor := change([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "x"})
+	noAuthor.Author = gitsync.Signature{}
+	cases["no author"] = noAuthor
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := r.Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) { return c, nil })
+			require.Error(t, err)
+			require.NotErrorIs(t, err, gitsync.ErrNoChanges)
+		})
+	}
+	require.Len(t, srv.Log(), 1)
+}
+
+func TestWriterErrorIsNotRetried(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	boom := errors.New("boom")
+	calls := 0
+	_, err := r.Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		calls++
+		return nil, boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 1, calls)
+}
+
+// The branch moves after the client read the server's refs but before its
+// update is applied: the server's compare-and-swap refuses it, and the
+// writer recomputes.
+func TestServerSideCompareAndSwap(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	srv.BeforeNextPush(func() {
+		srv.Commit(map[string]string{"configurations/late.yaml": "late\n"}, nil, "a late commit")
+	})
+	calls := 0
+	res, err := r.Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		calls++
+		return change([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 5\n"}), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, calls)
+	require.Equal(t, 1, res.Conflicts)
+	log := srv.Log()
+	require.Len(t, log, 3)
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
+	require.Equal(t, []string{"configurations/late.yaml"}, log[1].Paths)
+}

@@ -1,0 +1,249 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrNoChanges is returned by a write whose files equal what the branch
+// already holds. No commit is made. For a writer this is success: what it
+// wanted is already there.
+var ErrNoChanges = errors.New("no changes to commit")
+
+// Snapshot is a read-only view of the files at one commit.
+type Snapshot interface {
+	// Commit is the commit the snapshot shows, or "" for a branch that
+	// does not exist yet (or a directory that is not a git repository).
+	Commit() string
+	// ReadFile returns the file's content, or an error wrapping
+	// fs.ErrNotExist.
+	ReadFile(name string) ([]byte, error)
+	// Files returns every file under dir ("" for all), keyed by its full
+	// slash-separated path. A missing dir gives an empty map.
+	Files(dir string) (map[string][]byte, error)
+}
+
+// Store is a branch that writers update through Update. Repository and Dir
+// implement it.
+type Store interface {
+	// Snapshot returns the current head.
+	Snapshot(ctx context.Context) (Snapshot, error)
+	// Update calls fn on the current head and writes the Change it returns
+	// as one commit. If the head moved before the write landed, fn is
+	// called again on the new head.
+	Update(ctx context.Context, fn UpdateFunc) (Result, error)
+}
+
+// UpdateFunc computes a writer's files on a head. It may be called more
+// than once for one Update, each time on a newer head, so it must be a
+// function of the snapshot and the writer's own state only.
+type UpdateFunc func(ctx context.Context, head Snapshot) (*Change, error)
+
+// Signature names a commit's author or committer.
+type Signature struct {
+	Name  string
+	Email string
+	When  time.Time
+}
+
+// Trailer is a "Key: Value" line at the end of a commit message.
+type Trailer struct {
+	Key   string
+	Value string
+}
+
+// Change is the new state of a writer's owned paths.
+type Change struct {
+	// Owned lists the paths the writer owns. A path ending in "/" owns
+	// everything under that folder.
+	Owned []string
+	// Files is the complete new content of the owned paths. An owned path
+	// that holds a file now but is missing here is deleted. Every key
+	// must be under Owned.
+	Files map[string][]byte
+	// Message is the commit message's subject and body; Trailers are
+	// appended after a blank line.
+	Message   string
+	Trailers  []Trailer
+	Author    Signature
+	Committer Signature
+}
+
+// Result describes how an Update went.
+type Result struct {
+	// Base is the head the final attempt was computed on.
+	Base string
+	// Commit is the commit that landed; "" with ErrNoChanges.
+	Commit string
+	// Attempts counts pushes tried, including the one that landed.
+	Attempts int
+	// Conflicts counts pushes refused because the branch had moved.
+	Conflicts int
+	// Retries counts fetches or pushes repeated after a transient error
+	// (network, server).
+	Retries int
+	// Elapsed is the time from the first fetch to the end.
+	Elapsed time.Duration
+}
+
+// FullMessage renders the commit message with its trailers.
+func (c *Change) FullMessage() string {
+	msg := strings.TrimRight(c.Message, "\n")
+	if len(c.Trailers) == 0 {
+		return msg + "\n"
+	}
+	var b strings.Builder
+	b.WriteString(msg)
+	b.WriteString("\n\n")
+	for _, t := range c.Trailers {
+		fmt.Fprintf(&b, "%s: %s\n", t.Key, t.Value)
+	}
+	return b.String()
+}
+
+// validate checks the change's paths and signatures before anything is
+// written.
+func (c *Change) validate() error {
+	if c == nil {
+		return errors.New("writer returned no change")
+	}
+	if len(c.Owned) == 0 {
+		return errors.New("change owns no paths")
+	}
+	for _, o := range c.Owned {
+		if err := checkPath(strings.TrimSuffix(o, "/")); err != nil {
+			return fmt.Errorf("owned path %q: %w", o, err)
+		}
+	}
+	for name := range c.Files {
+		if err := checkPath(name); err != nil {
+			return fmt.Errorf("file %q: %w", name, err)
+		}
+		if !c.owns(name) {
+			return fmt.Errorf("file %q is not under the change's owned paths %v", name, c.Owned)
+		}
+	}
+	if c.Author.Name == "" || c.Author.Email == "" || c.Author.When.IsZero() {
+		return errors.New("change has no author name, email or time")
+	}
+	if strings.TrimSpace(c.Message) == "" {
+		return errors.New("change has no commit message")
+	}
+	return nil
+}
+
+func (c *Change) committer() Signature {
+	if c.Committer.Name == "" {
+		return c.Author
+	}
+	return c.Committer
+}
+
+// owns reports whether name is one of the owned paths or under an owned
+// folder.
+func (c *Change) owns(name string) bool {
+	for _, o := range c.Owned {
+		if strings.HasSuffix(o, "/") {
+			if strings.HasPrefix(name, o) {
+				return true
+			}
+		} else if name == o {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedDirs returns the owned folders without their trailing slash.
+func (c *Change) ownedDirs() []string {
+	var dirs []string
+	for _, o := range c.Owned {
+		if strings.HasSuffix(o, "/") {
+			dirs = append(dirs, strings.TrimSuffix(o, "/"))
+		}
+	}
+	return dirs
+}
+
+// patch computes the per-path edits that turn the head into the change:
+// a nil value deletes. lookup returns a path's current content hash (ok
+// false when absent) and list returns the files under an owned folder;
+// hash gives the hash new content would have. Only differences are kept.
+func (c *Change) patch(
+	lookup func(name string) (string, bool, error),
+	list func(dir string) ([]string, error),
+	hash func(content []byte) string,
+) (map[string][]byte, error) {
+	edits := make(map[string][]byte)
+	for name, content := range c.Files {
+		old, ok, err := lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if content == nil {
+			content = []byte{}
+		}
+		if !ok || old != hash(content) {
+			edits[name] = content
+		}
+	}
+	for _, o := range c.Owned {
+		if strings.HasSuffix(o, "/") {
+			continue
+		}
+		if _, keep := c.Files[o]; keep {
+			continue
+		}
+		if _, ok, err := lookup(o); err != nil {
+			return nil, err
+		} else if ok {
+			edits[o] = nil
+		}
+	}
+	for _, dir := range c.ownedDirs() {
+		names, err := list(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range names {
+			if _, keep := c.Files[name]; !keep {
+				edits[name] = nil
+			}
+		}
+	}
+	return edits, nil
+}
+
+// checkPath refuses paths that could escape the repository or that git
+// cannot hold.
+func checkPath(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty path")
+	case strings.HasPrefix(name, "/"):
+		return errors.New("absolute path")
+	case path.Clean(name) != name:
+		return errors.New("path is not clean")
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." || part == "." || part == ".git" {
+			return fmt.Errorf("path element %q is not allowed", part)
+		}
+	}
+	return nil
+}
+
+// sortedKeys returns a map's keys in order, for deterministic walks.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
