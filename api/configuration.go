@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -44,6 +45,18 @@ func (c *ParsedConfiguration) IsPodBroker() bool {
 var gitbrokerAnnotations = map[string]bool{
 	AnnotationRunPolicy: true, AnnotationConcurrency: true, AnnotationHistoryLimit: true,
 	AnnotationRunID: true, AnnotationAfter: true, AnnotationShards: true,
+	AnnotationOfflineGracePeriod: true,
+}
+
+// OfflineGracePeriod returns the Configuration's gitbroker.dev/offline-grace-period,
+// if it sets one. The value was validated when the Configuration was parsed.
+func (c *ParsedConfiguration) OfflineGracePeriod() (time.Duration, bool) {
+	v, ok := c.Annotations[AnnotationOfflineGracePeriod]
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(v)
+	return d, err == nil
 }
 
 // ParseConfigurations decodes and validates every Configuration in one file. defaultNamespace
@@ -207,9 +220,14 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 	if isJob && isPod {
 		add("spec.brokerSpec", "set only one of brokerPodSpec and brokerJobSpec")
 	}
+	if v, ok := c.Annotations[AnnotationOfflineGracePeriod]; ok {
+		if d, err := time.ParseDuration(v); err != nil || d < 0 {
+			add("metadata.annotations."+AnnotationOfflineGracePeriod, "expected a duration such as \"5m\" or \"30s\", got %q", v)
+		}
+	}
 	hasJobPolicy := c.Spec.JobPolicy != nil
 	for ann := range gitbrokerAnnotations {
-		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards {
+		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards && ann != AnnotationOfflineGracePeriod {
 			hasJobPolicy = true
 		}
 	}

@@ -25,6 +25,11 @@ const (
 	AnnotationRunID        = "gitbroker.dev/run-id"
 	AnnotationAfter        = "gitbroker.dev/after"
 	AnnotationShards       = "gitbroker.dev/shards"
+
+	// AnnotationOfflineGracePeriod is how long the agent keeps a device in
+	// its inventory after it stopped being discovered (a Go duration such
+	// as "5m"). It is read by the agent only and does not affect rendering.
+	AnnotationOfflineGracePeriod = "gitbroker.dev/offline-grace-period"
 )
 
 // Job policy values.

@@ -287,15 +287,9 @@ func IsInput(p string) bool {
 	return p == "gitbroker.yaml" || isConfigurationPath(p) || isInventoryPath(p) || isRecordPath(p)
 }
 
-func isYAML(p string) bool { return strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") }
+func isConfigurationPath(p string) bool { return api.IsConfigurationPath(p) }
 
-func isConfigurationPath(p string) bool {
-	return strings.HasPrefix(p, "configurations/") && isYAML(p)
-}
-
-func isInventoryPath(p string) bool {
-	return strings.HasPrefix(p, "inventory/") && strings.Count(p, "/") == 1 && isYAML(p)
-}
+func isInventoryPath(p string) bool { return api.IsInventoryPath(p) }
 
 func isRecordPath(p string) bool {
 	return strings.HasPrefix(p, "status/jobs/") && strings.HasSuffix(p, ".yaml")

@@ -1,0 +1,532 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+)
+
+// Defaults for Options.
+const (
+	DefaultInterval = 30 * time.Second
+	// DefaultSharedGracePeriod is Akri's grace period for shared devices.
+	DefaultSharedGracePeriod = 5 * time.Minute
+	// DefaultLocalGracePeriod absorbs a local device re-enumerating (a USB
+	// reset) without keeping an unplugged one for long.
+	DefaultLocalGracePeriod = 30 * time.Second
+)
+
+// Options configures an Agent.
+type Options struct {
+	// Node is this node's name; it names inventory/<node>.yaml.
+	Node string
+	// Store is the branch (or directory) the inventory is written to.
+	Store gitsync.Store
+	// Handlers finds discovery handlers by name.
+	Handlers Source
+	// Interval is the time between discovery cycles.
+	Interval time.Duration
+	// SharedGracePeriod and LocalGracePeriod are how long a vanished
+	// shared or local device stays in the inventory. A Configuration's
+	// gitbroker.dev/offline-grace-period annotation overrides both.
+	SharedGracePeriod time.Duration
+	LocalGracePeriod  time.Duration
+	// Author signs the agent's commits; the time is filled in per commit.
+	Author gitsync.Signature
+	Log    logr.Logger
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Agent keeps one node's inventory in step with what its handlers see.
+type Agent struct {
+	opts Options
+	path string
+
+	mu sync.Mutex
+	// tracked holds every device the node reports, per Configuration key.
+	tracked map[string]map[string]*trackedDevice
+	// lastGood is the last valid parse of each Configuration file, used
+	// while the file is invalid.
+	lastGood  map[string][]*api.ParsedConfiguration
+	loaded    bool
+	noHandler map[string]bool
+
+	wake  chan struct{}
+	ready atomic.Bool
+	last  atomic.Int64
+}
+
+type trackedDevice struct {
+	device   api.Device
+	lastSeen time.Time
+}
+
+// ValidateNodeName refuses names that cannot be a Kubernetes node name or
+// would escape inventory/.
+func ValidateNodeName(node string) error {
+	if node == "" {
+		return errors.New("node name is empty: set --node or NODE_NAME")
+	}
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		return fmt.Errorf("node name %q is not a valid DNS-1123 name: %s", node, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// New validates opts and returns an Agent.
+func New(opts Options) (*Agent, error) {
+	if err := ValidateNodeName(opts.Node); err != nil {
+		return nil, err
+	}
+	if opts.Store == nil {
+		return nil, errors.New("agent needs a store")
+	}
+	if opts.Handlers == nil {
+		opts.Handlers = Builtin{}
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.SharedGracePeriod < 0 || opts.LocalGracePeriod < 0 {
+		return nil, errors.New("grace periods must not be negative")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Author.Name == "" {
+		opts.Author = gitsync.Signature{Name: "gitbroker-agent", Email: "agent@gitbroker.dev"}
+	}
+	return &Agent{
+		opts:      opts,
+		path:      api.InventoryPath(opts.Node),
+		tracked:   map[string]map[string]*trackedDevice{},
+		lastGood:  map[string][]*api.ParsedConfiguration{},
+		noHandler: map[string]bool{},
+		wake:      make(chan struct{}, 1),
+	}, nil
+}
+
+// Notify asks for a cycle now, for handlers that learn of changes by
+// themselves (a gRPC stream).
+func (a *Agent) Notify() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports whether the inventory on the branch matches what the
+// agent sees, as of the last cycle.
+func (a *Agent) Ready() bool { return a.ready.Load() }
+
+// LastCycle is when the last cycle ended, for liveness checks.
+func (a *Agent) LastCycle() time.Time { return time.Unix(0, a.last.Load()) }
+
+// Run cycles until ctx ends. A failed cycle is logged and retried at the
+// next tick; the agent's state survives it, so nothing is dropped.
+func (a *Agent) Run(ctx context.Context) error {
+	t := time.NewTicker(a.opts.Interval)
+	defer t.Stop()
+	for {
+		if _, err := a.Sync(ctx); err != nil && ctx.Err() == nil {
+			a.opts.Log.Error(err, "cycle failed; will retry", "node", a.opts.Node)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-a.wake:
+		}
+	}
+}
+
+// Outcome says what one cycle did.
+type Outcome struct {
+	// Commit is the commit that wrote the inventory, "" when nothing
+	// changed.
+	Commit string
+	// Devices counts the devices in the inventory.
+	Devices int
+	Result  gitsync.Result
+}
+
+// Sync runs one cycle: read the head, discover, and write the inventory if
+// it changed.
+func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer func() { a.last.Store(a.opts.Now().UnixNano()) }()
+	a.opts.Metrics.cycle()
+
+	head, err := a.opts.Store.Snapshot(ctx)
+	if err != nil {
+		a.ready.Store(false)
+		return Outcome{}, fmt.Errorf("reading the branch head: %w", err)
+	}
+	configs, unsure, err := a.configurations(head)
+	if err != nil {
+		a.ready.Store(false)
+		return Outcome{}, err
+	}
+	if !a.loaded {
+		if err := a.loadInventory(head); err != nil {
+			a.opts.Log.Error(err, "ignoring the inventory on the branch", "file", a.path)
+		}
+		a.loaded = true
+	}
+	a.discover(ctx, configs)
+
+	want, count, err := a.inventory(head, configs, unsure)
+	if err != nil {
+		a.ready.Store(false)
+		return Outcome{}, err
+	}
+	out := Outcome{Devices: count}
+	if have, err := head.ReadFile(a.path); err == nil && bytes.Equal(have, want) {
+		a.ready.Store(true)
+		return out, nil
+	}
+	res, err := a.opts.Store.Update(ctx, func(_ context.Context, h gitsync.Snapshot) (*gitsync.Change, error) {
+		b, _, err := a.inventory(h, configs, unsure)
+		if err != nil {
+			return nil, err
+		}
+		author := a.opts.Author
+		author.When = a.opts.Now()
+		return &gitsync.Change{
+			Owned:   []string{a.path},
+			Files:   map[string][]byte{a.path: b},
+			Message: fmt.Sprintf("inventory: %s sees %d device(s)", a.opts.Node, count),
+			Trailers: []gitsync.Trailer{
+				{Key: "Gitbroker-Node", Value: a.opts.Node},
+			},
+			Author: author,
+		}, nil
+	})
+	out.Result = res
+	a.opts.Metrics.push(res, err)
+	switch {
+	case errors.Is(err, gitsync.ErrNoChanges):
+		a.ready.Store(true)
+		return out, nil
+	case err != nil:
+		a.ready.Store(false)
+		return out, fmt.Errorf("writing %s: %w", a.path, err)
+	}
+	a.ready.Store(true)
+	out.Commit = res.Commit
+	a.opts.Log.Info("inventory written", "node", a.opts.Node, "devices", count,
+		"commit", res.Commit, "attempts", res.Attempts, "conflicts", res.Conflicts, "retries", res.Retries,
+		"duration", res.Elapsed.String())
+	return out, nil
+}
+
+// configurations parses every Configuration file at head. An invalid file
+// is logged and its last good parse stands in for it; with no good parse
+// (the agent just started), unsure is true: the agent then cannot tell
+// which Configurations the file held, and keeps the branch's inventory
+// entries of any Configuration it does not know.
+func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedConfiguration, bool, error) {
+	defaultNS := api.DefaultNamespace
+	if b, err := head.ReadFile(api.SettingsPath); err == nil {
+		s, errs := api.ParseSettings(api.SettingsPath, b)
+		if len(errs) == 0 {
+			defaultNS = s.DefaultNamespace
+		} else {
+			a.opts.Log.Error(errs, "invalid settings; using the default namespace", "file", api.SettingsPath)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, err
+	}
+	files, err := head.Files(api.ConfigurationsDir)
+	if err != nil {
+		return nil, false, err
+	}
+	unsure := false
+	out := map[string]*api.ParsedConfiguration{}
+	for _, name := range sortedKeys(files) {
+		if !api.IsConfigurationPath(name) {
+			continue
+		}
+		parsed, errs := api.ParseConfigurations(name, files[name], defaultNS)
+		if len(errs) > 0 {
+			a.opts.Metrics.invalid()
+			prev, ok := a.lastGood[name]
+			a.opts.Log.Error(errs, "invalid Configuration file; discovering with its last valid version",
+				"file", name, "lastValidKnown", ok)
+			if !ok {
+				unsure = true
+			}
+			parsed = prev
+		} else {
+			a.lastGood[name] = parsed
+		}
+		for _, c := range parsed {
+			if _, dup := out[c.Key()]; !dup {
+				out[c.Key()] = c
+			}
+		}
+	}
+	for name := range a.lastGood {
+		if _, ok := files[name]; !ok {
+			delete(a.lastGood, name)
+		}
+	}
+	return out, unsure, nil
+}
+
+// loadInventory seeds the agent's state from the branch, so a restart
+// does not drop devices before the grace period has passed.
+func (a *Agent) loadInventory(head gitsync.Snapshot) error {
+	b, err := head.ReadFile(a.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	inv, errs := api.ParseInventory(a.path, b, api.DefaultNamespace)
+	if len(errs) > 0 {
+		return errs
+	}
+	now := a.opts.Now()
+	for _, ic := range inv.Spec.Configurations {
+		key := ic.Namespace + "/" + ic.Name
+		m := map[string]*trackedDevice{}
+		for _, d := range ic.Devices {
+			m[d.ID] = &trackedDevice{device: d, lastSeen: now}
+		}
+		a.tracked[key] = m
+	}
+	return nil
+}
+
+// discover runs each Configuration's handler and updates the tracked
+// devices. A handler error keeps that Configuration's devices as they
+// were: not knowing is not the same as seeing nothing.
+func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConfiguration) {
+	now := a.opts.Now()
+	wanted := map[string]bool{}
+	for _, key := range sortedKeys(configs) {
+		c := configs[key]
+		name := c.Spec.DiscoveryHandler.Name
+		h, ok := a.opts.Handlers.Handler(name)
+		if !ok {
+			if !a.noHandler[key] {
+				a.opts.Log.Info("no discovery handler registered for this Configuration; its devices age out",
+					"configuration", key, "handler", name)
+				a.noHandler[key] = true
+			}
+			a.expire(key, nil, c, now)
+			continue
+		}
+		delete(a.noHandler, key)
+		req := Request{Configuration: key, Details: c.Spec.DiscoveryHandler.DiscoveryDetails, Properties: properties(c)}
+		wanted[requestKey(req)] = true
+		devices, err := h.Discover(ctx, req)
+		if err != nil {
+			a.opts.Metrics.discoveryError(name)
+			if !errors.Is(err, ErrNotReady) {
+				a.opts.Log.Error(err, "discovery failed; keeping this Configuration's devices", "configuration", key, "handler", name)
+			}
+			continue
+		}
+		a.expire(key, a.sanitize(key, devices), c, now)
+	}
+	for key := range a.tracked {
+		if _, ok := configs[key]; !ok {
+			delete(a.tracked, key)
+		}
+	}
+	if r, ok := a.opts.Handlers.(Retainer); ok {
+		r.Retain(wanted)
+	}
+}
+
+// expire records the devices seen now and drops those unseen for longer
+// than their grace period.
+func (a *Agent) expire(key string, seen []api.Device, c *api.ParsedConfiguration, now time.Time) {
+	m := a.tracked[key]
+	if m == nil {
+		m = map[string]*trackedDevice{}
+		a.tracked[key] = m
+	}
+	present := map[string]bool{}
+	for _, d := range seen {
+		present[d.ID] = true
+		m[d.ID] = &trackedDevice{device: d, lastSeen: now}
+	}
+	for id, t := range m {
+		if present[id] {
+			continue
+		}
+		if now.Sub(t.lastSeen) >= a.grace(c, t.device.Shared) {
+			delete(m, id)
+		}
+	}
+}
+
+func (a *Agent) grace(c *api.ParsedConfiguration, shared bool) time.Duration {
+	if d, ok := c.OfflineGracePeriod(); ok {
+		return d
+	}
+	if shared {
+		return a.opts.SharedGracePeriod
+	}
+	return a.opts.LocalGracePeriod
+}
+
+// sanitize drops what the renderer would reject, so one odd device from a
+// handler never invalidates the node's whole inventory.
+func (a *Agent) sanitize(key string, devices []api.Device) []api.Device {
+	out := make([]api.Device, 0, len(devices))
+	seen := map[string]bool{}
+	for _, d := range devices {
+		switch {
+		case d.ID == "":
+			a.opts.Log.Info("dropping a device without an id", "configuration", key)
+			continue
+		case seen[d.ID]:
+			a.opts.Log.Info("dropping a device reported twice", "configuration", key, "device", d.ID)
+			continue
+		}
+		seen[d.ID] = true
+		for k := range d.Properties {
+			if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
+				a.opts.Log.Info("dropping a property that is not a valid environment variable name",
+					"configuration", key, "device", d.ID, "property", k)
+				delete(d.Properties, k)
+			}
+		}
+		if len(d.Properties) == 0 {
+			d.Properties = nil
+		}
+		mounts := d.Mounts[:0:0]
+		for _, m := range d.Mounts {
+			if m.ContainerPath != "" && m.HostPath != "" {
+				mounts = append(mounts, m)
+			}
+		}
+		d.Mounts = mounts
+		specs := d.DeviceSpecs[:0:0]
+		for _, s := range d.DeviceSpecs {
+			if s.ContainerPath != "" && s.HostPath != "" {
+				specs = append(specs, s)
+			}
+		}
+		d.DeviceSpecs = specs
+		out = append(out, d)
+	}
+	return out
+}
+
+// inventory renders the node's inventory from the tracked devices. When
+// unsure (a Configuration file was invalid from the start), entries on
+// head for Configurations the agent does not know are carried over.
+func (a *Agent) inventory(head gitsync.Snapshot, configs map[string]*api.ParsedConfiguration, unsure bool) ([]byte, int, error) {
+	inv := api.NodeInventory{}
+	inv.APIVersion = api.APIVersion
+	inv.Kind = api.KindNodeInventory
+	inv.Name = a.opts.Node
+	count := 0
+	entries := map[string]api.InventoryConfiguration{}
+	for key, m := range a.tracked {
+		if _, ok := configs[key]; !ok || len(m) == 0 {
+			continue
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		ic := api.InventoryConfiguration{Name: name, Namespace: ns}
+		for _, id := range sortedKeys(m) {
+			ic.Devices = append(ic.Devices, normalize(m[id].device))
+		}
+		count += len(ic.Devices)
+		entries[key] = ic
+	}
+	if unsure {
+		if b, err := head.ReadFile(a.path); err == nil {
+			if prev, errs := api.ParseInventory(a.path, b, api.DefaultNamespace); len(errs) == 0 {
+				for _, ic := range prev.Spec.Configurations {
+					key := ic.Namespace + "/" + ic.Name
+					if _, known := configs[key]; !known {
+						entries[key] = ic
+						count += len(ic.Devices)
+					}
+				}
+			}
+		}
+	}
+	for _, key := range sortedKeys(entries) {
+		inv.Spec.Configurations = append(inv.Spec.Configurations, entries[key])
+	}
+	counts := map[[2]string]int{}
+	for _, ic := range inv.Spec.Configurations {
+		counts[[2]string{ic.Namespace, ic.Name}] = len(ic.Devices)
+	}
+	a.opts.Metrics.setDevices(counts)
+	b, err := yaml.Marshal(&inv)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encoding inventory: %w", err)
+	}
+	b = bytes.Replace(b, []byte("  creationTimestamp: null\n"), nil, 1)
+	if _, errs := api.ParseInventory(a.path, b, api.DefaultNamespace); len(errs) > 0 {
+		return nil, 0, fmt.Errorf("refusing to write an inventory the renderer would reject: %w", errs)
+	}
+	return b, count, nil
+}
+
+// normalize orders a device's lists so the inventory's bytes depend only on
+// what the handler reported, not on its order.
+func normalize(d api.Device) api.Device {
+	sort.Slice(d.Mounts, func(i, j int) bool { return d.Mounts[i].ContainerPath < d.Mounts[j].ContainerPath })
+	sort.Slice(d.DeviceSpecs, func(i, j int) bool { return d.DeviceSpecs[i].ContainerPath < d.DeviceSpecs[j].ContainerPath })
+	if len(d.Mounts) == 0 {
+		d.Mounts = nil
+	}
+	if len(d.DeviceSpecs) == 0 {
+		d.DeviceSpecs = nil
+	}
+	return d
+}
+
+// properties returns the discoveryProperties that have inline values.
+// Values from Secrets and ConfigMaps need the cluster; the agent reads only
+// git, so those are not passed.
+func properties(c *api.ParsedConfiguration) map[string][]byte {
+	var out map[string][]byte
+	for _, p := range c.Spec.DiscoveryHandler.DiscoveryProperties {
+		if p.Value == nil {
+			continue
+		}
+		if out == nil {
+			out = map[string][]byte{}
+		}
+		out[p.Name] = []byte(*p.Value)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gitbroker/gitbroker/agent/akripb"
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// Akri's well-known locations: handlers find the agent's registration
+// socket in DISCOVERY_HANDLERS_DIRECTORY.
+const (
+	DefaultDiscoveryHandlersDirectory = "/var/lib/akri"
+	RegistrationSocketName            = "agent-registration.sock"
+)
+
+// AkriRegistry is the agent's side of Akri's discovery-handler protocol.
+// It serves Registration on a unix socket; every handler that registers is
+// a Source under its name. For each Configuration that names it, the
+// registry keeps one Discover stream open and remembers the latest device
+// list the handler sent.
+//
+// As in Akri, a handler whose stream breaks is deregistered (its devices
+// then age out through the grace period) until it registers again.
+type AkriRegistry struct {
+	akripb.UnimplementedRegistrationServer
+
+	log    logr.Logger
+	notify func()
+
+	mu       sync.Mutex
+	handlers map[string]*akriHandler
+}
+
+var (
+	_ Source   = &AkriRegistry{}
+	_ Retainer = &AkriRegistry{}
+)
+
+// NewAkriRegistry returns a registry. notify is called whenever a handler
+// sends devices or goes away, so the agent can run a cycle at once.
+func NewAkriRegistry(log logr.Logger, notify func()) *AkriRegistry {
+	if notify == nil {
+		notify = func() {}
+	}
+	return &AkriRegistry{log: log, notify: notify, handlers: map[string]*akriHandler{}}
+}
+
+// Serve listens on the unix socket at path until ctx ends, then stops the
+// server and closes every handler connection.
+func (r *AkriRegistry) Serve(ctx context.Context, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", path, err)
+	}
+	srv := grpc.NewServer()
+	akripb.RegisterRegistrationServer(srv, r)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	err = srv.Serve(lis)
+	<-done
+	r.closeAll()
+	_ = os.Remove(path)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// RegisterDiscoveryHandler implements Akri's Registration service.
+func (r *AkriRegistry) RegisterDiscoveryHandler(_ context.Context, req *akripb.RegisterDiscoveryHandlerRequest) (*akripb.Empty, error) {
+	if req.GetName() == "" || req.GetEndpoint() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name and endpoint are required")
+	}
+	target := req.GetEndpoint()
+	switch req.GetEndpointType() {
+	case akripb.RegisterDiscoveryHandlerRequest_UDS:
+		target = "unix://" + target
+	case akripb.RegisterDiscoveryHandlerRequest_NETWORK:
+		target = strings.TrimPrefix(strings.TrimPrefix(target, "http://"), "https://")
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "unknown endpoint type %d", req.GetEndpointType())
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "endpoint %q: %v", req.GetEndpoint(), err)
+	}
+	h := &akriHandler{
+		registry: r,
+		name:     req.GetName(),
+		endpoint: req.GetEndpoint(),
+		shared:   req.GetShared(),
+		conn:     conn,
+		client:   akripb.NewDiscoveryHandlerClient(conn),
+		streams:  map[string]*akriStream{},
+	}
+	r.mu.Lock()
+	old := r.handlers[h.name]
+	r.handlers[h.name] = h
+	r.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	r.log.Info("discovery handler registered", "handler", h.name, "endpoint", h.endpoint, "shared", h.shared)
+	r.notify()
+	return &akripb.Empty{}, nil
+}
+
+// Handler implements Source.
+func (r *AkriRegistry) Handler(name string) (Handler, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.handlers[name]
+	return h, ok
+}
+
+// Retain implements Retainer: streams for requests no longer wanted are
+// closed.
+func (r *AkriRegistry) Retain(keys map[string]bool) {
+	r.mu.Lock()
+	handlers := make([]*akriHandler, 0, len(r.handlers))
+	for _, h := range r.handlers {
+		handlers = append(handlers, h)
+	}
+	r.mu.Unlock()
+	for _, h := range handlers {
+		h.retain(keys)
+	}
+}
+
+// Registered lists the names of the registered handlers.
+func (r *AkriRegistry) Registered() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return sortedKeys(r.handlers)
+}
+
+func (r *AkriRegistry) deregister(h *akriHandler, err error) {
+	r.mu.Lock()
+	if r.handlers[h.name] != h {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.handlers, h.name)
+	r.mu.Unlock()
+	h.close()
+	r.log.Error(err, "discovery handler lost; its devices age out until it registers again", "handler", h.name)
+	r.notify()
+}
+
+func (r *AkriRegistry) closeAll() {
+	r.mu.Lock()
+	handlers := r.handlers
+	r.handlers = map[string]*akriHandler{}
+	r.mu.Unlock()
+	for _, h := range handlers {
+		h.close()
+	}
+}
+
+type akriHandler struct {
+	registry *AkriRegistry
+	name     string
+	endpoint string
+	shared   bool
+	conn     *grpc.ClientConn
+	client   akripb.DiscoveryHandlerClient
+
+	mu      sync.Mutex
+	closed  bool
+	streams map[string]*akriStream
+}
+
+type akriStream struct {
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	devices []api.Device
+	ready   bool
+}
+
+// Discover implements Handler: it returns the latest list the handler's
+// stream for this request sent, opening the stream on first use.
+func (h *akriHandler) Discover(_ context.Context, req Request) ([]api.Device, error) {
+	key := requestKey(req)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("discovery handler %s is gone", h.name)
+	}
+	s, ok := h.streams[key]
+	if !ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		s = &akriStream{cancel: cancel}
+		h.streams[key] = s
+		go h.run(ctx, s, req)
+	}
+	h.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return nil, ErrNotReady
+	}
+	return cloneDevices(s.devices), nil
+}
+
+// run holds one Discover stream open and records each list it receives.
+func (h *akriHandler) run(ctx context.Context, s *akriStream, req Request) {
+	msg := &akripb.DiscoverRequest{DiscoveryDetails: req.Details}
+	if len(req.Properties) > 0 {
+		msg.DiscoveryProperties = map[string]*akripb.ByteData{}
+		for k, v := range req.Properties {
+			msg.DiscoveryProperties[k] = &akripb.ByteData{Vec: v}
+		}
+	}
+	stream, err := h.client.Discover(ctx, msg)
+	for err == nil {
+		var resp *akripb.DiscoverResponse
+		resp, err = stream.Recv()
+		if err != nil {
+			break
+		}
+		devices := make([]api.Device, 0, len(resp.GetDevices()))
+		for _, d := range resp.GetDevices() {
+			devices = append(devices, fromProto(d, h.shared))
+		}
+		s.mu.Lock()
+		s.devices, s.ready = devices, true
+		s.mu.Unlock()
+		h.registry.notify()
+	}
+	if ctx.Err() != nil {
+		return // closed on purpose
+	}
+	if status.Code(err) == codes.InvalidArgument {
+		// The handler rejected this Configuration's discoveryDetails;
+		// the handler itself is fine.
+		h.registry.log.Error(err, "discovery handler rejected the Configuration's discoveryDetails",
+			"handler", h.name, "configuration", req.Configuration)
+		return
+	}
+	h.registry.deregister(h, fmt.Errorf("discover stream for %s ended: %w", req.Configuration, err))
+}
+
+func (h *akriHandler) retain(keys map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, s := range h.streams {
+		if !keys[k] {
+			s.cancel()
+			delete(h.streams, k)
+		}
+	}
+}
+
+func (h *akriHandler) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	for k, s := range h.streams {
+		s.cancel()
+		delete(h.streams, k)
+	}
+	h.mu.Unlock()
+	_ = h.conn.Close()
+}
+
+func fromProto(d *akripb.Device, shared bool) api.Device {
+	out := api.Device{ID: d.GetId(), Shared: shared}
+	if len(d.GetProperties()) > 0 {
+		out.Properties = make(map[string]string, len(d.GetProperties()))
+		for k, v := range d.GetProperties() {
+			out.Properties[k] = v
+		}
+	}
+	for _, m := range d.GetMounts() {
+		out.Mounts = append(out.Mounts, api.Mount{ContainerPath: m.GetContainerPath(), HostPath: m.GetHostPath(), ReadOnly: m.GetReadOnly()})
+	}
+	for _, s := range d.GetDeviceSpecs() {
+		out.DeviceSpecs = append(out.DeviceSpecs, api.DeviceSpec{ContainerPath: s.GetContainerPath(), HostPath: s.GetHostPath(), Permissions: s.GetPermissions()})
+	}
+	return out
+}
+
+func cloneDevices(in []api.Device) []api.Device {
+	out := make([]api.Device, len(in))
+	for i, d := range in {
+		c := d
+		if d.Properties != nil {
+			c.Properties = make(map[string]string, len(d.Properties))
+			for k, v := range d.Properties {
+				c.Properties[k] = v
+			}
+		}
+		c.Mounts = append([]api.Mount(nil), d.Mounts...)
+		c.DeviceSpecs = append([]api.DeviceSpec(nil), d.DeviceSpecs...)
+		out[i] = c
+	}
+	return out
+}

@@ -1,0 +1,10 @@
+// Package agent owns one node's view of its devices: it reads the
+// Configurations at the branch head, runs the discovery handlers they name
+// (the built-in debugEcho and udev, and any handler that registers over
+// Akri's gRPC discovery protocol), keeps vanished devices for a grace
+// period, and writes inventory/<node>.yaml through a gitsync.Store when,
+// and only when, what the node sees has changed.
+//
+// The inventory is a function of the agent's state alone: sorted, without
+// timestamps, so a flapping device or a restart writes nothing.
+package agent

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// ErrNotReady is returned by a handler that has not produced its first list
+// of devices yet. The agent keeps what it knew before.
+var ErrNotReady = errors.New("discovery handler has not reported devices yet")
+
+// Request asks a handler for the devices of one Configuration.
+type Request struct {
+	// Configuration is "<namespace>/<name>".
+	Configuration string
+	// Details is the Configuration's spec.discoveryHandler.discoveryDetails,
+	// passed through as Akri does.
+	Details string
+	// Properties are the Configuration's discoveryProperties with inline
+	// values.
+	Properties map[string][]byte
+}
+
+// Handler discovers devices. Discover returns the devices visible now; a
+// handler that watches (a gRPC stream) returns the latest list it has.
+type Handler interface {
+	Discover(ctx context.Context, req Request) ([]api.Device, error)
+}
+
+// Source finds the handler for a discoveryHandler name.
+type Source interface {
+	Handler(name string) (Handler, bool)
+}
+
+// Retainer is a Source that holds per-Configuration state (open streams);
+// the agent tells it after each cycle which requests are still wanted so
+// it can close the others.
+type Retainer interface {
+	Retain(keys map[string]bool)
+}
+
+// Builtin is a fixed set of handlers keyed by discoveryHandler name.
+type Builtin map[string]Handler
+
+// Handler implements Source.
+func (b Builtin) Handler(name string) (Handler, bool) {
+	h, ok := b[name]
+	return h, ok
+}
+
+// Sources looks a name up in each Source in order; the first that has it
+// wins. The agent puts registered gRPC handlers before its built-ins, so a
+// deployed Akri handler replaces the built-in of the same name.
+type Sources []Source
+
+// Handler implements Source.
+func (s Sources) Handler(name string) (Handler, bool) {
+	for _, src := range s {
+		if h, ok := src.Handler(name); ok {
+			return h, true
+		}
+	}
+	return nil, false
+}
+
+// requestKey identifies a Request for Retainers: a changed discoveryDetails
+// is a new discovery.
+func requestKey(req Request) string {
+	return req.Configuration + "\x00" + req.Details
+}
