@@ -70,3 +70,12 @@ func (s Sources) Handler(name string) (Handler, bool) {
 func requestKey(req Request) string {
 	return req.Configuration + "\x00" + req.Details
 }
+
+// Retain implements Retainer for every Source that holds state.
+func (s Sources) Retain(keys map[string]bool) {
+	for _, src := range s {
+		if r, ok := src.(Retainer); ok {
+			r.Retain(keys)
+		}
+	}
+}

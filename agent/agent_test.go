@@ -1,0 +1,521 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+const echoConfig = `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: akri-debug-echo
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions:
+      - "foo0"
+      - "foo1"
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: nginx:stable-alpine
+`
+
+// clock is a settable clock for grace periods.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// scripted is a handler whose devices the test sets.
+type scripted struct {
+	mu      sync.Mutex
+	devices []api.Device
+	err     error
+	calls   int
+	last    agent.Request
+}
+
+func (s *scripted) set(devices ...api.Device) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices, s.err = devices, nil
+}
+
+func (s *scripted) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+func (s *scripted) Discover(_ context.Context, req agent.Request) ([]api.Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.last = req
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := make([]api.Device, len(s.devices))
+	copy(out, s.devices)
+	return out, nil
+}
+
+func device(id string, shared bool) api.Device {
+	return api.Device{ID: id, Shared: shared, Properties: map[string]string{"DEBUG_ECHO_DESCRIPTION": id}}
+}
+
+type fixture struct {
+	dir   string
+	store gitsync.Store
+	clock *clock
+	echo  *scripted
+}
+
+func newDirFixture(t *testing.T, files map[string]string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		full := filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(content), 0o644))
+	}
+	store, err := gitsync.NewDir(dir)
+	require.NoError(t, err)
+	return &fixture{dir: dir, store: store, clock: newClock(), echo: &scripted{}}
+}
+
+func (f *fixture) agent(t *testing.T, node string, mutate ...func(*agent.Options)) *agent.Agent {
+	t.Helper()
+	opts := agent.Options{
+		Node:              node,
+		Store:             f.store,
+		Handlers:          agent.Builtin{"debugEcho": f.echo},
+		SharedGracePeriod: 5 * time.Minute,
+		LocalGracePeriod:  30 * time.Second,
+		Log:               logr.Discard(),
+		Now:               f.clock.Now,
+	}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	a, err := agent.New(opts)
+	require.NoError(t, err)
+	return a
+}
+
+func (f *fixture) write(t *testing.T, name, content string) {
+	t.Helper()
+	full := filepath.Join(f.dir, filepath.FromSlash(name))
+	require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+	require.NoError(t, os.WriteFile(full, []byte(content), 0o644))
+}
+
+func (f *fixture) read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.dir, filepath.FromSlash(name)))
+	require.NoError(t, err)
+	return string(b)
+}
+
+func ids(t *testing.T, inventory string) map[string][]string {
+	t.Helper()
+	inv, errs := api.ParseInventory("inventory/edge-a.yaml", []byte(inventory), "default")
+	require.Empty(t, errs)
+	out := map[string][]string{}
+	for _, ic := range inv.Spec.Configurations {
+		for _, d := range ic.Devices {
+			out[ic.Namespace+"/"+ic.Name] = append(out[ic.Namespace+"/"+ic.Name], d.ID)
+		}
+	}
+	return out
+}
+
+func TestNodeNameIsValidated(t *testing.T) {
+	for _, bad := range []string{"", "../x", "a/b", "Edge-A", "edge_a", strings.Repeat("a", 254), "-edge"} {
+		t.Run(bad, func(t *testing.T) {
+			_, err := agent.New(agent.Options{Node: bad, Store: &gitsync.Dir{}})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "node name")
+		})
+	}
+	_, err := agent.New(agent.Options{Node: "edge-a.plant-1", Store: &gitsync.Dir{}})
+	require.NoError(t, err)
+}
+
+func TestInventoryFormat(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Handlers = agent.Builtin{"debugEcho": agent.DebugEcho{Shared: true}}
+	})
+	out, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Devices)
+	require.Equal(t, `apiVersion: gitbroker.dev/v1alpha1
+kind: NodeInventory
+metadata:
+  name: edge-a
+spec:
+  configurations:
+  - devices:
+    - id: foo0
+      properties:
+        DEBUG_ECHO_DESCRIPTION: foo0
+      shared: true
+    - id: foo1
+      properties:
+        DEBUG_ECHO_DESCRIPTION: foo1
+      shared: true
+    name: akri-debug-echo
+    namespace: default
+`, f.read(t, "inventory/edge-a.yaml"))
+	require.True(t, a.Ready())
+
+	// The same view writes nothing.
+	before, err := os.Stat(filepath.Join(f.dir, "inventory/edge-a.yaml"))
+	require.NoError(t, err)
+	out, err = a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, out.Commit)
+	after, err := os.Stat(filepath.Join(f.dir, "inventory/edge-a.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, before.ModTime(), after.ModTime())
+}
+
+func TestNoDevicesWritesAnEmptyInventory(t *testing.T) {
+	f := newDirFixture(t, map[string]string{})
+	a := f.agent(t, "edge-a")
+	_, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-a\nspec: {}\n",
+		f.read(t, "inventory/edge-a.yaml"))
+}
+
+func TestDebugEchoAvailabilityAndGracePeriod(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	avail := filepath.Join(t.TempDir(), "availability.txt")
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Handlers = agent.Builtin{"debugEcho": agent.DebugEcho{Shared: true, AvailabilityFile: avail}}
+	})
+	ctx := context.Background()
+	_, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0", "foo1"}}, ids(t, f.read(t, "inventory/edge-a.yaml")))
+
+	require.NoError(t, os.WriteFile(avail, []byte("OFFLINE\n"), 0o644))
+	f.clock.Advance(4 * time.Minute)
+	out, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Devices, "offline for less than the grace period: kept")
+
+	f.clock.Advance(time.Minute)
+	out, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Zero(t, out.Devices, "offline for the whole grace period: removed")
+	require.Empty(t, ids(t, f.read(t, "inventory/edge-a.yaml")))
+
+	require.NoError(t, os.WriteFile(avail, []byte(""), 0o644))
+	out, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Devices)
+}
+
+func TestGracePeriodPerConfiguration(t *testing.T) {
+	cfg := strings.Replace(echoConfig, "  name: akri-debug-echo\n",
+		"  name: akri-debug-echo\n  annotations:\n    gitbroker.dev/offline-grace-period: 10s\n", 1)
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": cfg})
+	a := f.agent(t, "edge-a")
+	ctx := context.Background()
+	f.echo.set(device("foo0", true), device("cam-local", false))
+	_, err := a.Sync(ctx)
+	require.NoError(t, err)
+	f.echo.set()
+	f.clock.Advance(10 * time.Second)
+	out, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Zero(t, out.Devices, "the annotation overrides both defaults")
+
+	// Without the annotation: a local device goes after 30s, a shared one
+	// after 5m.
+	f.write(t, "configurations/echo.yaml", echoConfig)
+	f.echo.set(device("foo0", true), device("cam-local", false))
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	f.echo.set()
+	f.clock.Advance(30 * time.Second)
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0"}}, ids(t, f.read(t, "inventory/edge-a.yaml")))
+	f.clock.Advance(5 * time.Minute)
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ids(t, f.read(t, "inventory/edge-a.yaml")))
+}
+
+func TestHandlerErrorKeepsDevices(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	a := f.agent(t, "edge-a")
+	ctx := context.Background()
+	f.echo.set(device("foo0", true))
+	_, err := a.Sync(ctx)
+	require.NoError(t, err)
+	f.echo.fail(fmt.Errorf("camera network unreachable"))
+	f.clock.Advance(time.Hour)
+	out, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Devices, "an erroring handler does not mean the device vanished")
+}
+
+func TestInvalidConfigurationKeepsDiscovering(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	a := f.agent(t, "edge-a")
+	ctx := context.Background()
+	f.echo.set(device("foo0", true))
+	_, err := a.Sync(ctx)
+	require.NoError(t, err)
+
+	f.write(t, "configurations/echo.yaml", echoConfig+"  bogus: 1\n")
+	f.echo.set(device("foo0", true), device("foo1", true))
+	f.clock.Advance(time.Hour)
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0", "foo1"}}, ids(t, f.read(t, "inventory/edge-a.yaml")),
+		"the last valid version of the file is still discovered")
+
+	// A fresh agent that never saw the file valid keeps the branch's
+	// entries for Configurations it cannot know.
+	fresh := f.agent(t, "edge-a")
+	f.echo.set()
+	_, err = fresh.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0", "foo1"}}, ids(t, f.read(t, "inventory/edge-a.yaml")))
+}
+
+func TestDeletedConfigurationDropsItsDevices(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	a := f.agent(t, "edge-a")
+	ctx := context.Background()
+	f.echo.set(device("foo0", true))
+	_, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(f.dir, "configurations/echo.yaml")))
+	out, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Zero(t, out.Devices)
+}
+
+func TestRestartKeepsDevicesForTheGracePeriod(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	ctx := context.Background()
+	f.echo.set(device("foo0", true), device("foo1", true))
+	_, err := f.agent(t, "edge-a").Sync(ctx)
+	require.NoError(t, err)
+
+	restarted := f.agent(t, "edge-a")
+	f.echo.set(device("foo0", true))
+	out, err := restarted.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Devices, "foo1 was on the branch when the agent started; it gets its grace period")
+	f.clock.Advance(5 * time.Minute)
+	out, err = restarted.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Devices)
+}
+
+func TestDiscoveryRequestCarriesDetailsAndProperties(t *testing.T) {
+	cfg := strings.Replace(echoConfig, "  brokerSpec:\n",
+		"    discoveryProperties:\n    - name: PLANT\n      value: north\n    - name: SECRET\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: k\n  brokerSpec:\n", 1)
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": cfg})
+	a := f.agent(t, "edge-a")
+	_, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "default/akri-debug-echo", f.echo.last.Configuration)
+	require.Equal(t, "descriptions:\n- \"foo0\"\n- \"foo1\"\n", f.echo.last.Details)
+	require.Equal(t, map[string][]byte{"PLANT": []byte("north")}, f.echo.last.Properties)
+}
+
+func TestBadDevicesAreDroppedNotWritten(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	var logs strings.Builder
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Log = funcr.New(func(prefix, args string) { logs.WriteString(args + "\n") }, funcr.Options{})
+	})
+	f.echo.set(
+		api.Device{ID: "ok", Properties: map[string]string{"GOOD": "1", "bad-name": "x"}},
+		api.Device{ID: ""},
+		api.Device{ID: "ok"},
+	)
+	out, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Devices)
+	inv := f.read(t, "inventory/edge-a.yaml")
+	require.Contains(t, inv, "GOOD")
+	require.NotContains(t, inv, "bad-name")
+	require.Contains(t, logs.String(), "dropping a property")
+}
+
+// gitFixture is a fixture on a real git server.
+func newGitFixture(t *testing.T, files map[string]string) (*gitsynctest.Server, *clock) {
+	t.Helper()
+	return gitsynctest.NewServer(t, "main", files), newClock()
+}
+
+func gitStore(t *testing.T, srv *gitsynctest.Server, b gitsync.Backoff) *gitsync.Repository {
+	t.Helper()
+	r, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(b))
+	require.NoError(t, err)
+	return r
+}
+
+var quick = gitsync.Backoff{Initial: 5 * time.Millisecond, Max: 200 * time.Millisecond, MaxAttempts: 100, MaxElapsed: time.Minute}
+
+func TestFlappingDeviceMakesNoCommits(t *testing.T) {
+	srv, clk := newGitFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	echo := &scripted{}
+	a, err := agent.New(agent.Options{
+		Node: "edge-a", Store: gitStore(t, srv, quick), Handlers: agent.Builtin{"debugEcho": echo},
+		SharedGracePeriod: 5 * time.Minute, Log: logr.Discard(), Now: clk.Now,
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	echo.set(device("foo0", true))
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	commits := len(srv.Log())
+
+	// foo0 drops out and comes back every 10 seconds for ten minutes of
+	// cycles: always back within the grace period.
+	for i := 0; i < 60; i++ {
+		if i%2 == 0 {
+			echo.set()
+		} else {
+			echo.set(device("foo0", true))
+		}
+		clk.Advance(10 * time.Second)
+		out, err := a.Sync(ctx)
+		require.NoError(t, err)
+		require.Empty(t, out.Commit)
+	}
+	require.Len(t, srv.Log(), commits, "a flapping device produces no commits")
+	require.Zero(t, srv.Pushes()-1, "and no pushes after the first")
+}
+
+// A person commits to configurations/ between the agent's fetch and its
+// push: the agent's inventory lands on top and the person's change is
+// intact.
+func TestHumanCommitBetweenFetchAndPush(t *testing.T) {
+	srv, clk := newGitFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	echo := &scripted{}
+	a, err := agent.New(agent.Options{
+		Node: "edge-a", Store: gitStore(t, srv, quick), Handlers: agent.Builtin{"debugEcho": echo},
+		Log: logr.Discard(), Now: clk.Now,
+	})
+	require.NoError(t, err)
+	person := "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata:\n  name: by-a-person\nspec:\n  discoveryHandler:\n    name: onvif\n"
+	srv.BeforeNextPush(func() {
+		srv.Commit(map[string]string{"configurations/person.yaml": person}, nil, "a person adds a Configuration")
+	})
+	echo.set(device("foo0", true))
+	out, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Result.Conflicts)
+
+	log := srv.Log()
+	require.Len(t, log, 3)
+	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
+	require.Equal(t, []string{"configurations/person.yaml"}, log[1].Paths)
+	got, _ := srv.File("configurations/person.yaml")
+	require.Equal(t, person, got)
+	inv, _ := srv.File("inventory/edge-a.yaml")
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0"}}, ids(t, inv))
+}
+
+// The server goes away mid-push (after applying it) and stays away for a
+// cycle. The agent keeps its state; when the server returns, the update is
+// there exactly once.
+func TestServerOutageLandsExactlyOnce(t *testing.T) {
+	srv, clk := newGitFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	echo := &scripted{}
+	a, err := agent.New(agent.Options{
+		Node: "edge-a", Handlers: agent.Builtin{"debugEcho": echo}, Log: logr.Discard(), Now: clk.Now,
+		Store: gitStore(t, srv, gitsync.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Minute}),
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	echo.set(device("foo0", true))
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+
+	// The push is applied, the connection dropped, and the server is down
+	// for the retries of this cycle.
+	echo.set(device("foo0", true), device("foo1", true))
+	srv.DropNextPushes(1)
+	go func() {
+		for srv.Pushes() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		srv.SetDown(true)
+	}()
+	_, err = a.Sync(ctx)
+	require.Error(t, err)
+	require.False(t, a.Ready())
+
+	srv.SetDown(false)
+	out, err := a.Sync(ctx)
+	require.NoError(t, err)
+	require.Empty(t, out.Commit, "the dropped push had landed; nothing is pushed twice")
+	require.True(t, a.Ready())
+	touched := 0
+	for _, e := range srv.Log() {
+		if len(e.Paths) == 1 && e.Paths[0] == "inventory/edge-a.yaml" {
+			touched++
+		}
+	}
+	require.Equal(t, 2, touched, "two updates, two commits")
+	inv, _ := srv.File("inventory/edge-a.yaml")
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0", "foo1"}}, ids(t, inv))
+
+	// A cycle that fails with the server down entirely keeps the update
+	// for the next one.
+	echo.set(device("foo2", true))
+	srv.SetDown(true)
+	_, err = a.Sync(ctx)
+	require.Error(t, err)
+	srv.SetDown(false)
+	clk.Advance(10 * time.Minute)
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	inv, _ = srv.File("inventory/edge-a.yaml")
+	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo2"}}, ids(t, inv))
+}
