@@ -52,6 +52,11 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// CycleTimeout bounds one cycle (fetch, discovery, write).
+	CycleTimeout time.Duration
+	// ShutdownGrace is how long a cycle in flight may go on after Run's
+	// context ends.
+	ShutdownGrace time.Duration
 }
 
 // Agent keeps one node's inventory in step with what its handlers see.
@@ -110,6 +115,12 @@ func New(opts Options) (*Agent, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.CycleTimeout <= 0 {
+		opts.CycleTimeout = 5 * time.Minute
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 20 * time.Second
+	}
 	if opts.Author.Name == "" {
 		opts.Author = gitsync.Signature{Name: "gitbroker-agent", Email: "agent@gitbroker.dev"}
 	}
@@ -140,13 +151,20 @@ func (a *Agent) Ready() bool { return a.ready.Load() }
 func (a *Agent) LastCycle() time.Time { return time.Unix(0, a.last.Load()) }
 
 // Run cycles until ctx ends. A failed cycle is logged and retried at the
-// next tick; the agent's state survives it, so nothing is dropped.
+// next tick; the agent's state survives it, so nothing is dropped. When
+// ctx ends during a cycle, the cycle may finish its write for up to
+// ShutdownGrace, so a SIGTERM right after a device changed still lands it.
 func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.opts.Interval)
 	defer t.Stop()
 	for {
-		if _, err := a.Sync(ctx); err != nil && ctx.Err() == nil {
-			a.opts.Log.Error(err, "cycle failed; will retry", "node", a.opts.Node)
+		cycle, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.CycleTimeout)
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(a.opts.ShutdownGrace, cancel) })
+		_, err := a.Sync(cycle)
+		stop()
+		cancel()
+		if err != nil {
+			a.opts.Log.Error(err, "cycle failed; will retry")
 		}
 		select {
 		case <-ctx.Done():
@@ -232,7 +250,7 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 	}
 	a.ready.Store(true)
 	out.Commit = res.Commit
-	a.opts.Log.Info("inventory written", "node", a.opts.Node, "devices", count,
+	a.opts.Log.Info("inventory written", "devices", count,
 		"commit", res.Commit, "attempts", res.Attempts, "conflicts", res.Conflicts, "retries", res.Retries,
 		"duration", res.Elapsed.String())
 	return out, nil

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,21 +55,23 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitInvalid, err: fmt.Errorf("%w\n\n%s", err, c.UsageString())}
 	})
-	root.AddCommand(newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand())
+	root.AddCommand(newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand(), newAgentCommand())
 	return root
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// run executes the command line; the daemons stop when ctx ends (or on
+// SIGTERM).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// A plan of a large fleet has tens of thousands of lines: write them in blocks.
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	root := newRootCommand(out, stderr)
 	root.SetArgs(args)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -36,7 +37,7 @@ func demoFile(t *testing.T, p string) string {
 func gitbroker(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := run(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/logger"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+)
+
+// Flag names of the agent.
+const (
+	flagNode                   = "node"
+	flagInterval               = "interval"
+	flagGracePeriod            = "grace-period"
+	flagLocalGracePeriod       = "local-grace-period"
+	flagOnce                   = "once"
+	flagDiscoveryHandlersDir   = "discovery-handlers-dir"
+	flagUdevRoot               = "udev-root"
+	flagDebugEchoShared        = "debug-echo-shared"
+	flagDebugEchoAvailability  = "debug-echo-availability-file"
+	flagAuthorName             = "git-author-name"
+	flagAuthorEmail            = "git-author-email"
+	flagShutdownGrace          = "shutdown-grace"
+	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
+)
+
+// agentOptions are the agent's flags, one struct per concern.
+type agentOptions struct {
+	Git       gitsync.Options
+	Endpoints endpointOptions
+	Log       logger.Options
+
+	Dir                   string
+	Node                  string
+	Interval              time.Duration
+	GracePeriod           time.Duration
+	LocalGracePeriod      time.Duration
+	Once                  bool
+	DiscoveryHandlersDir  string
+	UdevRoot              string
+	DebugEchoShared       bool
+	DebugEchoAvailability string
+	AuthorName            string
+	AuthorEmail           string
+	ShutdownGrace         time.Duration
+}
+
+func (o *agentOptions) BindFlags(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	o.Git.BindFlags(fs)
+	o.Endpoints.BindFlags(fs)
+	o.Log.BindFlags(fs)
+	fs.StringVar(&o.Dir, flagDir, "", "Write to this work tree instead of a remote (no commit is made; for development).")
+	fs.StringVar(&o.Node, flagNode, os.Getenv("NODE_NAME"), "This node's name (default $NODE_NAME); names inventory/<node>.yaml.")
+	fs.DurationVar(&o.Interval, flagInterval, agent.DefaultInterval, "Time between discovery cycles.")
+	fs.DurationVar(&o.GracePeriod, flagGracePeriod, agent.DefaultSharedGracePeriod, "How long a vanished shared device stays in the inventory (Akri's default is 5m).")
+	fs.DurationVar(&o.LocalGracePeriod, flagLocalGracePeriod, agent.DefaultLocalGracePeriod, "How long a vanished local (unshared) device stays in the inventory.")
+	fs.BoolVar(&o.Once, flagOnce, false, "Run one cycle and exit (exit 1 if it failed).")
+	dhDir := os.Getenv(registrationSocketEnvLabel)
+	if dhDir == "" {
+		dhDir = agent.DefaultDiscoveryHandlersDirectory
+	}
+	fs.StringVar(&o.DiscoveryHandlersDir, flagDiscoveryHandlersDir, dhDir, "Folder of Akri's registration socket ("+agent.RegistrationSocketName+"), where discovery handlers register; $"+registrationSocketEnvLabel+" sets the default. Empty disables it.")
+	fs.StringVar(&o.UdevRoot, flagUdevRoot, "/", "Root under which the udev handler reads sys/ and run/udev/data.")
+	fs.BoolVar(&o.DebugEchoShared, flagDebugEchoShared, true, "Mark debugEcho devices shared, as Akri's DEBUG_ECHO_INSTANCES_SHARED does.")
+	fs.StringVar(&o.DebugEchoAvailability, flagDebugEchoAvailability, agent.DebugEchoAvailabilityFile, "debugEcho devices vanish while this file contains OFFLINE.")
+	fs.StringVar(&o.AuthorName, flagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
+	fs.StringVar(&o.AuthorEmail, flagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
+	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
+}
+
+func newAgentCommand() *cobra.Command {
+	o := &agentOptions{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Discover this node's devices and keep inventory/<node>.yaml in git up to date",
+		Long: `The agent runs on every edge node (a DaemonSet). Each cycle it reads the Configurations at the
+branch head, runs the discovery handlers they name (debugEcho, udev, and any Akri handler that
+registers on the registration socket), and commits inventory/<node>.yaml when what the node sees
+has changed. A vanished device stays for a grace period, so a flapping device writes nothing.
+
+It serves /healthz and /readyz (--health-addr) and Prometheus metrics (--metrics-addr), logs
+structured lines to stderr, and on SIGTERM finishes the write in flight and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd, o) },
+	}
+	o.BindFlags(cmd)
+	return cmd
+}
+
+func runAgent(cmd *cobra.Command, o *agentOptions) error {
+	if err := agent.ValidateNodeName(o.Node); err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	if (o.Dir == "") == (o.Git.URL == "") {
+		return exitf(exitInvalid, "give exactly one of --%s and --%s", gitsync.FlagGit, flagDir)
+	}
+	log := logger.NewLogger(o.Log).WithValues("node", o.Node)
+
+	var store gitsync.Store
+	where := o.Dir
+	if o.Dir != "" {
+		dir, err := gitsync.NewDir(o.Dir)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		store = dir
+	} else {
+		repo, err := o.Git.Open()
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		store, where = repo, fmt.Sprintf("%s (branch %s)", repo.URL(), repo.Branch())
+	}
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	// The registry wakes the agent when a handler reports; the agent is
+	// built after the registry, so the hook reads it atomically.
+	var current atomic.Pointer[agent.Agent]
+	akri := agent.NewAkriRegistry(log.WithName("akri"), func() {
+		if a := current.Load(); a != nil {
+			a.Notify()
+		}
+	})
+	handlers := agent.Sources{akri, agent.Builtin{
+		agent.DebugEchoName: agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability},
+		agent.UdevName:      agent.Udev{Root: o.UdevRoot},
+	}}
+	a, err := agent.New(agent.Options{
+		Node:              o.Node,
+		Store:             store,
+		Handlers:          handlers,
+		Interval:          o.Interval,
+		SharedGracePeriod: o.GracePeriod,
+		LocalGracePeriod:  o.LocalGracePeriod,
+		Author:            gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
+		Log:               log,
+		Metrics:           agent.NewMetrics(reg),
+		ShutdownGrace:     o.ShutdownGrace,
+	})
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	current.Store(a)
+
+	if o.Once {
+		out, err := a.Sync(ctx)
+		if err != nil {
+			log.Error(err, "cycle failed")
+			return &exitError{code: exitRefused, err: err, silent: true}
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d device(s)", api.InventoryPath(o.Node), out.Devices)
+		if out.Commit != "" {
+			fmt.Fprintf(cmd.OutOrStdout(), ", committed %s", out.Commit)
+		}
+		fmt.Fprintln(cmd.OutOrStdout())
+		return nil
+	}
+
+	started := time.Now()
+	stall := 3*o.Interval + 5*time.Minute
+	metricsAddr, healthAddr, err := serveEndpoints(ctx, log, o.Endpoints, reg, probes{
+		healthy: func() error {
+			last := a.LastCycle()
+			if last.Before(started) {
+				last = started
+			}
+			if time.Since(last) > stall {
+				return fmt.Errorf("no cycle has finished for %s", time.Since(last).Round(time.Second))
+			}
+			return nil
+		},
+		ready: func() error {
+			if !a.Ready() {
+				return errors.New("the inventory on the branch is not in step yet")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+
+	done := make(chan error, 1)
+	if o.DiscoveryHandlersDir != "" {
+		sock := filepath.Join(o.DiscoveryHandlersDir, agent.RegistrationSocketName)
+		go func() { done <- akri.Serve(ctx, sock) }()
+		log.Info("serving Akri's discovery-handler registration", "socket", sock)
+	} else {
+		close(done)
+	}
+	log.Info("agent started", "store", where, "interval", o.Interval.String(),
+		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
+	runErr := a.Run(ctx)
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		log.Error(err, "registration server stopped")
+	}
+	log.Info("agent stopped")
+	return runErr
+}

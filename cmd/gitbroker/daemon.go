@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+)
+
+// Flag names of the daemons' endpoints.
+const (
+	flagMetricsAddr = "metrics-addr"
+	flagHealthAddr  = "health-addr"
+)
+
+// endpointOptions are where a daemon serves metrics and probes, with
+// Flux's controllers' defaults.
+type endpointOptions struct {
+	MetricsAddr string
+	HealthAddr  string
+}
+
+func (o *endpointOptions) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, flagMetricsAddr, ":8080", "Address the Prometheus metrics endpoint (/metrics) binds to; empty disables it.")
+	fs.StringVar(&o.HealthAddr, flagHealthAddr, ":9440", "Address the probes (/healthz, /readyz) bind to; empty disables them.")
+}
+
+// probes answer /healthz and /readyz.
+type probes struct {
+	healthy func() error
+	ready   func() error
+}
+
+// serveEndpoints starts the metrics and probe servers and stops them when
+// ctx ends. It returns once both listen, with their addresses (useful
+// when binding port 0).
+func serveEndpoints(ctx context.Context, log logr.Logger, o endpointOptions, reg *prometheus.Registry, p probes) (metricsAddr, healthAddr string, err error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	start := func(addr string, h http.Handler) (string, error) {
+		if addr == "" {
+			return "", nil
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "endpoint server stopped", "addr", lis.Addr().String())
+			}
+		}()
+		go func() {
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		}()
+		return lis.Addr().String(), nil
+	}
+	metrics := http.NewServeMux()
+	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if metricsAddr, err = start(o.MetricsAddr, metrics); err != nil {
+		return "", "", err
+	}
+	health := http.NewServeMux()
+	check := func(f func() error) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if err := f(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}
+	}
+	health.Handle("/healthz", check(p.healthy))
+	health.Handle("/readyz", check(p.ready))
+	if healthAddr, err = start(o.HealthAddr, health); err != nil {
+		return "", "", err
+	}
+	return metricsAddr, healthAddr, nil
+}

@@ -1,0 +1,81 @@
+package gitsync
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Flag names for a remote; every daemon that writes to git takes them.
+const (
+	FlagGit                  = "git"
+	FlagBranch               = "branch"
+	FlagUsername             = "git-username"
+	FlagPasswordFile         = "git-password-file"
+	FlagTokenFile            = "git-token-file"
+	FlagSSHKeyFile           = "ssh-key-file"
+	FlagSSHKeyPassphraseFile = "ssh-key-passphrase-file"
+	FlagSSHKnownHostsFile    = "ssh-known-hosts-file"
+	FlagPushAttempts         = "push-attempts"
+	FlagPushTimeout          = "push-timeout"
+)
+
+// Options are the command-line settings of a remote branch. Secrets come
+// from files (a mounted Secret), never from flag values, so they do not
+// show in process listings.
+type Options struct {
+	URL                  string
+	Branch               string
+	Username             string
+	PasswordFile         string
+	TokenFile            string
+	SSHKeyFile           string
+	SSHKeyPassphraseFile string
+	SSHKnownHostsFile    string
+	PushAttempts         int
+	PushTimeout          time.Duration
+}
+
+// BindFlags registers the options' flags.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.URL, FlagGit, "", "Git repository URL (https://, http://, ssh:// or git@host:path).")
+	fs.StringVar(&o.Branch, FlagBranch, "main", "Branch to read and write.")
+	fs.StringVar(&o.Username, FlagUsername, "", "HTTPS user name (for a token used as a password, any name the host accepts).")
+	fs.StringVar(&o.PasswordFile, FlagPasswordFile, "", "File holding the HTTPS password or access token, sent with basic auth.")
+	fs.StringVar(&o.TokenFile, FlagTokenFile, "", "File holding an HTTPS bearer token.")
+	fs.StringVar(&o.SSHKeyFile, FlagSSHKeyFile, "", "File holding the SSH private key (PEM or OpenSSH format).")
+	fs.StringVar(&o.SSHKeyPassphraseFile, FlagSSHKeyPassphraseFile, "", "File holding the SSH key's passphrase, if it has one.")
+	fs.StringVar(&o.SSHKnownHostsFile, FlagSSHKnownHostsFile, "", "known_hosts file the SSH server's key must match (required for SSH).")
+	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
+	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
+}
+
+// Open returns the Repository the options describe.
+func (o *Options) Open(extra ...Option) (*Repository, error) {
+	if o.URL == "" {
+		return nil, errors.New("--" + FlagGit + " is required")
+	}
+	auth, err := LoadAuthFiles(o.Username, o.PasswordFile, o.TokenFile, o.SSHKeyFile, o.SSHKnownHostsFile)
+	if err != nil {
+		return nil, err
+	}
+	if o.SSHKeyPassphraseFile != "" {
+		b, err := os.ReadFile(o.SSHKeyPassphraseFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading credentials file: %w", err)
+		}
+		auth.SSHKeyPassphrase = strings.TrimRight(string(b), "\r\n")
+	}
+	b := DefaultBackoff
+	if o.PushAttempts > 0 {
+		b.MaxAttempts = o.PushAttempts
+	}
+	if o.PushTimeout > 0 {
+		b.MaxElapsed = o.PushTimeout
+	}
+	return New(o.URL, o.Branch, append([]Option{WithAuth(auth), WithBackoff(b)}, extra...)...)
+}
