@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin/gitbroker
 PKGS := ./...
 
-.PHONY: all build test demo bench bench-cli vet fmt fmt-check fuzz golden clean
+.PHONY: all build test demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -17,10 +17,16 @@ test: fmt-check vet
 demo:
 	$(GO) run ./cmd/gitbroker demo
 
-# Benchmarks: the full render of a 10,000-device fleet and the re-render after one change.
+# Benchmarks: the full render of a 10,000-device fleet and the re-render after one change; one
+# changed file committed and pushed on a 50,000-file branch; 50 agents pushing at once.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x ./render/
 	$(MAKE) bench-cli
+	$(MAKE) bench-git
+
+bench-git:
+	$(GO) test -run '^$$' -bench UpdateOneFileIn50k -benchmem -benchtime 50x ./gitsync/
+	$(GO) test -count=1 -run TestConcurrentAgents -v ./agent/ | grep -E 'agents x|^(ok|FAIL)'
 
 # The command on the same fleet written to a new directory: read 1,020 inputs, render, write
 # 16,686 files, then check them.
@@ -48,6 +54,12 @@ fuzz:
 # Rewrite the golden files under fixtures/ from the current renderer.
 golden:
 	$(GO) test ./render/ -run TestGolden -update
+
+# Regenerate agent/akripb from discovery.proto (needs protoc: apt-get install protobuf-compiler).
+generate:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	PATH=$(CURDIR)/bin:$$PATH $(GO) generate ./agent/akripb/
 
 clean:
 	rm -rf bin

@@ -18,6 +18,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
 )
 
 const echoConfig = `apiVersion: akri.sh/v0
@@ -518,4 +519,61 @@ func TestServerOutageLandsExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 	inv, _ = srv.File("inventory/edge-a.yaml")
 	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo2"}}, ids(t, inv))
+}
+
+// What the agent writes is what the renderer reads: debugEcho and udev
+// inventories render into broker Pods without errors.
+func TestInventoryRenders(t *testing.T) {
+	udevConfig := `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: akri-udev-video
+spec:
+  discoveryHandler:
+    name: udev
+    discoveryDetails: |+
+      udevRules:
+      - 'KERNEL=="video[0-9]*"'
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: ghcr.io/project-akri/akri/udev-video-broker:latest
+`
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig, "configurations/udev.yaml": udevConfig})
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Handlers = agent.Builtin{
+			"debugEcho": agent.DebugEcho{Shared: true},
+			"udev":      agent.Udev{Root: fakeSysfs(t)},
+		}
+	})
+	out, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 4, out.Devices)
+
+	files := render.Tree{}
+	snap, err := f.store.Snapshot(context.Background())
+	require.NoError(t, err)
+	all, err := snap.Files("")
+	require.NoError(t, err)
+	for k, v := range all {
+		files[k] = v
+	}
+	res := render.Render(render.Request{Files: files})
+	require.Empty(t, res.Errors)
+	pods := 0
+	for _, p := range res.Files.Paths() {
+		if strings.Contains(p, "/pod-") {
+			pods++
+		}
+	}
+	require.Equal(t, 4, pods, "one broker Pod per device")
+	var udevPod string
+	for _, p := range res.Files.Paths() {
+		if strings.Contains(p, "akri-udev-video/pod-") {
+			udevPod = string(res.Files[p])
+		}
+	}
+	require.Contains(t, udevPod, "value: /dev/video")
+	require.Contains(t, udevPod, "name: UDEV_DEVPATH")
 }
