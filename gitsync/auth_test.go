@@ -86,6 +86,22 @@ func TestHTTPBasicAuth(t *testing.T) {
 	}
 }
 
+func TestHTTPBearerToken(t *testing.T) {
+	const token = "ghs-T0ken-0123456789"
+	srv := gitsynctest.NewServer(t, "main", seed(), gitsynctest.WithToken(token))
+	up := write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 11\n"})
+	r := open(t, srv, gitsync.WithAuth(gitsync.Auth{Token: token}))
+	_, err := r.Update(context.Background(), up)
+	require.NoError(t, err)
+	got, _ := srv.File("inventory/edge-a.yaml")
+	require.Equal(t, "a: 11\n", got)
+
+	r = open(t, srv, gitsync.WithAuth(gitsync.Auth{Token: "ghs-Wr0ng-9876543210"}))
+	_, err = r.Update(context.Background(), up)
+	require.ErrorContains(t, err, "authentication required")
+	require.NotContains(t, err.Error(), "ghs-Wr0ng-9876543210")
+}
+
 func TestAuthConfigurationErrors(t *testing.T) {
 	cases := map[string]struct {
 		url  string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -34,11 +35,12 @@ type Repository struct {
 	depth       int
 	backoff     Backoff
 	pushOptions map[string]string
-	resetEvery  int
+	resetFactor int
 
-	mu      sync.Mutex
-	repo    *git.Repository
-	fetches int
+	mu       sync.Mutex
+	repo     *git.Repository
+	storage  *memory.Storage
+	baseline int
 }
 
 var _ Store = &Repository{}
@@ -112,11 +114,12 @@ func WithPushOptions(opts map[string]string) Option {
 	return func(r *Repository) error { r.pushOptions = opts; return nil }
 }
 
-// WithResetEvery starts from an empty object store after n fetches, so a
-// long-running writer does not accumulate every commit it ever saw. The
-// default is 50; 0 never resets.
-func WithResetEvery(n int) Option {
-	return func(r *Repository) error { r.resetEvery = n; return nil }
+// WithResetAfterGrowth starts from an empty object store once it holds
+// factor times the objects it held right after its first fetch, so a
+// long-running writer does not keep every commit it ever saw, while small
+// updates never cost a fresh clone. The default is 3; 0 never resets.
+func WithResetAfterGrowth(factor int) Option {
+	return func(r *Repository) error { r.resetFactor = factor; return nil }
 }
 
 // New returns a Repository for branch at url. It does not connect until
@@ -126,10 +129,10 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 		return nil, errors.New("no branch given")
 	}
 	r := &Repository{
-		branch:     plumbing.NewBranchReferenceName(branch),
-		depth:      1,
-		backoff:    DefaultBackoff,
-		resetEvery: 50,
+		branch:      plumbing.NewBranchReferenceName(branch),
+		depth:       1,
+		backoff:     DefaultBackoff,
+		resetFactor: 3,
 	}
 	r.url = url
 	for _, o := range opts {
@@ -171,6 +174,38 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 	return snapshotOf(c)
 }
 
+// SnapshotAt returns the files at commit. A commit older than the fetched
+// depth is fetched with the branch's full history first; a commit that is
+// not on the branch is an error.
+func (r *Repository) SnapshotAt(ctx context.Context, commit string) (Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := plumbing.NewHash(commit)
+	if len(commit) != 40 || h.String() != strings.ToLower(commit) {
+		return nil, fmt.Errorf("%q is not a full commit hash", commit)
+	}
+	if r.repo == nil {
+		if _, err := r.fetch(ctx); err != nil {
+			return nil, r.redact.wrap(err)
+		}
+	}
+	c, err := r.repo.CommitObject(h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		depth := r.depth
+		r.depth = math.MaxInt32 // deepen to the whole history once
+		_, err = r.fetch(ctx)
+		r.depth = depth
+		if err != nil {
+			return nil, r.redact.wrap(err)
+		}
+		c, err = r.repo.CommitObject(h)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s of %s: %w", commit, r.branch.Short(), err)
+	}
+	return snapshotOf(c)
+}
+
 func snapshotOf(c *object.Commit) (Snapshot, error) {
 	if c == nil {
 		return &treeSnapshot{}, nil
@@ -185,17 +220,17 @@ func snapshotOf(c *object.Commit) (Snapshot, error) {
 // fetch brings the branch head into the object store. A branch that does
 // not exist yet gives a nil commit.
 func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
-	if r.repo == nil || (r.resetEvery > 0 && r.fetches >= r.resetEvery) {
-		repo, err := git.Init(memory.NewStorage(), nil)
+	if r.repo == nil || (r.resetFactor > 0 && len(r.storage.Objects) > r.resetFactor*r.baseline+1000) {
+		storage := memory.NewStorage()
+		repo, err := git.Init(storage, nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating object store: %w", err)
 		}
 		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
 			return nil, fmt.Errorf("configuring remote: %w", err)
 		}
-		r.repo, r.fetches = repo, 0
+		r.repo, r.storage, r.baseline = repo, storage, -1
 	}
-	r.fetches++
 	spec := config.RefSpec(fmt.Sprintf("+%s:%s", r.branch, r.remoteRef()))
 	err := r.repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
@@ -210,9 +245,15 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
 	case errors.Is(err, transport.ErrEmptyRemoteRepository), errors.As(err, &noRef):
 		_ = r.repo.Storer.RemoveReference(r.remoteRef())
+		if r.baseline < 0 {
+			r.baseline = 0
+		}
 		return nil, nil
 	default:
 		return nil, fmt.Errorf("fetching %s from %s: %w", r.branch.Short(), r.URL(), err)
+	}
+	if r.baseline < 0 {
+		r.baseline = len(r.storage.Objects)
 	}
 	ref, err := r.repo.Reference(r.remoteRef(), true)
 	if err != nil {

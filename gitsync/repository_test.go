@@ -314,3 +314,34 @@ func TestServerSideCompareAndSwap(t *testing.T) {
 	require.Equal(t, []string{"inventory/edge-a.yaml"}, log[0].Paths)
 	require.Equal(t, []string{"configurations/late.yaml"}, log[1].Paths)
 }
+
+func TestSnapshotAtAnOlderCommit(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	first := srv.Head()
+	second := srv.Commit(map[string]string{"inventory/edge-a.yaml": "a: 2\n"}, nil, "second")
+	srv.Commit(map[string]string{"inventory/edge-a.yaml": "a: 3\n"}, nil, "third")
+	r := open(t, srv)
+	ctx := context.Background()
+	head, err := r.Snapshot(ctx)
+	require.NoError(t, err)
+	b, err := head.ReadFile("inventory/edge-a.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "a: 3\n", string(b))
+
+	for commit, want := range map[string]string{first: "a: 1\n", second: "a: 2\n"} {
+		snap, err := r.SnapshotAt(ctx, commit)
+		require.NoError(t, err)
+		require.Equal(t, commit, snap.Commit())
+		b, err := snap.ReadFile("inventory/edge-a.yaml")
+		require.NoError(t, err)
+		require.Equal(t, want, string(b))
+	}
+	_, err = r.SnapshotAt(ctx, strings.Repeat("ab", 20))
+	require.ErrorContains(t, err, "reading commit")
+	_, err = r.SnapshotAt(ctx, "HEAD")
+	require.ErrorContains(t, err, "not a full commit hash")
+
+	// Writing still works after the history was deepened.
+	_, err = r.Update(ctx, write([]string{"inventory/edge-b.yaml"}, map[string]string{"inventory/edge-b.yaml": "b: 2\n"}))
+	require.NoError(t, err)
+}

@@ -33,6 +33,7 @@ type Server struct {
 	http     *httptest.Server
 	user     string
 	password string
+	token    string
 
 	down        atomic.Bool
 	dropPushes  atomic.Int32
@@ -46,6 +47,11 @@ type Option func(*Server)
 // WithAuth requires HTTP basic auth.
 func WithAuth(user, password string) Option {
 	return func(s *Server) { s.user, s.password = user, password }
+}
+
+// WithToken requires an "Authorization: Bearer" token.
+func WithToken(token string) Option {
+	return func(s *Server) { s.token = token }
 }
 
 // NewServer starts a server on loopback whose repository holds files on
@@ -85,12 +91,15 @@ func Init(t testing.TB, bare, branch string) {
 func (s *Server) Stop() { s.http.Close() }
 
 func (s *Server) auth(next http.Handler) http.Handler {
-	if s.user == "" && s.password == "" {
+	if s.user == "" && s.password == "" && s.token == "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, p, ok := r.BasicAuth()
-		if !ok || u != s.user || p != s.password {
+		u, p, basic := r.BasicAuth()
+		bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		okBasic := basic && (s.user != "" || s.password != "") && u == s.user && p == s.password
+		okBearer := hasBearer && s.token != "" && bearer == s.token
+		if !okBasic && !okBearer {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
