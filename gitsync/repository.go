@@ -37,10 +37,11 @@ type Repository struct {
 	pushOptions map[string]string
 	resetFactor int
 
-	mu       sync.Mutex
-	repo     *git.Repository
-	storage  *memory.Storage
-	baseline int
+	mu         sync.Mutex
+	contention int
+	repo       *git.Repository
+	storage    *memory.Storage
+	baseline   int
 }
 
 var _ Store = &Repository{}
@@ -266,6 +267,9 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	return c, nil
 }
 
+// maxContention caps the contention carried between writes.
+const maxContention = 8
+
 // errConflict means the branch moved between the fetch and the push.
 var errConflict = errors.New("branch moved since it was fetched")
 
@@ -280,7 +284,24 @@ func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) 
 	var res Result
 	finish := func(err error) (Result, error) {
 		res.Elapsed = time.Since(start)
+		// Contention carries over into the next write and decays by one
+		// per write without conflicts: a writer that keeps landing backs
+		// off like the ones it keeps beating, so none of them starves.
+		switch {
+		case res.Conflicts > 0:
+			r.contention = min(r.contention+res.Conflicts, maxContention)
+		case r.contention > 0:
+			r.contention--
+		}
 		return res, r.redact.wrap(err)
+	}
+	// A writer that met contention on its last write waits before its
+	// first attempt too, so writers that keep landing leave room for
+	// the ones still backing off.
+	if r.contention > 0 {
+		if err := sleep(ctx, r.backoff.delay(r.contention-1)); err != nil {
+			return finish(err)
+		}
 	}
 	for n := 0; ; n++ {
 		err := r.attempt(ctx, fn, &res)
@@ -296,13 +317,20 @@ func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) 
 		} else {
 			res.Retries++
 		}
-		t := time.NewTimer(r.backoff.delay(n))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return finish(fmt.Errorf("updating %s: %w (last error: %v)", r.branch.Short(), ctx.Err(), err))
-		case <-t.C:
+		if serr := sleep(ctx, r.backoff.delay(max(n, r.contention))); serr != nil {
+			return finish(fmt.Errorf("%w (last error: %v)", serr, err))
 		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("waiting to retry: %w", ctx.Err())
+	case <-t.C:
+		return nil
 	}
 }
 
