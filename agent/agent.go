@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -279,7 +281,7 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 	}
 	unsure := false
 	out := map[string]*api.ParsedConfiguration{}
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		if !api.IsConfigurationPath(name) {
 			continue
 		}
@@ -342,7 +344,7 @@ func (a *Agent) loadInventory(head gitsync.Snapshot) error {
 func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConfiguration) {
 	now := a.opts.Now()
 	wanted := map[string]bool{}
-	for _, key := range sortedKeys(configs) {
+	for _, key := range slices.Sorted(maps.Keys(configs)) {
 		c := configs[key]
 		name := c.Spec.DiscoveryHandler.Name
 		h, ok := a.opts.Handlers.Handler(name)
@@ -471,7 +473,7 @@ func (a *Agent) inventory(head gitsync.Snapshot, configs map[string]*api.ParsedC
 		}
 		ns, name, _ := strings.Cut(key, "/")
 		ic := api.InventoryConfiguration{Name: name, Namespace: ns}
-		for _, id := range sortedKeys(m) {
+		for _, id := range slices.Sorted(maps.Keys(m)) {
 			ic.Devices = append(ic.Devices, normalize(m[id].device))
 		}
 		count += len(ic.Devices)
@@ -490,7 +492,7 @@ func (a *Agent) inventory(head gitsync.Snapshot, configs map[string]*api.ParsedC
 			}
 		}
 	}
-	for _, key := range sortedKeys(entries) {
+	for _, key := range slices.Sorted(maps.Keys(entries)) {
 		inv.Spec.Configurations = append(inv.Spec.Configurations, entries[key])
 	}
 	counts := map[[2]string]int{}
@@ -538,13 +540,4 @@ func properties(c *api.ParsedConfiguration) map[string][]byte {
 		out[p.Name] = []byte(*p.Value)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

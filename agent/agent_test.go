@@ -152,15 +152,7 @@ func (f *fixture) read(t *testing.T, name string) string {
 
 func ids(t *testing.T, inventory string) map[string][]string {
 	t.Helper()
-	inv, errs := api.ParseInventory("inventory/edge-a.yaml", []byte(inventory), "default")
-	require.Empty(t, errs)
-	out := map[string][]string{}
-	for _, ic := range inv.Spec.Configurations {
-		for _, d := range ic.Devices {
-			out[ic.Namespace+"/"+ic.Name] = append(out[ic.Namespace+"/"+ic.Name], d.ID)
-		}
-	}
-	return out
+	return idsOf(t, "edge-a", inventory)
 }
 
 func TestNodeNameIsValidated(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -156,7 +158,7 @@ func (r *AkriRegistry) Retain(keys map[string]bool) {
 func (r *AkriRegistry) Registered() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return sortedKeys(r.handlers)
+	return slices.Sorted(maps.Keys(r.handlers))
 }
 
 func (r *AkriRegistry) deregister(h *akriHandler, err error) {

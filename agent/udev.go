@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -79,10 +81,11 @@ func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
 	// Group children under their top-most matched ancestor when asked,
 	// as Akri's groupRecursive does.
 	groups := map[string][]*udevDevice{}
-	for _, path := range sortedKeys(matched) {
+	paths := slices.Sorted(maps.Keys(matched))
+	for _, path := range paths {
 		id := path
 		if details.GroupRecursive {
-			for _, other := range sortedKeys(matched) {
+			for _, other := range paths {
 				if strings.HasPrefix(path, other+"/") && len(other) < len(id) {
 					id = other
 				}
@@ -91,7 +94,7 @@ func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
 		groups[id] = append(groups[id], matched[path])
 	}
 	devices := make([]api.Device, 0, len(groups))
-	for _, id := range sortedKeys(groups) {
+	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		dev := api.Device{ID: id, Properties: map[string]string{UdevDevpath: id}}
 		for i, d := range groups[id] {
 			if d.devnode == "" {
@@ -395,7 +398,7 @@ func readUdevData(root string, d *udevDevice) {
 			tags[line[2:]] = true
 		}
 	}
-	d.tags = sortedKeys(tags)
+	d.tags = slices.Sorted(maps.Keys(tags))
 }
 
 func linkBase(p string) string {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,7 +100,7 @@ func (b *commitBuilder) rewrite(tree *object.Tree, prefix string, edits map[stri
 		}
 	}
 	sub := make(map[string]map[string][]byte)
-	for _, name := range sortedKeys(edits) {
+	for _, name := range slices.Sorted(maps.Keys(edits)) {
 		content := edits[name]
 		dir, rest, nested := strings.Cut(name, "/")
 		if nested {
@@ -125,7 +127,7 @@ func (b *commitBuilder) rewrite(tree *object.Tree, prefix string, edits map[stri
 		}
 		entries[name] = object.TreeEntry{Name: name, Mode: mode, Hash: h}
 	}
-	for _, dir := range sortedKeys(sub) {
+	for _, dir := range slices.Sorted(maps.Keys(sub)) {
 		var child *object.Tree
 		if old, ok := entries[dir]; ok {
 			if old.Mode != filemode.Dir {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -64,7 +66,7 @@ func (d *Dir) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
 		},
 		func(dir string) ([]string, error) {
 			files, err := snap.Files(dir)
-			return sortedKeys(files), err
+			return slices.Sorted(maps.Keys(files)), err
 		},
 		sum,
 	)
@@ -75,7 +77,7 @@ func (d *Dir) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
 		res.Elapsed = time.Since(start)
 		return res, ErrNoChanges
 	}
-	for _, name := range sortedKeys(edits) {
+	for _, name := range slices.Sorted(maps.Keys(edits)) {
 		full := filepath.Join(d.root, filepath.FromSlash(name))
 		if edits[name] == nil {
 			if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {

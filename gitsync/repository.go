@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -422,7 +424,7 @@ func (r *Repository) push(ctx context.Context, old, commit plumbing.Hash, object
 			return &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
 		}
 		_ = req.Capabilities.Set(capability.PushOptions)
-		for _, k := range sortedKeys(r.pushOptions) {
+		for _, k := range slices.Sorted(maps.Keys(r.pushOptions)) {
 			req.Options = append(req.Options, &packp.Option{Key: k, Value: r.pushOptions[k]})
 		}
 	}

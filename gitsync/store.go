@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
 	"strings"
 	"time"
 )
@@ -236,14 +235,4 @@ func checkPath(name string) error {
 		}
 	}
 	return nil
-}
-
-// sortedKeys returns a map's keys in order, for deterministic walks.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
