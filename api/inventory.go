@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -178,6 +179,7 @@ type ResolvedSettings struct {
 	MaxDeletionPercent  int
 	MaxObjectsPerFolder int
 	Flux                FluxSettings
+	Templates           TemplateSettings
 }
 
 // DefaultSettings are the settings of a repository without gitbroker.yaml.
@@ -219,6 +221,19 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		MaxDeletionPercent:  DefaultMaxDeletionPercent,
 		MaxObjectsPerFolder: DefaultMaxObjectsPerFolder,
 		Flux:                s.Spec.Flux,
+		Templates:           s.Spec.Templates,
+	}
+	for _, t := range []struct{ field, text string }{
+		{"spec.templates.commitMessage", s.Spec.Templates.CommitMessage},
+		{"spec.templates.pullRequest", s.Spec.Templates.PullRequest},
+	} {
+		field, text := t.field, t.text
+		if text == "" {
+			continue
+		}
+		if _, err := template.New(field).Option("missingkey=error").Parse(text); err != nil {
+			errs = append(errs, d.Errorf(field, "not a valid Go template: %v", err))
+		}
 	}
 	if v := s.Spec.DefaultNamespace; v != "" {
 		if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {

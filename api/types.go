@@ -201,6 +201,15 @@ type SettingsSpec struct {
 	MaxObjectsPerFolder *int32 `json:"maxObjectsPerFolder,omitempty"`
 	// Flux configures the Kustomizations written to rendered/flux/.
 	Flux FluxSettings `json:"flux,omitempty"`
+	// Templates replace the renderer's commit message and pull-request
+	// description (Go text/templates; see templates/).
+	Templates TemplateSettings `json:"templates,omitempty"`
+}
+
+// TemplateSettings holds template overrides; empty keeps the default.
+type TemplateSettings struct {
+	CommitMessage string `json:"commitMessage,omitempty"`
+	PullRequest   string `json:"pullRequest,omitempty"`
 }
 
 // FluxSettings configures the per-folder Flux Kustomizations.

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/gitbroker/gitbroker/gitsync"
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
@@ -12,6 +16,19 @@ type renderOptions struct {
 	Dir            string
 	AllowDeletions bool
 	SourceCommit   string
+}
+
+// remoteOptions are render's flags for a remote branch.
+type remoteOptions struct {
+	Git         gitsync.Options
+	AuthorName  string
+	AuthorEmail string
+}
+
+func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
+	o.Git.BindFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.AuthorName, flagAuthorName, "gitbroker-renderer", "Author name of the renderer's commits.")
+	cmd.Flags().StringVar(&o.AuthorEmail, flagAuthorEmail, "renderer@gitbroker.dev", "Author email of the renderer's commits.")
 }
 
 func (o *renderOptions) BindFlags(cmd *cobra.Command) {
@@ -30,6 +47,7 @@ func (o *renderOptions) render() (*render.Result, error) {
 
 func newRenderCommand() *cobra.Command {
 	o := &renderOptions{}
+	remote := &remoteOptions{}
 	cmd := &cobra.Command{
 		Use:   "render",
 		Short: "Write rendered/ and history/ from the Configurations, inventory and Job records of a work tree",
@@ -37,9 +55,20 @@ func newRenderCommand() *cobra.Command {
 rendered/, moves recorded Jobs to history/, and prints the plan of what changed.
 
 Invalid inputs keep their previous output; everything else renders, and the command exits 2
-after listing every error. A render refused by a safety rule writes nothing and exits 1.`,
+after listing every error. A render refused by a safety rule writes nothing and exits 1.
+
+With --git URL it renders the head of --branch and commits rendered/ and history/ back as one
+commit with Gitbroker-Source-Commit and Gitbroker-Inputs-Digest trailers. If the branch moved
+meanwhile, it renders the new head and tries again. A render with nothing to change, such as a
+render of its own last commit, commits nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if remote.Git.URL != "" {
+				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
+					return exitf(exitInvalid, "--%s and --%s are for a work tree; with --git the source commit is the branch head", flagDir, flagSourceCommit)
+				}
+				return runRemoteRender(cmd, o, remote)
+			}
 			res, err := o.render()
 			if err != nil {
 				return err
@@ -61,7 +90,43 @@ after listing every error. A render refused by a safety rule writes nothing and 
 		},
 	}
 	o.BindFlags(cmd)
+	remote.BindFlags(cmd)
 	return cmd
+}
+
+func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions) error {
+	repo, err := remote.Git.Open()
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	r := &remoteRender{
+		store:          repo,
+		branch:         repo.Branch(),
+		renderer:       render.New(),
+		allowDeletions: o.AllowDeletions,
+		author:         gitsync.Signature{Name: remote.AuthorName, Email: remote.AuthorEmail},
+		now:            time.Now,
+	}
+	out, err := r.once(cmd.Context())
+	if out.Result != nil {
+		out.Result.Plan.WriteText(cmd.OutOrStdout())
+		flushOut(cmd)
+	}
+	switch {
+	case isRefused(err):
+		return &exitError{code: exitRefused, err: err}
+	case errors.Is(err, gitsync.ErrNoChanges):
+		fmt.Fprintf(cmd.ErrOrStderr(), "rendered/ and history/ are up to date with %s\n", out.Source)
+	case err != nil:
+		return &exitError{code: exitRefused, err: err}
+	default:
+		fmt.Fprintf(cmd.ErrOrStderr(), "committed %s to %s (rendered from %s; %d attempt(s))\n",
+			out.Commit, repo.Branch(), out.Source, out.Push.Attempts)
+	}
+	if out.Result != nil {
+		return inputErrors(cmd, out.Result)
+	}
+	return nil
 }
 
 // flushOut writes out what the command buffered on stdout, so that what follows on stderr

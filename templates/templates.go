@@ -1,0 +1,78 @@
+// Package templates owns the text gitbroker writes for people: the
+// renderer's commit message and the pull-request description of a review
+// branch. They are Go text/templates embedded in the binary; a repository
+// replaces them with spec.templates in gitbroker.yaml.
+package templates
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"strings"
+	"text/template"
+)
+
+//go:embed commit-message.tmpl pull-request.md.tmpl
+var files embed.FS
+
+// Names of the templates, as gitbroker.yaml's spec.templates names them.
+const (
+	CommitMessageName = "commitMessage"
+	PullRequestName   = "pullRequest"
+)
+
+// Render is what the templates see.
+type Render struct {
+	// SourceCommit is the commit the render read; ShortSourceCommit its
+	// first 12 characters.
+	SourceCommit      string
+	ShortSourceCommit string
+	// Branch is the source branch.
+	Branch string
+	// Summary is the plan's one-line summary.
+	Summary string
+	// Plan is the plan as text (commit message) or markdown (pull request).
+	Plan string
+	// FilesChanged counts the files under rendered/ and history/ that changed.
+	FilesChanged int
+	// InputsDigest digests the inputs rendered.
+	InputsDigest string
+}
+
+// Default returns the embedded template of that name.
+func Default(name string) string {
+	file := map[string]string{CommitMessageName: "commit-message.tmpl", PullRequestName: "pull-request.md.tmpl"}[name]
+	b, err := files.ReadFile(file)
+	if err != nil {
+		panic(fmt.Sprintf("templates: no embedded template %q", name)) // a build without the files cannot run
+	}
+	return string(b)
+}
+
+// Parse checks a template's text.
+func Parse(name, text string) (*template.Template, error) {
+	return template.New(name).Option("missingkey=error").Parse(text)
+}
+
+// Execute renders the template name, using override when it is not empty.
+func Execute(name, override string, data Render) (string, error) {
+	text := override
+	if text == "" {
+		text = Default(name)
+	}
+	if data.ShortSourceCommit == "" {
+		data.ShortSourceCommit = data.SourceCommit
+		if len(data.ShortSourceCommit) > 12 {
+			data.ShortSourceCommit = data.ShortSourceCommit[:12]
+		}
+	}
+	t, err := Parse(name, text)
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", name, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("template %s: %w", name, err)
+	}
+	return strings.TrimRight(b.String(), "\n") + "\n", nil
+}
