@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // RepoPath is the repository's path on the server.
@@ -167,8 +168,23 @@ func hangUp(w http.ResponseWriter) {
 
 // Commit commits files (and removes the paths in remove) on the branch
 // directly in the server's repository, the way a person's push would land.
+// Like a person, it fetches and tries again when another push got there
+// first.
 func (s *Server) Commit(files map[string]string, remove []string, message string) string {
 	s.t.Helper()
+	for attempt := 0; ; attempt++ {
+		err := s.tryCommit(files, remove, message)
+		if err == nil {
+			return s.Head()
+		}
+		if attempt == 20 {
+			s.t.Fatalf("committing %q: %v", message, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *Server) tryCommit(files map[string]string, remove []string, message string) error {
 	work := s.t.TempDir()
 	if s.Head() == "" {
 		Git(s.t, "", "init", "--quiet", "--initial-branch="+s.branch, work)
@@ -185,13 +201,17 @@ func (s *Server) Commit(files map[string]string, remove []string, message string
 		}
 	}
 	for _, name := range remove {
-		Git(s.t, work, "rm", "--quiet", name)
+		Git(s.t, work, "rm", "-r", "--quiet", name)
 	}
 	Git(s.t, work, "add", "-A")
 	Git(s.t, work, "-c", "user.name=A Person", "-c", "user.email=person@example.com",
 		"commit", "--quiet", "--allow-empty", "-m", message)
-	Git(s.t, work, "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
-	return s.Head()
+	cmd := exec.Command("git", "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
+	cmd.Dir = work
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
 }
 
 // Head is the branch's commit, or "" when the branch does not exist.
