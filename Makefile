@@ -18,7 +18,8 @@ demo:
 	$(GO) run ./cmd/gitbroker demo
 
 # Benchmarks: the full render of a 10,000-device fleet and the re-render after one change; one
-# changed file committed and pushed on a 50,000-file branch; 50 agents pushing at once.
+# changed file committed and pushed on a 50,000-file branch; 50 agents pushing at once; the
+# remote render of one changed device on the rendered 10,000-device fleet.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x ./render/
 	$(MAKE) bench-cli
@@ -27,6 +28,7 @@ bench:
 bench-git:
 	$(GO) test -run '^$$' -bench UpdateOneFileIn50k -benchmem -benchtime 50x ./gitsync/
 	$(GO) test -count=1 -run TestConcurrentAgents -v ./agent/ | grep -E 'agents x|^(ok|FAIL)'
+	$(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 10x ./cmd/gitbroker/
 
 # The command on the same fleet written to a new directory: read 1,020 inputs, render, write
 # 16,686 files, then check them.
