@@ -280,6 +280,37 @@ var errConflict = errors.New("branch moved since it was fetched")
 // backoff is exhausted; the last error is returned then, and nothing
 // partial is ever on the branch.
 func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
+	return r.update(ctx, fn, func(base *object.Commit, _ Snapshot) (plumbing.ReferenceName, plumbing.Hash, error) {
+		if base == nil {
+			return r.branch, plumbing.ZeroHash, nil
+		}
+		return r.branch, base.Hash, nil
+	})
+}
+
+// ErrBranchExists is returned by UpdateNewBranch when the branch it would
+// create is already there.
+var ErrBranchExists = errors.New("branch already exists")
+
+// UpdateNewBranch writes fn's change on top of the branch head, but pushes
+// it to a new branch named by name instead: a review branch. The branch
+// is created only if it does not exist; if it does, nothing is pushed and
+// the error is ErrBranchExists.
+func (r *Repository) UpdateNewBranch(ctx context.Context, name func(head Snapshot) string, fn UpdateFunc) (Result, error) {
+	return r.update(ctx, fn, func(_ *object.Commit, head Snapshot) (plumbing.ReferenceName, plumbing.Hash, error) {
+		ref := plumbing.NewBranchReferenceName(name(head))
+		if err := ref.Validate(); err != nil || ref == r.branch {
+			return "", plumbing.ZeroHash, fmt.Errorf("invalid new branch name %q", ref.Short())
+		}
+		return ref, plumbing.ZeroHash, nil
+	})
+}
+
+// destination says which ref a write goes to and the value it must have
+// there before (zero: it must not exist).
+type destination func(base *object.Commit, head Snapshot) (plumbing.ReferenceName, plumbing.Hash, error)
+
+func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := time.Now()
@@ -306,7 +337,7 @@ func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) 
 		}
 	}
 	for n := 0; ; n++ {
-		err := r.attempt(ctx, fn, &res)
+		err := r.attempt(ctx, fn, dest, &res)
 		if err == nil || errors.Is(err, ErrNoChanges) || !retryable(ctx, err) {
 			return finish(err)
 		}
@@ -337,7 +368,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // attempt is one fetch, recompute, commit and push.
-func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, res *Result) error {
+func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destination, res *Result) error {
 	base, err := r.fetch(ctx)
 	if err != nil {
 		return err
@@ -359,17 +390,19 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, res *Result) er
 		}
 		return &writerError{fmt.Errorf("building commit: %w", err)}
 	}
-	old := plumbing.ZeroHash
-	if base != nil {
-		old = base.Hash
+	ref, old, err := dest(base, snap)
+	if err != nil {
+		return &writerError{err}
 	}
 	res.Attempts++
-	if err := r.push(ctx, old, commit, objects); err != nil {
+	if err := r.push(ctx, ref, old, commit, objects); err != nil {
 		return err
 	}
 	res.Commit = commit.String()
-	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.remoteRef(), commit)); err != nil {
-		return &writerError{fmt.Errorf("recording pushed head: %w", err)}
+	if ref == r.branch {
+		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.remoteRef(), commit)); err != nil {
+			return &writerError{fmt.Errorf("recording pushed head: %w", err)}
+		}
 	}
 	return nil
 }
@@ -381,9 +414,10 @@ type writerError struct{ err error }
 func (e *writerError) Error() string { return e.err.Error() }
 func (e *writerError) Unwrap() error { return e.err }
 
-// push sends objects and moves the branch from old to commit, only if the
-// branch is still at old: a compare-and-swap on the server.
-func (r *Repository) push(ctx context.Context, old, commit plumbing.Hash, objects []plumbing.Hash) error {
+// push sends objects and moves ref from old to commit, only if ref is
+// still at old: a compare-and-swap on the server. A zero old means ref
+// must not exist yet.
+func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, commit plumbing.Hash, objects []plumbing.Hash) error {
 	ep, err := transport.NewEndpoint(r.url)
 	if err != nil {
 		return &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
@@ -407,11 +441,14 @@ func (r *Repository) push(ctx context.Context, old, commit plumbing.Hash, object
 		if err != nil {
 			return fmt.Errorf("pushing to %s: %w", r.URL(), err)
 		}
-		if ref, err := refs.Reference(r.branch); err == nil {
-			current = ref.Hash()
+		if cur, err := refs.Reference(ref); err == nil {
+			current = cur.Hash()
 		}
 	}
 	if current != old {
+		if ref != r.branch {
+			return &writerError{fmt.Errorf("%s: %w", ref.Short(), ErrBranchExists)}
+		}
 		return errConflict
 	}
 	caps := capability.NewList()
@@ -428,7 +465,7 @@ func (r *Repository) push(ctx context.Context, old, commit plumbing.Hash, object
 			req.Options = append(req.Options, &packp.Option{Key: k, Value: r.pushOptions[k]})
 		}
 	}
-	req.Commands = []*packp.Command{{Name: r.branch, Old: old, New: commit}}
+	req.Commands = []*packp.Command{{Name: ref, Old: old, New: commit}}
 
 	rd, wr := io.Pipe()
 	req.Packfile = rd

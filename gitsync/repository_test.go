@@ -345,3 +345,30 @@ func TestSnapshotAtAnOlderCommit(t *testing.T) {
 	_, err = r.Update(ctx, write([]string{"inventory/edge-b.yaml"}, map[string]string{"inventory/edge-b.yaml": "b: 2\n"}))
 	require.NoError(t, err)
 }
+
+func TestUpdateNewBranchWithPushOptions(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	head := srv.Head()
+	r := open(t, srv, gitsync.WithPushOptions(map[string]string{
+		"merge_request.create": "", "merge_request.target": "main",
+	}))
+	name := func(h gitsync.Snapshot) string { return "gitbroker/render-" + h.Commit()[:12] }
+	up := write([]string{"rendered/"}, map[string]string{"rendered/x.yaml": "x\n"})
+	res, err := r.UpdateNewBranch(context.Background(), name, up)
+	require.NoError(t, err)
+	require.Equal(t, head, srv.Head(), "the source branch is untouched")
+	branch := "gitbroker/render-" + head[:12]
+	require.ElementsMatch(t, []string{"main", branch}, srv.Branches())
+	got, ok := srv.FileAt(branch, "rendered/x.yaml")
+	require.True(t, ok)
+	require.Equal(t, "x\n", got)
+	parent := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", branch+"^"))
+	require.Equal(t, head, parent, "the review branch sits on the source commit")
+	require.Equal(t, res.Commit, strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", branch)))
+	require.Equal(t, []string{"merge_request.create=", "merge_request.target=main"}, srv.PushOptions(), "go-git sends every option as key=value")
+
+	// The same source commit again: the branch is there, nothing is pushed.
+	_, err = r.UpdateNewBranch(context.Background(), name, up)
+	require.ErrorIs(t, err, gitsync.ErrBranchExists)
+	require.Len(t, srv.PushOptions(), 2)
+}

@@ -81,11 +81,48 @@ func NewServer(t testing.TB, branch string, files map[string]string, opts ...Opt
 	return s
 }
 
-// Init creates a bare repository that accepts pushes over HTTP.
+// pushOptionsHook records the push options (git push -o) a push carried.
+const pushOptionsHook = `#!/bin/sh
+i=0
+while [ "$i" -lt "${GIT_PUSH_OPTION_COUNT:-0}" ]; do
+  eval "echo \"\$GIT_PUSH_OPTION_$i\"" >> push-options.log
+  i=$((i+1))
+done
+`
+
+// Init creates a bare repository that accepts pushes over HTTP and
+// records push options.
 func Init(t testing.TB, bare, branch string) {
 	t.Helper()
 	Git(t, "", "init", "--quiet", "--bare", "--initial-branch="+branch, bare)
 	Git(t, bare, "config", "http.receivepack", "true")
+	Git(t, bare, "config", "receive.advertisePushOptions", "true")
+	if err := os.WriteFile(filepath.Join(bare, "hooks", "pre-receive"), []byte(pushOptionsHook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PushOptions lists the push options the server received, in order.
+func (s *Server) PushOptions() []string {
+	b, err := os.ReadFile(filepath.Join(s.Bare(), "push-options.log"))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+}
+
+// Branches lists the repository's branches.
+func (s *Server) Branches() []string {
+	return strings.Fields(Git(s.t, s.Bare(), "for-each-ref", "--format=%(refname:short)", "refs/heads/"))
+}
+
+// FileAt is a file's content at a revision.
+func (s *Server) FileAt(rev, name string) (string, bool) {
+	out, err := exec.Command("git", "-C", s.Bare(), "show", rev+":"+name).Output()
+	if err != nil {
+		return "", false
+	}
+	return string(out), true
 }
 
 // Stop closes the server; a stopped server refuses connections.
