@@ -246,3 +246,76 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+func TestRemoteRenderPushBranch(t *testing.T) {
+	srv := demoServer(t)
+	source := srv.Head()
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "to rendered (rendered from "+source)
+	require.Equal(t, source, srv.Head(), "the source branch is untouched")
+	require.ElementsMatch(t, []string{"main", "rendered"}, srv.Branches())
+	body := gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%B", "rendered")
+	require.Equal(t, source, trailer(body, TrailerSourceCommit))
+	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, "rendered"))
+	require.Equal(t, exitOK, code, "the rendered branch carries its inputs and checks on its own: %s", stderr)
+
+	// Nothing changed: nothing committed.
+	before := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "rendered"))
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "up to date")
+	require.Equal(t, before, strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "rendered")))
+
+	// An input changes on the source branch: the rendered branch follows.
+	inv, _ := srv.File("inventory/edge-b.yaml")
+	agent := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo7", -1)}, nil, "inventory: edge-b")
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
+	require.Equal(t, exitOK, code, stderr)
+	body = gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%B", "rendered")
+	require.Equal(t, agent, trailer(body, TrailerSourceCommit))
+	mirrored, _ := srv.FileAt("rendered", "inventory/edge-b.yaml")
+	require.Contains(t, mirrored, "foo7")
+	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, "rendered"))
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, agent, srv.Head())
+}
+
+func TestRemoteRenderReviewBranch(t *testing.T) {
+	srv := demoServer(t)
+	source := srv.Head()
+	desc := filepath.Join(t.TempDir(), "pr.md")
+	args := []string{"render", "--git", srv.URL(), "--review-branch", "--pr-description", desc,
+		"--push-option", "merge_request.create=true", "--push-option", "merge_request.target=main"}
+	code, _, stderr := gitbroker(t, args...)
+	require.Equal(t, exitOK, code, stderr)
+	branch := "gitbroker/render-" + source[:12]
+	require.Contains(t, stderr, "on review branch "+branch)
+	require.Equal(t, source, srv.Head(), "the source branch is untouched")
+	require.ElementsMatch(t, []string{"main", branch}, srv.Branches())
+	require.Equal(t, source, strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", branch+"^")))
+	require.Equal(t, []string{"merge_request.create=true", "merge_request.target=main"}, srv.PushOptions())
+	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, branch))
+	require.Equal(t, exitOK, code, stderr)
+
+	b, err := os.ReadFile(desc)
+	require.NoError(t, err)
+	md := string(b)
+	require.True(t, strings.HasPrefix(md, "## gitbroker render of "+source[:12]+"\n"), md)
+	require.Contains(t, md, "Rendered from `"+source+"` on `main`.")
+	require.Contains(t, md, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
+	require.Contains(t, md, "**held**: after: waiting for a Job of Configuration journal-format")
+	require.Contains(t, md, "journal-reader")
+
+	// The same source commit again: the branch exists, nothing is pushed,
+	// and the description is written again to stdout.
+	code, stdout, stderr := gitbroker(t, "render", "--git", srv.URL(), "--review-branch", "--pr-description", "-")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "already exists")
+	require.Equal(t, md, stdout)
+	require.Len(t, srv.PushOptions(), 2)
+
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--review-branch", "--push-branch", "x")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "at most one of")
+}

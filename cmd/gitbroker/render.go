@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -18,15 +21,34 @@ type renderOptions struct {
 	SourceCommit   string
 }
 
+// Flag names of render against a remote.
+const (
+	flagPushBranch         = "push-branch"
+	flagReviewBranch       = "review-branch"
+	flagReviewBranchPrefix = "review-branch-prefix"
+	flagPRDescription      = "pr-description"
+	flagPushOption         = "push-option"
+)
+
 // remoteOptions are render's flags for a remote branch.
 type remoteOptions struct {
-	Git         gitsync.Options
-	AuthorName  string
-	AuthorEmail string
+	Git                gitsync.Options
+	AuthorName         string
+	AuthorEmail        string
+	PushBranch         string
+	ReviewBranch       bool
+	ReviewBranchPrefix string
+	PRDescription      string
+	PushOptions        []string
 }
 
 func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.PushBranch, flagPushBranch, "", "Commit the render to this branch, kept in step with --branch (it carries the inputs too), instead of to --branch.")
+	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --branch.")
+	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
+	cmd.Flags().StringVar(&o.PRDescription, flagPRDescription, "", "With --review-branch, write the pull-request description (markdown) to this file; - is stdout.")
+	cmd.Flags().StringArrayVar(&o.PushOptions, flagPushOption, nil, "A git push option, key=value, for hosts that act on them (GitLab: merge_request.create=true, merge_request.target=main); repeatable.")
 	cmd.Flags().StringVar(&o.AuthorName, flagAuthorName, "gitbroker-renderer", "Author name of the renderer's commits.")
 	cmd.Flags().StringVar(&o.AuthorEmail, flagAuthorEmail, "renderer@gitbroker.dev", "Author email of the renderer's commits.")
 }
@@ -95,7 +117,25 @@ render of its own last commit, commits nothing.`,
 }
 
 func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions) error {
-	repo, err := remote.Git.Open()
+	if remote.PushBranch != "" && remote.ReviewBranch {
+		return exitf(exitInvalid, "give at most one of --%s and --%s", flagPushBranch, flagReviewBranch)
+	}
+	if remote.PRDescription != "" && !remote.ReviewBranch {
+		return exitf(exitInvalid, "--%s needs --%s", flagPRDescription, flagReviewBranch)
+	}
+	pushOptions := map[string]string{}
+	for _, kv := range remote.PushOptions {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
+			return exitf(exitInvalid, "--%s %q: expected key=value", flagPushOption, kv)
+		}
+		pushOptions[k] = v
+	}
+	var extra []gitsync.Option
+	if len(pushOptions) > 0 {
+		extra = append(extra, gitsync.WithPushOptions(pushOptions))
+	}
+	repo, err := remote.Git.Open(extra...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
@@ -107,26 +147,66 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		author:         gitsync.Signature{Name: remote.AuthorName, Email: remote.AuthorEmail},
 		now:            time.Now,
 	}
+	target := repo.Branch()
+	switch {
+	case remote.PushBranch != "":
+		pushOpts := remote.Git
+		pushOpts.Branch = remote.PushBranch
+		if pushOpts.Branch == remote.Git.Branch {
+			return exitf(exitInvalid, "--%s must differ from --%s", flagPushBranch, gitsync.FlagBranch)
+		}
+		pushRepo, err := pushOpts.Open(extra...)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		r.store, r.source, target = pushRepo, repo, remote.PushBranch
+	case remote.ReviewBranch:
+		r.review, r.reviewPrefix = repo, remote.ReviewBranchPrefix
+	}
 	out, err := r.once(cmd.Context())
-	if out.Result != nil {
+	if out.Result != nil && remote.PRDescription != "-" {
 		out.Result.Plan.WriteText(cmd.OutOrStdout())
 		flushOut(cmd)
 	}
+	stderr := cmd.ErrOrStderr()
 	switch {
 	case isRefused(err):
 		return &exitError{code: exitRefused, err: err}
 	case errors.Is(err, gitsync.ErrNoChanges):
-		fmt.Fprintf(cmd.ErrOrStderr(), "rendered/ and history/ are up to date with %s\n", out.Source)
+		fmt.Fprintf(stderr, "rendered/ and history/ are up to date with %s\n", out.Source)
+	case errors.Is(err, gitsync.ErrBranchExists):
+		fmt.Fprintf(stderr, "review branch %s already exists for %s\n", out.Branch, out.Source)
 	case err != nil:
 		return &exitError{code: exitRefused, err: err}
+	case remote.ReviewBranch:
+		fmt.Fprintf(stderr, "proposed %s on review branch %s (rendered from %s)\n", out.Commit, out.Branch, out.Source)
 	default:
-		fmt.Fprintf(cmd.ErrOrStderr(), "committed %s to %s (rendered from %s; %d attempt(s))\n",
-			out.Commit, repo.Branch(), out.Source, out.Push.Attempts)
+		fmt.Fprintf(stderr, "committed %s to %s (rendered from %s; %d attempt(s))\n",
+			out.Commit, target, out.Source, out.Push.Attempts)
+	}
+	if remote.PRDescription != "" && out.Result != nil && (err == nil || errors.Is(err, gitsync.ErrBranchExists)) {
+		desc, err := r.pullRequest(out)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		if err := writeText(cmd, remote.PRDescription, desc); err != nil {
+			return exitf(exitInvalid, "writing the pull-request description: %v", err)
+		}
 	}
 	if out.Result != nil {
 		return inputErrors(cmd, out.Result)
 	}
 	return nil
+}
+
+// writeText writes to a file, or to stdout for "-".
+func writeText(cmd *cobra.Command, name, text string) error {
+	if name == "-" {
+		_, err := io.WriteString(cmd.OutOrStdout(), text)
+		flushOut(cmd)
+		return err
+	}
+	return os.WriteFile(name, []byte(text), 0o644)
 }
 
 // flushOut writes out what the command buffered on stdout, so that what follows on stderr
