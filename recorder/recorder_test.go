@@ -1,0 +1,207 @@
+package recorder_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/recorder"
+)
+
+var (
+	started  = metav1.NewTime(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	finished = metav1.NewTime(time.Date(2026, 11, 30, 9, 1, 30, 0, time.UTC))
+)
+
+// job is a broker Job as the renderer writes it.
+func job(name string) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "plant",
+			Labels: map[string]string{
+				"app.kubernetes.io/managed-by": "gitbroker",
+				"akri.sh/configuration":        "plc-firmware",
+				"akri.sh/instance":             "plc-firmware-84beef",
+			},
+			Annotations: map[string]string{
+				"gitbroker.dev/device-id":     "plc-1",
+				"gitbroker.dev/rendered-from": "1111111111111111111111111111111111111111",
+			},
+		},
+		Status: batchv1.JobStatus{StartTime: &started, Active: 1},
+	}
+}
+
+func succeeded(j *batchv1.Job) *batchv1.Job {
+	j.Status.Active, j.Status.Succeeded, j.Status.CompletionTime = 0, 1, &finished
+	j.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: finished},
+	}
+	return j
+}
+
+func failed(j *batchv1.Job) *batchv1.Job {
+	j.Status.Active, j.Status.Failed = 0, 3
+	j.Status.Conditions = []batchv1.JobCondition{{
+		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: finished,
+		Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit",
+	}}
+	return j
+}
+
+func start(t *testing.T, client *fake.Clientset, srv *gitsynctest.Server) (*recorder.Recorder, context.CancelFunc) {
+	t.Helper()
+	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(gitsync.Backoff{
+		Initial: time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 50, MaxElapsed: time.Minute,
+	}))
+	require.NoError(t, err)
+	r, err := recorder.New(recorder.Options{
+		Client: client, Store: repo, Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: logr.Discard(),
+		Now: func() time.Time { return finished.Time },
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := func() {
+		cancel()
+		require.NoError(t, <-done)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-ctx.Done():
+		default:
+			stop()
+		}
+	})
+	return r, stop
+}
+
+func waitFile(t *testing.T, srv *gitsynctest.Server, path string) string {
+	t.Helper()
+	var got string
+	require.Eventually(t, func() bool {
+		var ok bool
+		got, ok = srv.File(path)
+		return ok
+	}, 20*time.Second, 10*time.Millisecond, "waiting for %s", path)
+	return got
+}
+
+func TestRecordsFinishedJobsOnce(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
+	client := fake.NewClientset(
+		succeeded(job("fw-a-job")),
+		failed(job("fw-b-job")),
+		job("fw-running-job"),
+		// Not rendered by gitbroker: ignored.
+		func() *batchv1.Job { j := succeeded(job("other-job")); j.Labels = nil; return j }(),
+	)
+	r, stop := start(t, client, srv)
+
+	a := waitFile(t, srv, "status/jobs/plant/fw-a-job.yaml")
+	require.Equal(t, `apiVersion: gitbroker.dev/v1alpha1
+kind: JobRecord
+metadata:
+  name: fw-a-job
+  namespace: plant
+spec:
+  completionTime: "2026-11-30T09:01:30Z"
+  configuration: plc-firmware
+  deviceID: plc-1
+  failed: 0
+  instance: plc-firmware-84beef
+  outcome: Succeeded
+  renderedFrom: "1111111111111111111111111111111111111111"
+  startTime: "2026-11-30T09:00:00Z"
+  succeeded: 1
+`, a)
+	b := waitFile(t, srv, "status/jobs/plant/fw-b-job.yaml")
+	rec, errs := api.ParseJobRecordFile("status/jobs/plant/fw-b-job.yaml", []byte(b))
+	require.Empty(t, errs)
+	require.Equal(t, api.OutcomeFailed, rec.Spec.Outcome)
+	require.Equal(t, "BackoffLimitExceeded", rec.Spec.Reason)
+	require.Equal(t, int32(3), rec.Spec.Failed)
+	require.True(t, finished.Time.Equal(rec.Spec.CompletionTime.Time))
+	require.Eventually(t, r.Ready, 10*time.Second, 10*time.Millisecond)
+
+	_, ok := srv.File("status/jobs/plant/fw-running-job.yaml")
+	require.False(t, ok, "a running Job has no record")
+	_, ok = srv.File("status/jobs/plant/other-job.yaml")
+	require.False(t, ok, "only gitbroker's Jobs are recorded")
+	log := srv.Log()
+	require.Len(t, log, 2, "both finished Jobs land in one commit")
+	require.ElementsMatch(t, []string{"status/jobs/plant/fw-a-job.yaml", "status/jobs/plant/fw-b-job.yaml"}, log[0].Paths)
+
+	// The running Job finishes.
+	running, err := client.BatchV1().Jobs("plant").Get(context.Background(), "fw-running-job", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = client.BatchV1().Jobs("plant").UpdateStatus(context.Background(), succeeded(running), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFile(t, srv, "status/jobs/plant/fw-running-job.yaml")
+	require.Len(t, srv.Log(), 3)
+	require.Equal(t, []string{"status/jobs/plant/fw-running-job.yaml"}, srv.Log()[0].Paths)
+	stop()
+
+	// Restarted, the recorder sees all three finished Jobs again and writes
+	// nothing: a record in git is never rewritten.
+	r2, _ := start(t, client, srv)
+	require.Eventually(t, r2.Ready, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, srv.Log(), 3)
+}
+
+func TestRecordOnBranchIsNeverRewritten(t *testing.T) {
+	// A record someone kept by hand, different from what the Job says now.
+	kept := "apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: fw-a-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Failed\n  succeeded: 0\n  failed: 1\n"
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"status/jobs/plant/fw-a-job.yaml": kept})
+	client := fake.NewClientset(succeeded(job("fw-a-job")), succeeded(job("fw-c-job")))
+	r, _ := start(t, client, srv)
+	waitFile(t, srv, "status/jobs/plant/fw-c-job.yaml")
+	require.Eventually(t, r.Ready, 10*time.Second, 10*time.Millisecond)
+	got, _ := srv.File("status/jobs/plant/fw-a-job.yaml")
+	require.Equal(t, kept, got)
+	require.Equal(t, []string{"status/jobs/plant/fw-c-job.yaml"}, srv.Log()[0].Paths)
+}
+
+// Records land on top of other writers' commits; a person's commit in the
+// way is kept.
+func TestRecorderRecomputesOnConflict(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
+	srv.BeforeNextPush(func() {
+		srv.Commit(map[string]string{"inventory/edge-a.yaml": "agent\n"}, nil, "inventory: edge-a")
+	})
+	client := fake.NewClientset(succeeded(job("fw-a-job")))
+	start(t, client, srv)
+	waitFile(t, srv, "status/jobs/plant/fw-a-job.yaml")
+	got, _ := srv.File("inventory/edge-a.yaml")
+	require.Equal(t, "agent\n", got)
+	require.Equal(t, []string{"status/jobs/plant/fw-a-job.yaml"}, srv.Log()[0].Paths)
+}
+
+// While git is unreachable the records wait; when it returns, each lands
+// once.
+func TestRecorderWaitsForGit(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
+	srv.SetDown(true)
+	client := fake.NewClientset(succeeded(job("fw-a-job")))
+	r, _ := start(t, client, srv)
+	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.False(t, r.Ready())
+	srv.SetDown(false)
+	waitFile(t, srv, "status/jobs/plant/fw-a-job.yaml")
+	require.Eventually(t, r.Ready, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, srv.Log(), 2)
+}
