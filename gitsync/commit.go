@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -259,8 +260,11 @@ func listFiles(root *object.Tree, dir string) ([]string, error) {
 // treeSnapshot reads files from a commit's tree in the object store.
 type treeSnapshot struct {
 	commit string
+	when   time.Time
 	root   *object.Tree
 }
+
+func (s *treeSnapshot) CommitTime() time.Time { return s.when }
 
 func (s *treeSnapshot) Commit() string { return s.commit }
 

@@ -125,6 +125,8 @@ type dirSnapshot struct{ root string }
 
 func (dirSnapshot) Commit() string { return "" }
 
+func (dirSnapshot) CommitTime() time.Time { return time.Time{} }
+
 func (s dirSnapshot) ReadFile(name string) ([]byte, error) {
 	if err := checkPath(name); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)

@@ -217,7 +217,7 @@ func snapshotOf(c *object.Commit) (Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading tree of %s: %w", c.Hash, err)
 	}
-	return &treeSnapshot{commit: c.Hash.String(), root: t}, nil
+	return &treeSnapshot{commit: c.Hash.String(), when: c.Committer.When, root: t}, nil
 }
 
 // fetch brings the branch head into the object store. A branch that does

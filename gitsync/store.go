@@ -19,6 +19,8 @@ type Snapshot interface {
 	// Commit is the commit the snapshot shows, or "" for a branch that
 	// does not exist yet (or a directory that is not a git repository).
 	Commit() string
+	// CommitTime is the commit's committer time; zero without a commit.
+	CommitTime() time.Time
 	// ReadFile returns the file's content, or an error wrapping
 	// fs.ErrNotExist.
 	ReadFile(name string) ([]byte, error)

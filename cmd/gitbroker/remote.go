@@ -47,8 +47,10 @@ type remoteRender struct {
 
 // remoteOutcome is what one render against the remote did.
 type remoteOutcome struct {
-	// Source is the commit the final attempt rendered.
-	Source string
+	// Source is the commit the final attempt rendered, SourceTime its
+	// committer time.
+	Source     string
+	SourceTime time.Time
 	// Commit is the renderer's commit; "" when there was nothing to do.
 	Commit string
 	// Branch is the review branch, in review mode.
@@ -85,7 +87,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			return nil, err
 		}
 		result := r.renderer.Render(render.Request{Files: tree, SourceCommit: src.Commit(), AllowDeletions: r.allowDeletions})
-		out.Source, out.Result, out.tree = src.Commit(), result, tree
+		out.Source, out.SourceTime, out.Result, out.tree = src.Commit(), src.CommitTime(), result, tree
 		if result.Refused != nil {
 			return nil, &errRefused{result.Refused}
 		}

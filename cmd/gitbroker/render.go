@@ -70,6 +70,7 @@ func (o *renderOptions) render() (*render.Result, error) {
 func newRenderCommand() *cobra.Command {
 	o := &renderOptions{}
 	remote := &remoteOptions{}
+	watch := &watchOptions{}
 	cmd := &cobra.Command{
 		Use:   "render",
 		Short: "Write rendered/ and history/ from the Configurations, inventory and Job records of a work tree",
@@ -89,7 +90,10 @@ render of its own last commit, commits nothing.`,
 				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
 					return exitf(exitInvalid, "--%s and --%s are for a work tree; with --git the source commit is the branch head", flagDir, flagSourceCommit)
 				}
-				return runRemoteRender(cmd, o, remote)
+				return runRemoteRender(cmd, o, remote, watch)
+			}
+			if watch.Watch {
+				return exitf(exitInvalid, "--%s needs --%s", flagWatch, gitsync.FlagGit)
 			}
 			res, err := o.render()
 			if err != nil {
@@ -113,10 +117,11 @@ render of its own last commit, commits nothing.`,
 	}
 	o.BindFlags(cmd)
 	remote.BindFlags(cmd)
+	watch.BindFlags(cmd)
 	return cmd
 }
 
-func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions) error {
+func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions, watch *watchOptions) error {
 	if remote.PushBranch != "" && remote.ReviewBranch {
 		return exitf(exitInvalid, "give at most one of --%s and --%s", flagPushBranch, flagReviewBranch)
 	}
@@ -162,6 +167,12 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		r.store, r.source, target = pushRepo, repo, remote.PushBranch
 	case remote.ReviewBranch:
 		r.review, r.reviewPrefix = repo, remote.ReviewBranchPrefix
+	}
+	if watch.Watch {
+		if remote.PRDescription != "" {
+			return exitf(exitInvalid, "--%s is for one render, not --%s", flagPRDescription, flagWatch)
+		}
+		return runRenderDaemon(cmd, r, watch)
 	}
 	out, err := r.once(cmd.Context())
 	if out.Result != nil && remote.PRDescription != "-" {

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+)
+
+// countingStore counts the writes in flight across replicas, to prove
+// that two never write at once.
+type countingStore struct {
+	gitsync.Store
+	inFlight, maxInFlight *atomic.Int32
+	writes                atomic.Int32
+}
+
+func (c *countingStore) Update(ctx context.Context, fn gitsync.UpdateFunc) (gitsync.Result, error) {
+	n := c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	for {
+		m := c.maxInFlight.Load()
+		if n <= m || c.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	c.writes.Add(1)
+	return c.Store.Update(ctx, fn)
+}
+
+// Two replicas of the render daemon share a Lease: only the leader renders;
+// when it stops, the other takes over.
+func TestRenderDaemonLeaderElection(t *testing.T) {
+	srv := demoServer(t)
+	client := fake.NewClientset()
+	var inFlight, maxInFlight atomic.Int32
+	opts := &watchOptions{LeaderNS: "gitbroker-system", LeaderID: "gitbroker-renderer"}
+	opts.Leader.Enable, opts.Leader.ReleaseOnCancel = true, true
+	opts.Leader.LeaseDuration, opts.Leader.RenewDeadline, opts.Leader.RetryPeriod = time.Second, 500*time.Millisecond, 50*time.Millisecond
+
+	type replica struct {
+		store  *countingStore
+		daemon *renderDaemon
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func() *replica {
+		repo, err := gitsync.New(srv.URL(), "main")
+		require.NoError(t, err)
+		store := &countingStore{Store: repo, inFlight: &inFlight, maxInFlight: &maxInFlight}
+		d := &renderDaemon{
+			r:        &remoteRender{store: store, branch: "main", renderer: render.New(), author: gitsync.Signature{Name: "r", Email: "r@example.com"}, now: time.Now},
+			interval: 50 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		rep := &replica{store: store, daemon: d, cancel: cancel, done: make(chan error, 1)}
+		go func() { rep.done <- lead(ctx, client, opts, logr.Discard(), d.run) }()
+		return rep
+	}
+	a := start()
+	require.Eventually(t, func() bool { return a.daemon.renders.Load() > 0 }, 20*time.Second, 10*time.Millisecond)
+	b := start()
+	time.Sleep(500 * time.Millisecond)
+	require.Zero(t, b.daemon.renders.Load(), "the standby replica does not render")
+	require.Greater(t, a.daemon.renders.Load(), int64(2))
+
+	// The leader stops (SIGTERM, releasing the Lease); the standby takes
+	// over and renders what comes next.
+	a.cancel()
+	require.NoError(t, <-a.done)
+	inv, _ := srv.File("inventory/edge-b.yaml")
+	change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo5", -1)}, nil, "inventory: edge-b")
+	require.Eventually(t, func() bool {
+		return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+	}, 20*time.Second, 10*time.Millisecond, "the new leader renders the change")
+	require.Positive(t, b.daemon.renders.Load())
+	b.cancel()
+	require.NoError(t, <-b.done)
+	require.Equal(t, int32(1), maxInFlight.Load(), "two replicas never wrote at once")
+}
+
+// The git server goes away and comes back: the daemon reports not ready,
+// then renders again, and no source commit is rendered twice.
+func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
+	srv := demoServer(t)
+	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Second}))
+	require.NoError(t, err)
+	d := &renderDaemon{
+		r:        &remoteRender{store: repo, branch: "main", renderer: render.New(), author: gitsync.Signature{Name: "r", Email: "r@example.com"}, now: time.Now},
+		interval: 30 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return d.ready.Load() && len(srv.Log()) == 2 }, 20*time.Second, 10*time.Millisecond)
+
+	inv, _ := srv.File("inventory/edge-b.yaml")
+	for i, dev := range []string{"foo1", "foo2", "foo3"} {
+		change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", dev, -1)}, nil, "inventory: edge-b")
+		if i == 1 {
+			srv.SetDown(true)
+			require.Eventually(t, func() bool { return !d.ready.Load() }, 20*time.Second, 5*time.Millisecond, "a failed render shows as not ready")
+			srv.SetDown(false)
+		}
+		require.Eventually(t, func() bool {
+			return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+		}, 20*time.Second, 10*time.Millisecond)
+	}
+	sources := map[string]int{}
+	for _, e := range srv.Log() {
+		if s := trailer(e.Body, TrailerSourceCommit); s != "" {
+			sources[s]++
+			require.Equal(t, 1, sources[s], "source %s rendered twice", s)
+		}
+	}
+	require.Len(t, sources, 4)
+	require.True(t, d.ready.Load())
+}
+
+// The daemon as a process: probes, metrics (including the time from a
+// source commit to its pushed render), invalid inputs visible, SIGTERM.
+func TestRenderDaemonProcess(t *testing.T) {
+	srv := demoServer(t)
+	var stderr syncBuffer
+	cmd := exec.Command(binary(t), "render", "--git", srv.URL(), "--watch", "--interval", "100ms",
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("renderer stderr:\n%s", stderr.String())
+		}
+	})
+	var started struct {
+		Msg         string `json:"msg"`
+		MetricsAddr string `json:"metricsAddr"`
+		HealthAddr  string `json:"healthAddr"`
+	}
+	require.Eventually(t, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+		for sc.Scan() {
+			if json.Unmarshal(sc.Bytes(), &started) == nil && started.Msg == "renderer started" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
+	get := func(addr, path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { return len(srv.Log()) == 2 }, 30*time.Second, 10*time.Millisecond)
+	code, _ := get(started.HealthAddr, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+
+	// Source commits arrive; each is rendered and pushed.
+	inv, _ := srv.File("inventory/edge-b.yaml")
+	var latencies []time.Duration
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo"+strconv.Itoa(10+i), -1)}, nil, "inventory: edge-b")
+		require.Eventually(t, func() bool {
+			return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+		}, 30*time.Second, 5*time.Millisecond)
+		latencies = append(latencies, time.Since(t0))
+	}
+	_, metrics := get(started.MetricsAddr, "/metrics")
+	require.Regexp(t, `gitbroker_renderer_renders_total\{result="committed"\} [6-9]`, metrics)
+	require.Contains(t, metrics, "gitbroker_renderer_source_to_push_seconds_count")
+	sum := regexp.MustCompile(`gitbroker_renderer_source_to_push_seconds_sum ([0-9.e+-]+)`).FindStringSubmatch(metrics)
+	count := regexp.MustCompile(`gitbroker_renderer_source_to_push_seconds_count ([0-9]+)`).FindStringSubmatch(metrics)
+	require.Len(t, sum, 2)
+	total, err := strconv.ParseFloat(sum[1], 64)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(count[1])
+	require.NoError(t, err)
+	t.Logf("source commit to pushed render with --interval 100ms: %v (the metric's mean over %d renders, the first including the daemon's start: %.3fs)",
+		latencies, n, total/float64(n))
+
+	// An invalid Configuration shows in metrics and logs, not only in an exit code.
+	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
+	srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "image:", "imagee:", 1)}, nil, "typo")
+	require.Eventually(t, func() bool {
+		_, m := get(started.MetricsAddr, "/metrics")
+		return strings.Contains(m, "gitbroker_renderer_invalid_inputs 1")
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, stderr.String(), "invalid inputs; their previous output is kept")
+	require.Contains(t, stderr.String(), "imagee: unknown field")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err)
+		exited <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("the renderer did not stop on SIGTERM")
+	}
+	require.Contains(t, stderr.String(), `"msg":"renderer stopped"`)
+}
