@@ -155,7 +155,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // observe queues the record of a finished Job.
 func (r *Recorder) observe(obj any) {
 	job, ok := obj.(*batchv1.Job)
-	if !ok {
+	if !ok || job.Labels[render.LabelManagedBy] != render.ManagedByGitbroker {
 		return
 	}
 	rec, ok := Record(job)
@@ -187,21 +187,29 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	// A record that cannot be written (a Job without the labels the
+	// renderer sets) is dropped with an error, so it never holds up the
+	// others.
+	encoded := map[string][]byte{}
+	for path, rec := range batch {
+		b, err := Marshal(rec)
+		if err != nil {
+			r.opts.Log.Error(err, "dropping a Job that cannot be recorded", "job", rec.Namespace+"/"+rec.Name)
+			continue
+		}
+		encoded[path] = b
+	}
 	var written []string
 	res, err := r.opts.Store.Update(ctx, func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
 		written = written[:0]
 		files := map[string][]byte{}
-		for _, path := range slices.Sorted(maps.Keys(batch)) {
+		for _, path := range slices.Sorted(maps.Keys(encoded)) {
 			if _, err := head.ReadFile(path); err == nil {
 				continue // recorded before: never rewritten
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return nil, err
 			}
-			b, err := Marshal(batch[path])
-			if err != nil {
-				return nil, err
-			}
-			files[path] = b
+			files[path] = encoded[path]
 			written = append(written, path)
 		}
 		if len(files) == 0 {
@@ -261,7 +269,7 @@ func Record(job *batchv1.Job) (*api.JobRecord, bool) {
 			outcome, done = api.OutcomeFailed, c
 		}
 	}
-	if done == nil {
+	if done == nil || job.Name == "" || job.Namespace == "" {
 		return nil, false
 	}
 	rec := &api.JobRecord{

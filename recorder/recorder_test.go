@@ -205,3 +205,16 @@ func TestRecorderWaitsForGit(t *testing.T) {
 	require.Eventually(t, r.Ready, 10*time.Second, 10*time.Millisecond)
 	require.Len(t, srv.Log(), 2)
 }
+
+// A Job the recorder cannot record (no labels) never holds up the others.
+func TestUnrecordableJobDoesNotBlock(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
+	odd := succeeded(job("fw-odd-job"))
+	delete(odd.Labels, "akri.sh/configuration")
+	client := fake.NewClientset(odd, succeeded(job("fw-a-job")))
+	r, _ := start(t, client, srv)
+	waitFile(t, srv, "status/jobs/plant/fw-a-job.yaml")
+	require.Eventually(t, r.Ready, 10*time.Second, 10*time.Millisecond)
+	_, ok := srv.File("status/jobs/plant/fw-odd-job.yaml")
+	require.False(t, ok)
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/recorder"
+	"github.com/gitbroker/gitbroker/render"
+)
+
+// Agents, the renderer and the recorder all write to one branch at once,
+// while a stand-in for Flux creates the rendered Jobs and finishes them.
+// Every write lands, each writer's paths hold exactly its last state, and
+// no commit touches another writer's paths.
+func TestAllWritersOnOneBranch(t *testing.T) {
+	const nodes, updates = 8, 8
+	srv := demoServer(t)
+	// Only the Configurations: the agents write the inventories.
+	srv.Commit(nil, []string{"inventory"}, "the agents write the inventory")
+	client := fake.NewClientset()
+	backoff := gitsync.WithBackoff(gitsync.Backoff{Initial: 5 * time.Millisecond, Max: time.Second, MaxAttempts: 1000, MaxElapsed: 5 * time.Minute})
+	repo := func() *gitsync.Repository {
+		r, err := gitsync.New(srv.URL(), "main", backoff)
+		require.NoError(t, err)
+		return r
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var background sync.WaitGroup
+
+	rec, err := recorder.New(recorder.Options{Client: client, Store: repo(), Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: funcr.New(func(p, a string) { t.Log("recorder:", a) }, funcr.Options{})})
+	require.NoError(t, err)
+	background.Add(1)
+	go func() { defer background.Done(); _ = rec.Run(ctx) }()
+
+	daemon := &renderDaemon{
+		r:        &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true, author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now},
+		interval: 20 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+	}
+	background.Add(1)
+	go func() { defer background.Done(); daemon.run(ctx) }()
+
+	// "Flux" and the kubelet: create every rendered Job, and finish it.
+	l := &loop{t: t, srv: srv, client: client}
+	var flux sync.WaitGroup
+	fluxCtx, stopFlux := context.WithCancel(ctx)
+	flux.Add(1)
+	go func() {
+		defer flux.Done()
+		for fluxCtx.Err() == nil {
+			l.applyAndFinish()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	var agents sync.WaitGroup
+	last := make([]string, nodes)
+	errs := make(chan error, nodes)
+	for n := 0; n < nodes; n++ {
+		agents.Add(1)
+		go func(n int) {
+			defer agents.Done()
+			node := fmt.Sprintf("edge-%02d", n)
+			devices := &nodeDevices{devices: map[string][]api.Device{}}
+			a, err := agent.New(agent.Options{Node: node, Store: repo(), Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for u := 0; u < updates; u++ {
+				id := fmt.Sprintf("%s-cam-%d", node, u)
+				devices.set("default/akri-debug-echo", id)
+				devices.set("plant/plc-firmware", fmt.Sprintf("%s-plc-%d", node, u%2))
+				if _, err := a.Sync(ctx); err != nil {
+					errs <- fmt.Errorf("%s: %w", node, err)
+					return
+				}
+				last[n] = id
+			}
+		}(n)
+	}
+	agents.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	// Let everything settle: all Jobs finished and recorded, a render with
+	// nothing left to do.
+	settle := &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true,
+		author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now}
+	var why string
+	settled := assert.Eventually(t, func() bool {
+		if n := rec.Pending(); n > 0 {
+			why = fmt.Sprintf("%d records pending", n)
+			return false
+		}
+		if n := l.applyAndFinish(); n > 0 {
+			why = fmt.Sprintf("%d Jobs created or finished", n)
+			return false
+		}
+		jobs, err := client.BatchV1().Jobs("plant").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, j := range jobs.Items {
+			if _, ok := srv.File(api.JobRecordPath("plant", j.Name)); !ok {
+				why = "no record yet for " + j.Name
+				return false
+			}
+		}
+		out, err := settle.once(ctx)
+		if out.Result != nil && len(out.Result.Errors) > 0 {
+			why = out.Result.Errors.Error()
+			return false
+		}
+		why = fmt.Sprintf("render: %v", err)
+		return errors.Is(err, gitsync.ErrNoChanges)
+	}, 30*time.Second, 50*time.Millisecond)
+	require.True(t, settled, "not settled: %s", why)
+	stopFlux()
+	flux.Wait()
+	cancel()
+	background.Wait()
+
+	// Each agent's file holds its last state.
+	for n := 0; n < nodes; n++ {
+		node := fmt.Sprintf("edge-%02d", n)
+		inv, ok := srv.File(api.InventoryPath(node))
+		require.True(t, ok, node)
+		require.Contains(t, inv, "id: "+last[n], node)
+		require.NotContains(t, inv, fmt.Sprintf("%s-cam-%d\n", node, updates-2), node)
+	}
+	// Every Job that ran has its record, and the rendered tree checks.
+	jobs, err := client.BatchV1().Jobs("plant").List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, jobs.Items)
+	for _, j := range jobs.Items {
+		_, ok := srv.File(api.JobRecordPath("plant", j.Name))
+		require.True(t, ok, "record of %s", j.Name)
+	}
+	code, _, stderr := gitbroker(t, "check", "--dir", export(t, srv, srv.Head()))
+	require.Equal(t, exitOK, code, stderr)
+
+	// No writer touched another's paths.
+	counts := map[string]int{}
+	for _, e := range srv.Log() {
+		counts[e.Author]++
+		for _, p := range e.Paths {
+			switch e.Author {
+			case "gitbroker-agent <agent@gitbroker.dev>":
+				require.True(t, api.IsInventoryPath(p), "agent commit %s touched %s", e.Hash, p)
+			case "gitbroker-recorder <recorder@gitbroker.dev>":
+				require.True(t, strings.HasPrefix(p, "status/jobs/"), "recorder commit %s touched %s", e.Hash, p)
+			case "gitbroker-renderer <renderer@gitbroker.dev>":
+				require.True(t, render.IsOwned(p), "renderer commit %s touched %s", e.Hash, p)
+			}
+		}
+	}
+	require.Equal(t, nodes*updates, counts["gitbroker-agent <agent@gitbroker.dev>"], "every agent update landed once")
+	t.Logf("%d agents x %d updates with the renderer and the recorder: commits by author %v; %d Jobs ran and were recorded",
+		nodes, updates, counts, len(jobs.Items))
+}
+
+// applyAndFinish creates the rendered Jobs the cluster lacks and finishes
+// the ones still running, as Flux and the kubelet would. It returns how
+// many it changed.
+func (l *loop) applyAndFinish() int {
+	changed := 0
+	for _, p := range l.srv.Files() {
+		if !strings.HasPrefix(p, render.RenderedDir) || !strings.Contains(p, "/job-") {
+			continue
+		}
+		content, ok := l.srv.File(p)
+		var job batchv1.Job
+		if !ok || yaml.Unmarshal([]byte(content), &job) != nil || job.Name == "" {
+			continue // rendered away meanwhile
+		}
+		jobs := l.client.BatchV1().Jobs(job.Namespace)
+		if _, err := jobs.Create(context.Background(), &job, metav1.CreateOptions{}); err == nil {
+			changed++
+		}
+		cur, err := jobs.Get(context.Background(), job.Name, metav1.GetOptions{})
+		if err != nil || len(cur.Status.Conditions) > 0 {
+			continue
+		}
+		now := metav1.Now()
+		cur.Status.StartTime, cur.Status.CompletionTime, cur.Status.Succeeded = &now, &now, 1
+		cur.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+		if _, err := jobs.UpdateStatus(context.Background(), cur, metav1.UpdateOptions{}); err == nil {
+			changed++
+		}
+	}
+	return changed
+}
