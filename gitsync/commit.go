@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -29,7 +31,7 @@ type commitBuilder struct {
 // build writes the change on top of base (nil for a new branch) and returns
 // the new commit and every object it created, which is what a push must
 // send. It returns ErrNoChanges when the tree would not change.
-func (b *commitBuilder) build(base *object.Commit, c *Change) (plumbing.Hash, []plumbing.Hash, error) {
+func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name string, content []byte) (plumbing.Hash, bool)) (plumbing.Hash, []plumbing.Hash, error) {
 	if err := c.validate(); err != nil {
 		return plumbing.ZeroHash, nil, err
 	}
@@ -59,7 +61,12 @@ func (b *commitBuilder) build(base *object.Commit, c *Change) (plumbing.Hash, []
 			return e.Hash.String(), true, nil
 		},
 		func(dir string) ([]string, error) { return listFiles(root, dir) },
-		func(content []byte) string { return plumbing.ComputeHash(plumbing.BlobObject, content).String() },
+		func(name string, content []byte) string {
+			if h, ok := known(name, content); ok {
+				return h.String()
+			}
+			return plumbing.ComputeHash(plumbing.BlobObject, content).String()
+		},
 	)
 	if err != nil {
 		return plumbing.ZeroHash, nil, err
@@ -262,6 +269,38 @@ type treeSnapshot struct {
 	commit string
 	when   time.Time
 	root   *object.Tree
+
+	// read remembers the blob hash of every file handed out, so a change
+	// that writes the same bytes back needs no hashing.
+	mu   sync.Mutex
+	read map[string]readFile
+}
+
+type readFile struct {
+	content []byte
+	hash    plumbing.Hash
+}
+
+func (s *treeSnapshot) remember(name string, content []byte, hash plumbing.Hash) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.read == nil {
+		s.read = map[string]readFile{}
+	}
+	// A copy: the caller may change the slice it was given.
+	s.read[name] = readFile{append([]byte(nil), content...), hash}
+}
+
+// known returns the hash of content if it is what the snapshot handed out
+// for name.
+func (s *treeSnapshot) known(name string, content []byte) (plumbing.Hash, bool) {
+	s.mu.Lock()
+	f, ok := s.read[name]
+	s.mu.Unlock()
+	if ok && bytes.Equal(f.content, content) {
+		return f.hash, true
+	}
+	return plumbing.ZeroHash, false
 }
 
 func (s *treeSnapshot) CommitTime() time.Time { return s.when }
@@ -279,7 +318,11 @@ func (s *treeSnapshot) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, err)
 	}
-	return readBlob(f)
+	b, err := readBlob(f)
+	if err == nil {
+		s.remember(name, b, f.Hash)
+	}
+	return b, err
 }
 
 func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
@@ -306,7 +349,9 @@ func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
 		if err != nil {
 			return err
 		}
-		out[joinPath(dir, f.Name)] = b
+		name := joinPath(dir, f.Name)
+		out[name] = b
+		s.remember(name, b, f.Hash)
 		return nil
 	})
 	if err != nil {

@@ -68,7 +68,7 @@ func (d *Dir) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
 			files, err := snap.Files(dir)
 			return slices.Sorted(maps.Keys(files)), err
 		},
-		sum,
+		func(_ string, b []byte) string { return sum(b) },
 	)
 	if err != nil {
 		return res, err

@@ -174,11 +174,12 @@ func (c *Change) ownedDirs() []string {
 // patch computes the per-path edits that turn the head into the change:
 // a nil value deletes. lookup returns a path's current content hash (ok
 // false when absent) and list returns the files under an owned folder;
-// hash gives the hash new content would have. Only differences are kept.
+// hash gives the hash new content at a path would have. Only differences
+// are kept.
 func (c *Change) patch(
 	lookup func(name string) (string, bool, error),
 	list func(dir string) ([]string, error),
-	hash func(content []byte) string,
+	hash func(name string, content []byte) string,
 ) (map[string][]byte, error) {
 	edits := make(map[string][]byte)
 	for name, content := range c.Files {
@@ -189,7 +190,7 @@ func (c *Change) patch(
 		if content == nil {
 			content = []byte{}
 		}
-		if !ok || old != hash(content) {
+		if !ok || old != hash(name, content) {
 			edits[name] = content
 		}
 	}

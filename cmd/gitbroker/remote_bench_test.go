@@ -23,7 +23,13 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	srv := gitsynctest.NewServer(b, "main", nil)
 	work := b.TempDir()
 	gitsynctest.Git(b, "", "init", "--quiet", "--initial-branch=main", work)
-	for p, content := range fixtures.Fleet(fixtures.Fleet10k) {
+	spec := fixtures.Fleet10k
+	if n := envInt("GITBROKER_BENCH_DEVICES", 0); n > 0 {
+		// A larger fleet, same shape: GITBROKER_BENCH_DEVICES=20000 gives
+		// about 35,000 files.
+		spec.Devices, spec.Nodes = n, n/10
+	}
+	for p, content := range fixtures.Fleet(spec) {
 		full := filepath.Join(work, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			b.Fatal(err)
@@ -36,7 +42,7 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	gitsynctest.Git(b, work, "-c", "user.name=seed", "-c", "user.email=seed@example.com", "commit", "--quiet", "-m", "fleet")
 	gitsynctest.Git(b, work, "push", "--quiet", "file://"+srv.Bare(), "HEAD:refs/heads/main")
 
-	repo, err := gitsync.New(srv.URL(), "main")
+	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithDepth(envInt("GITBROKER_BENCH_DEPTH", 1)-1))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,8 +63,19 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 		b.StopTimer()
 		// The agent of node-bench sees a new device in place of its last one.
 		srv.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
+		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
+			t0 := time.Now()
+			if _, err := repo.Snapshot(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("fetch %s", time.Since(t0))
+		}
 		b.StartTimer()
+		t1 := time.Now()
 		out, err := r.once(ctx)
+		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
+			b.Logf("once %s", time.Since(t1))
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
