@@ -91,6 +91,7 @@ It needs get, list and watch on jobs (batch) and nothing else. It serves /health
 
 func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	log := logger.NewLogger(o.Log)
+	logger.SetLogger(log) // client-go's informers log through klog
 	repo, err := o.Git.Open()
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)

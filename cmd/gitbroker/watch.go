@@ -223,6 +223,7 @@ func lead(ctx context.Context, client kubernetes.Interface, o *watchOptions, log
 // is enabled, until SIGTERM.
 func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error {
 	log := logger.NewLogger(o.Log)
+	logger.SetLogger(log) // client-go's leader election logs through klog
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var client kubernetes.Interface
