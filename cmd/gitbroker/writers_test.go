@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,8 +54,10 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 		r:        &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true, author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now},
 		interval: 20 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
 	}
-	background.Add(1)
-	go func() { defer background.Done(); daemon.run(ctx) }()
+	daemonCtx, stopDaemon := context.WithCancel(ctx)
+	var daemonDone sync.WaitGroup
+	daemonDone.Add(1)
+	go func() { defer daemonDone.Done(); daemon.run(daemonCtx) }()
 
 	// "Flux" and the kubelet: create every rendered Job, and finish it.
 	l := &loop{t: t, srv: srv, client: client}
@@ -104,48 +104,43 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// Let everything settle: all Jobs finished and recorded, a render with
-	// nothing left to do.
+	// Let everything settle. The concurrent phase is over once the agents
+	// are done; stop the daemon and "Flux", then step the loop by hand
+	// until a full round changes nothing: every rendered Job exists and
+	// finished, every finished Job is recorded, and a render has nothing
+	// to do.
+	stopFlux()
+	flux.Wait()
+	stopDaemon()
+	daemonDone.Wait()
 	settle := &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true,
 		author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now}
-	var why string
-	settled := assert.Eventually(t, func() bool {
-		if n := rec.Pending(); n > 0 {
-			why = fmt.Sprintf("%d records pending", n)
-			return false
-		}
-		if n := l.applyAndFinish(); n > 0 {
-			why = fmt.Sprintf("%d Jobs created or finished", n)
-			return false
-		}
+	recorded := func() bool {
 		jobs, err := client.BatchV1().Jobs("plant").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
+		require.NoError(t, err)
 		for _, j := range jobs.Items {
 			if _, ok := srv.File(api.JobRecordPath("plant", j.Name)); !ok {
-				why = "no record yet for " + j.Name
 				return false
 			}
 		}
+		return rec.Pending() == 0
+	}
+	for round := 0; ; round++ {
+		require.Less(t, round, 50, "the loop does not settle")
+		changed := l.applyAndFinish()
+		require.Eventually(t, recorded, time.Minute, 10*time.Millisecond, "every finished Job is recorded")
 		out, err := settle.once(ctx)
-		if out.Result != nil && len(out.Result.Errors) > 0 {
-			why = out.Result.Errors.Error()
-			return false
+		require.NotNil(t, out.Result)
+		require.Empty(t, out.Result.Errors)
+		if err != nil {
+			require.ErrorIs(t, err, gitsync.ErrNoChanges)
+			if changed == 0 {
+				break
+			}
 		}
-		why = fmt.Sprintf("render: %v", err)
-		return errors.Is(err, gitsync.ErrNoChanges)
-	}, 30*time.Second, 50*time.Millisecond)
-	require.True(t, settled, "not settled: %s", why)
-	stopFlux()
-	flux.Wait()
+	}
 	cancel()
 	background.Wait()
-	// A record may have landed after the check above and before the
-	// writers stopped; one last render, as the daemon would make, catches up.
-	if _, err := settle.once(context.Background()); err != nil {
-		require.ErrorIs(t, err, gitsync.ErrNoChanges)
-	}
 
 	// Each agent's file holds its last state.
 	for n := 0; n < nodes; n++ {
@@ -163,7 +158,14 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 		_, ok := srv.File(api.JobRecordPath("plant", j.Name))
 		require.True(t, ok, "record of %s", j.Name)
 	}
-	code, _, stderr := gitbroker(t, "check", "--dir", export(t, srv, srv.Head()))
+	dir := export(t, srv, srv.Head())
+	code, stdout, stderr := gitbroker(t, "check", "--dir", dir)
+	if code != exitOK {
+		// Show what differs, to tell a stale tree from a renderer that
+		// disagrees with itself.
+		_, plan, _ := gitbroker(t, "plan", "--dir", dir)
+		t.Logf("check:\n%s\nplan:\n%s", stdout, plan)
+	}
 	require.Equal(t, exitOK, code, stderr)
 
 	// No writer touched another's paths.
