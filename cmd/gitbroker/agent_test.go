@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -129,49 +125,13 @@ func TestAgentDaemon(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 
-	var stderr syncBuffer
-	cmd := exec.Command(binary(t), "agent",
+	d := startDaemon(t, "agent started", "agent",
 		"--git", srv.URL(), "--git-username", agentUser, "--git-password-file", pwFile,
 		"--node", "edge-a", "--interval", "100ms", "--grace-period", "0s",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
 		"--discovery-handlers-dir", sockDir, "--debug-echo-availability-file", avail)
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("agent stderr:\n%s", stderr.String())
-		}
-	})
-
-	var started struct {
-		Msg         string `json:"msg"`
-		MetricsAddr string `json:"metricsAddr"`
-		HealthAddr  string `json:"healthAddr"`
-		Node        string `json:"node"`
-	}
-	require.Eventually(t, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(stderr.String()))
-		for sc.Scan() {
-			if json.Unmarshal(sc.Bytes(), &started) == nil && started.Msg == "agent started" {
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond)
-	require.Equal(t, "edge-a", started.Node)
-	get := func(addr, path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	require.Equal(t, "edge-a", d.Node)
+	started, get := d, d.get
 
 	require.Eventually(t, func() bool { code, _ := get(started.HealthAddr, "/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	code, _ := get(started.HealthAddr, "/healthz")
@@ -197,18 +157,10 @@ func TestAgentDaemon(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, srv.Log(), commits, "no change, no commit")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "exit code after SIGTERM")
-		exited <- nil
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not stop on SIGTERM")
-	}
-	require.Contains(t, stderr.String(), `"msg":"agent stopped"`)
+	d.stop("agent stopped")
 	_, err = os.Stat(filepath.Join(sockDir, "agent-registration.sock"))
 	require.True(t, os.IsNotExist(err), "the registration socket is removed on exit")
-	require.NotContains(t, stderr.String(), agentPassword)
+	require.NotContains(t, d.stderr.String(), agentPassword)
 }
 
 // A wrong password fails the cycle with a clear log and exit code, and the

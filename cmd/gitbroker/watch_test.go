@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -139,43 +134,9 @@ func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
 // source commit to its pushed render), invalid inputs visible, SIGTERM.
 func TestRenderDaemonProcess(t *testing.T) {
 	srv := demoServer(t)
-	var stderr syncBuffer
-	cmd := exec.Command(binary(t), "render", "--git", srv.URL(), "--watch", "--interval", "100ms",
+	d := startDaemon(t, "renderer started", "render", "--git", srv.URL(), "--watch", "--interval", "100ms",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("renderer stderr:\n%s", stderr.String())
-		}
-	})
-	var started struct {
-		Msg         string `json:"msg"`
-		MetricsAddr string `json:"metricsAddr"`
-		HealthAddr  string `json:"healthAddr"`
-	}
-	require.Eventually(t, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(stderr.String()))
-		for sc.Scan() {
-			if json.Unmarshal(sc.Bytes(), &started) == nil && started.Msg == "renderer started" {
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond)
-	get := func(addr, path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	started, get := d, d.get
 	require.Eventually(t, func() bool { return len(srv.Log()) == 2 }, 30*time.Second, 10*time.Millisecond)
 	code, _ := get(started.HealthAddr, "/readyz")
 	require.Equal(t, http.StatusOK, code)
@@ -211,16 +172,7 @@ func TestRenderDaemonProcess(t *testing.T) {
 		_, m := get(started.MetricsAddr, "/metrics")
 		return strings.Contains(m, "gitbroker_renderer_invalid_inputs 1")
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Contains(t, stderr.String(), "invalid inputs; their previous output is kept")
-	require.Contains(t, stderr.String(), "imagee: unknown field")
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		require.NoError(t, err)
-		exited <- nil
-	case <-time.After(30 * time.Second):
-		t.Fatal("the renderer did not stop on SIGTERM")
-	}
-	require.Contains(t, stderr.String(), `"msg":"renderer stopped"`)
+	require.Contains(t, d.stderr.String(), "invalid inputs; their previous output is kept")
+	require.Contains(t, d.stderr.String(), "imagee: unknown field")
+	d.stop("renderer stopped")
 }
