@@ -49,9 +49,12 @@ type Options struct {
 	// to finish too, so Jobs finishing together land in one commit.
 	Batch time.Duration
 	// Retry is the wait after a failed write before trying again.
-	Retry  time.Duration
-	Author gitsync.Signature
-	Log    logr.Logger
+	Retry time.Duration
+	// Timeout bounds one write, so a stalled connection cannot hang the
+	// recorder (default 5m).
+	Timeout time.Duration
+	Author  gitsync.Signature
+	Log     logr.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
@@ -78,6 +81,9 @@ func New(opts Options) (*Recorder, error) {
 	}
 	if opts.Retry <= 0 {
 		opts.Retry = 10 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Minute
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -199,6 +205,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 		encoded[path] = b
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
 	var written []string
 	res, err := r.opts.Store.Update(ctx, func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
 		written = written[:0]

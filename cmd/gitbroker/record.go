@@ -106,6 +106,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 		Store:     repo,
 		Namespace: o.Namespace,
 		Batch:     o.Batch,
+		Timeout:   o.Git.PushTimeout + time.Minute,
 		Author:    gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
 		Log:       log,
 		Metrics:   recorder.NewMetrics(reg),

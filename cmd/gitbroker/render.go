@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -172,9 +173,14 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		if remote.PRDescription != "" {
 			return exitf(exitInvalid, "--%s is for one render, not --%s", flagPRDescription, flagWatch)
 		}
+		watch.CycleTimeout = remote.Git.PushTimeout + time.Minute
 		return runRenderDaemon(cmd, r, watch)
 	}
-	out, err := r.once(cmd.Context())
+	// A connection that stalls must not hang the command: one render gets
+	// the push timeout, plus a minute for the render itself.
+	ctx, cancel := context.WithTimeout(cmd.Context(), remote.Git.PushTimeout+time.Minute)
+	defer cancel()
+	out, err := r.once(ctx)
 	if out.Result != nil && remote.PRDescription != "-" {
 		out.Result.Plan.WriteText(cmd.OutOrStdout())
 		flushOut(cmd)

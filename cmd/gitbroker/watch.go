@@ -39,9 +39,11 @@ type watchOptions struct {
 	Endpoints endpointOptions
 	Log       logger.Options
 	Leader    leaderelection.Options
-	LeaderNS  string
-	LeaderID  string
-	Kube      kubeOptions
+	// CycleTimeout bounds one render of the daemon.
+	CycleTimeout time.Duration
+	LeaderNS     string
+	LeaderID     string
+	Kube         kubeOptions
 }
 
 func (o *watchOptions) BindFlags(cmd *cobra.Command) {
@@ -109,6 +111,8 @@ type renderDaemon struct {
 	interval time.Duration
 	log      logr.Logger
 	metrics  *renderMetrics
+	// timeout bounds one render; 0 means none.
+	timeout time.Duration
 
 	last    atomic.Int64
 	ready   atomic.Bool
@@ -135,6 +139,11 @@ func (d *renderDaemon) run(ctx context.Context) {
 func (d *renderDaemon) cycle(ctx context.Context) {
 	defer d.last.Store(time.Now().UnixNano())
 	start := time.Now()
+	if d.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
 	out, err := d.r.once(ctx)
 	d.renders.Add(1)
 	d.metrics.duration.Observe(time.Since(start).Seconds())
@@ -235,7 +244,7 @@ func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error
 		client = c
 	}
 	reg := prometheus.NewRegistry()
-	d := &renderDaemon{r: r, interval: o.Interval, log: log, metrics: newRenderMetrics(reg)}
+	d := &renderDaemon{r: r, interval: o.Interval, log: log, metrics: newRenderMetrics(reg), timeout: o.CycleTimeout}
 	started := time.Now()
 	stall := 3*o.Interval + 5*time.Minute
 	metricsAddr, healthAddr, err := serveEndpoints(ctx, log, o.Endpoints, reg, probes{
