@@ -145,7 +145,9 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 		defer cancel()
 	}
 	out, err := d.r.once(ctx)
-	d.renders.Add(1)
+	// Counted once its readiness is recorded, so a probe never sees a
+	// render without its outcome.
+	defer d.renders.Add(1)
 	d.metrics.duration.Observe(time.Since(start).Seconds())
 	if out.Result != nil {
 		d.metrics.invalid.Set(float64(len(out.Result.Errors)))

@@ -138,8 +138,7 @@ func TestRenderDaemonProcess(t *testing.T) {
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	started, get := d, d.get
 	require.Eventually(t, func() bool { return len(srv.Log()) == 2 }, 30*time.Second, 10*time.Millisecond)
-	code, _ := get(started.HealthAddr, "/readyz")
-	require.Equal(t, http.StatusOK, code)
+	require.Eventually(t, func() bool { code, _ := get(started.HealthAddr, "/readyz"); return code == http.StatusOK }, 30*time.Second, 10*time.Millisecond)
 
 	// Source commits arrive; each is rendered and pushed.
 	inv, _ := srv.File("inventory/edge-b.yaml")
