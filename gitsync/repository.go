@@ -102,8 +102,9 @@ func WithAuth(a Auth) Option {
 	}
 }
 
-// WithDepth sets the fetch depth; 0 fetches full history. The default, 1,
-// is all a writer needs: it reads the head and commits on top of it.
+// WithDepth sets the depth of the first fetch into an empty object store;
+// 0 fetches full history. The default, 1, is all a writer needs: it reads
+// the head and commits on top of it. Later fetches bring only what is new.
 func WithDepth(depth int) Option {
 	return func(r *Repository) error { r.depth = depth; return nil }
 }
