@@ -94,7 +94,8 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		if !result.Changed() && (r.source == nil || mirrored(tree, head)) {
 			return nil, gitsync.ErrNoChanges
 		}
-		msg, err := r.text(templates.CommitMessageName, tree, src.Commit(), result)
+		digest := render.InputsDigest(tree)
+		msg, err := r.text(templates.CommitMessageName, tree, digest, src.Commit(), result)
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +107,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			Message: msg,
 			Trailers: []gitsync.Trailer{
 				{Key: TrailerSourceCommit, Value: src.Commit()},
-				{Key: TrailerInputsDigest, Value: render.InputsDigest(tree)},
+				{Key: TrailerInputsDigest, Value: digest},
 			},
 			Author: author,
 		}
@@ -207,13 +208,13 @@ func (r *remoteRender) reviewBranch(source string) string {
 
 // pullRequest renders the pull-request description of a render.
 func (r *remoteRender) pullRequest(out remoteOutcome) (string, error) {
-	return r.text(templates.PullRequestName, out.tree, out.Source, out.Result)
+	return r.text(templates.PullRequestName, out.tree, render.InputsDigest(out.tree), out.Source, out.Result)
 }
 
 // text renders the commit message or the pull-request description
 // (gitbroker.yaml may replace either; an invalid gitbroker.yaml falls back
 // to the defaults).
-func (r *remoteRender) text(name string, tree render.Tree, source string, result *render.Result) (string, error) {
+func (r *remoteRender) text(name string, tree render.Tree, digest, source string, result *render.Result) (string, error) {
 	settings, errs := api.ParseSettings(api.SettingsPath, tree[api.SettingsPath])
 	override := ""
 	if len(errs) == 0 {
@@ -234,7 +235,7 @@ func (r *remoteRender) text(name string, tree render.Tree, source string, result
 		Summary:      result.Plan.Summary.String(),
 		Plan:         truncateLines(plan.String(), commitPlanLines),
 		FilesChanged: len(render.Diff(result.Previous, result.Files)),
-		InputsDigest: render.InputsDigest(tree),
+		InputsDigest: digest,
 	})
 	if err != nil && override != "" {
 		return "", fmt.Errorf("gitbroker.yaml spec.templates.%s: %w", name, err)
