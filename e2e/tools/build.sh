@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# build.sh builds the programs the e2e suite runs, from Go modules, into a
+# cache outside the clone, and prints the folder that holds them.
+#
+#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd
+#   e2e/tools/build.sh all
+#
+# "all" builds every component and prints a folder of links to all their
+# programs and to the Flux CRDs (crds/), which is what the suite reads from
+# GITBROKER_E2E_BIN.
+#
+# Each component is a small module under e2e/tools/<component> whose go.mod
+# pins the versions. The cache folder is keyed by the component, its
+# version and a digest of its go.mod and go.sum, so a change of version
+# builds anew and an unchanged one is reused. A build goes to a temporary
+# folder first and is renamed into place only when it is complete, so an
+# interrupted build is never taken for a finished one.
+set -euo pipefail
+
+component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|all}
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
+mod=$here/$component
+components=(etcd kube kwok source-controller kustomize-controller argocd)
+argocd_version=v3.6.1
+
+# Argo CD is not run, only its Application and ApplicationSet CRDs are
+# needed, to validate deploy/argocd. Its module needs Go 1.27, which the go
+# command fetches from the module proxy for this download only.
+if [[ $component == argocd ]]; then
+	out=$cache/argocd-$argocd_version
+	if [[ ! -f $out/.complete ]]; then
+		mkdir -p "$cache"
+		tmp=$(mktemp -d "$cache/.argocd-XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		src=$(cd "$tmp" && GOTOOLCHAIN=go1.27.3 go mod download -json "github.com/argoproj/argo-cd/v3@$argocd_version" |
+			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		mkdir "$tmp/argocd"
+		cp "$src"/manifests/crds/application-crd.yaml "$src"/manifests/crds/applicationset-crd.yaml "$tmp/argocd/"
+		chmod 644 "$tmp"/argocd/*.yaml
+		echo "$argocd_version" >"$tmp/.complete"
+		rm -rf "$out"
+		mv "$tmp" "$out"
+		trap - EXIT
+	fi
+	echo "$out"
+	exit 0
+fi
+
+if [[ $component == all ]]; then
+	dirs=()
+	for c in "${components[@]}"; do
+		dirs+=("$("$0" "$c")")
+	done
+	key=$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-12)
+	bin=$cache/bin-$key
+	if [[ ! -d $bin ]]; then
+		tmp=$(mktemp -d "$cache/.bin-XXXXXX")
+		mkdir "$tmp/crds"
+		for d in "${dirs[@]}"; do
+			for f in "$d"/*; do
+				[[ -d $f ]] || ln -s "$f" "$tmp/"
+			done
+			if [[ -d $d/crds ]]; then
+				ln -s "$d"/crds/* "$tmp/crds/"
+			fi
+			if [[ -d $d/stages ]]; then
+				ln -s "$d"/stages/* "$tmp/"
+			fi
+			if [[ -d $d/argocd ]]; then
+				ln -s "$d/argocd" "$tmp/argocd"
+			fi
+		done
+		mv "$tmp" "$bin"
+	fi
+	echo "$bin"
+	exit 0
+fi
+
+case $component in
+kube)
+	version=v1.37.2
+	pkgs=(k8s.io/kubernetes/cmd/kube-apiserver
+		k8s.io/kubernetes/cmd/kube-controller-manager
+		k8s.io/kubernetes/cmd/kube-scheduler)
+	minor=${version#v1.}
+	minor=${minor%%.*}
+	# Some clients read the server's version; an unstamped build says v0.0.0.
+	ldflags="-s -w
+		-X k8s.io/component-base/version.gitVersion=$version
+		-X k8s.io/component-base/version.gitMajor=1
+		-X k8s.io/component-base/version.gitMinor=$minor
+		-X k8s.io/component-base/version.gitTreeState=clean
+		-X k8s.io/client-go/pkg/version.gitVersion=$version
+		-X k8s.io/client-go/pkg/version.gitMajor=1
+		-X k8s.io/client-go/pkg/version.gitMinor=$minor"
+	;;
+etcd)
+	version=v3.7.3
+	pkgs=(go.etcd.io/etcd/server/v3)
+	ldflags="-s -w"
+	;;
+kwok)
+	version=v0.8.0
+	pkgs=(sigs.k8s.io/kwok/cmd/kwok)
+	ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$version"
+	;;
+source-controller | kustomize-controller)
+	version=v1.9.6
+	pkgs=("github.com/fluxcd/$component")
+	ldflags="-s -w"
+	;;
+*)
+	echo "build.sh: unknown component $component" >&2
+	exit 2
+	;;
+esac
+
+digest=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-12)
+out=$cache/$component-$version-$digest
+if [[ -f $out/.complete ]]; then
+	echo "$out"
+	exit 0
+fi
+
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/.$component-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s)
+echo "build.sh: building $component $version into $out (cold; this takes minutes)" >&2
+(cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+# go names the etcd server's program after its module path, without /v3.
+if [[ $component == etcd ]]; then
+	mv "$tmp/server" "$tmp/etcd"
+fi
+# Flux's CRDs come from the same module as its controller.
+if [[ $component == *-controller ]]; then
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' "github.com/fluxcd/$component")
+	mkdir "$tmp/crds"
+	cp "$src"/config/crd/bases/*.yaml "$tmp/crds/"
+	chmod 644 "$tmp"/crds/*.yaml
+fi
+# kwok moves nodes and pods through stages given as configuration: nodes
+# become ready and keep a lease, pods become ready, Job pods complete.
+if [[ $component == kwok ]]; then
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+	mkdir "$tmp/stages"
+	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+		pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+		cat "$src/$f"
+		echo ---
+	done >"$tmp/stages/kwok.yaml"
+fi
+echo "$version" >"$tmp/.complete"
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+echo "build.sh: built $component in $(($(date +%s) - start))s" >&2
+echo "$out"
