@@ -1,0 +1,51 @@
+// Package deploy owns gitbroker's Kubernetes manifests: the kustomize bases
+// of the agent, the renderer and the recorder with their RBAC (this folder),
+// and the Flux (flux/) and Argo CD (argocd/) objects that apply a gitbroker
+// repository. The Flux and Argo CD objects are embedded so that
+// `gitbroker init` writes exactly these into a new repository.
+package deploy
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"regexp"
+	"strings"
+)
+
+//go:embed flux/*.yaml argocd/*.yaml
+var files embed.FS
+
+// PlaceholderURL is the repository URL the manifests carry until it is set.
+const PlaceholderURL = "https://git.example.com/fleet/edge.git"
+
+var branchField = regexp.MustCompile(`(?m)^(\s*(?:branch|revision|targetRevision): )main$`)
+
+// Objects returns the files of folder ("flux" or "argocd"), keyed by their
+// name in it, with the repository URL and branch set (quoted, so any value
+// stays one YAML string).
+func Objects(folder, url, branch string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := fs.WalkDir(files, folder, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		text := strings.ReplaceAll(string(data), PlaceholderURL, quote(url))
+		text = branchField.ReplaceAllStringFunc(text, func(m string) string {
+			return branchField.FindStringSubmatch(m)[1] + quote(branch)
+		})
+		out[strings.TrimPrefix(p, folder+"/")] = []byte(text)
+		return nil
+	})
+	return out, err
+}
+
+// quote writes s as a JSON string, which YAML reads as the same string.
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
