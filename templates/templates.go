@@ -1,13 +1,15 @@
 // Package templates owns the text gitbroker writes for people: the
 // renderer's commit message and the pull-request description of a review
-// branch. They are Go text/templates embedded in the binary; a repository
-// replaces them with spec.templates in gitbroker.yaml.
+// branch, and the files of a new repository that `gitbroker init` writes
+// (init/). They are Go text/templates embedded in the binary; a repository
+// replaces the first two with spec.templates in gitbroker.yaml.
 package templates
 
 import (
 	"bytes"
 	"embed"
 	"fmt"
+	"io/fs"
 	"strings"
 	"text/template"
 )
@@ -75,4 +77,48 @@ func Execute(name, override string, data Render) (string, error) {
 		return "", fmt.Errorf("template %s: %w", name, err)
 	}
 	return strings.TrimRight(b.String(), "\n") + "\n", nil
+}
+
+//go:embed init
+var initFiles embed.FS
+
+// Scaffold is what the templates of a new repository see.
+type Scaffold struct {
+	// Flux and ArgoCD say which GitOps tool's objects the repository gets.
+	Flux, ArgoCD bool
+	// SourceRefName is the Flux GitRepository the rendered Kustomizations
+	// build from, when it is not the default flux-system.
+	SourceRefName string
+}
+
+// Init returns the files of a new GitOps repository, keyed by path: the
+// folders' README, gitbroker.yaml with every setting at its default, and an
+// example Configuration. Files named *.tmpl are executed with s and lose
+// the suffix.
+func Init(s Scaffold) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := fs.WalkDir(initFiles, "init", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := initFiles.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(p, "init/")
+		if strings.HasSuffix(name, ".tmpl") {
+			t, err := Parse(name, string(data))
+			if err != nil {
+				return err
+			}
+			var b bytes.Buffer
+			if err := t.Execute(&b, s); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			name, data = strings.TrimSuffix(name, ".tmpl"), b.Bytes()
+		}
+		out[name] = data
+		return nil
+	})
+	return out, err
 }

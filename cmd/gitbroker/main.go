@@ -55,7 +55,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitInvalid, err: fmt.Errorf("%w\n\n%s", err, c.UsageString())}
 	})
-	root.AddCommand(newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand(), newAgentCommand(), newRecordCommand())
+	root.AddCommand(newInitCommand(), newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand(), newAgentCommand(), newRecordCommand())
 	return root
 }
 

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitbroker/gitbroker/deploy"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/templates"
+)
+
+const (
+	flagFlux    = "flux"
+	flagArgoCD  = "argocd"
+	flagRepoURL = "repo-url"
+	flagRepoRef = "repo-branch"
+	// fluxSourceName is the GitRepository deploy/flux defines.
+	fluxSourceName = "gitbroker"
+)
+
+type initOptions struct {
+	Dir            string
+	Flux, ArgoCD   bool
+	RepoURL, RepoB string
+}
+
+func newInitCommand() *cobra.Command {
+	o := &initOptions{}
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create a new GitOps repository: its folders, settings, an example Configuration, and Flux or Argo CD objects",
+		Long: `Init writes a new gitbroker repository into --dir: a README naming each folder's writer,
+gitbroker.yaml with every setting at its documented default, an example Configuration, and the
+first render (rendered/, empty until agents report devices), so that check passes at once.
+
+With --flux it adds flux/: a GitRepository named gitbroker and a Kustomization that applies
+rendered/flux/; gitbroker.yaml then names that GitRepository. With --argocd it adds argocd/: an
+ApplicationSet with one Application per configuration folder, and a single Application for small
+fleets. --repo-url and --repo-branch go into those objects.
+
+Init never overwrites: it refuses a folder that already holds any file it would write.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := o.files()
+			if err != nil {
+				return exitf(exitInvalid, "%v", err)
+			}
+			var exists []string
+			for _, p := range sortedKeys(files) {
+				if _, err := os.Lstat(filepath.Join(o.Dir, filepath.FromSlash(p))); err == nil {
+					exists = append(exists, p)
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					return exitf(exitInvalid, "%v", err)
+				}
+			}
+			if len(exists) > 0 {
+				return exitf(exitInvalid, "%s already holds %v; init writes only into a new repository", o.Dir, exists)
+			}
+			if err := writeAll(o.Dir, files); err != nil {
+				return exitf(exitInvalid, "%v", err)
+			}
+			for _, p := range sortedKeys(files) {
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", p)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.Dir, flagDir, ".", "folder of the new repository (created if missing)")
+	cmd.Flags().BoolVar(&o.Flux, flagFlux, false, "add flux/: the Flux GitRepository and Kustomization for this repository")
+	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
+	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, deploy.PlaceholderURL, "the repository's URL, as Flux or Argo CD will fetch it")
+	cmd.Flags().StringVar(&o.RepoB, flagRepoRef, "main", "the branch Flux or Argo CD applies")
+	return cmd
+}
+
+// files is the new repository: the scaffold from templates/, the GitOps
+// tools' objects from deploy/, and the first render of it all.
+func (o *initOptions) files() (render.Tree, error) {
+	s := templates.Scaffold{Flux: o.Flux, ArgoCD: o.ArgoCD}
+	if o.Flux {
+		s.SourceRefName = fluxSourceName
+	}
+	scaffold, err := templates.Init(s)
+	if err != nil {
+		return nil, err
+	}
+	tree := render.Tree{}
+	for p, data := range scaffold {
+		tree[p] = data
+	}
+	for folder, on := range map[string]bool{"flux": o.Flux, "argocd": o.ArgoCD} {
+		if !on {
+			continue
+		}
+		objs, err := deploy.Objects(folder, o.RepoURL, o.RepoB)
+		if err != nil {
+			return nil, err
+		}
+		for name, data := range objs {
+			tree[folder+"/"+name] = data
+		}
+	}
+	res := render.Render(render.Request{Files: tree})
+	if len(res.Errors) > 0 {
+		return nil, fmt.Errorf("the scaffold does not render: %w", res.Errors)
+	}
+	for p, data := range res.Files {
+		tree[p] = data
+	}
+	return tree, nil
+}
+
+func sortedKeys(t render.Tree) []string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/render"
+)
+
+func TestInitWithFluxAndArgoCD(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, out, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/plant/edge.git", "--repo-branch", "production")
+	require.Equal(t, exitOK, code, stderr)
+	for _, p := range []string{"README.md", "gitbroker.yaml", "configurations/akri-debug-echo.yaml", "rendered/kustomization.yaml",
+		"flux/kustomization.yaml", "flux/gitrepository.yaml", "flux/rendered.yaml", "argocd/applicationset.yaml", "argocd/application.yaml"} {
+		require.FileExists(t, filepath.Join(dir, p))
+		require.Contains(t, out, "wrote "+p)
+	}
+	// The new repository is consistent from its first commit.
+	code, _, stderr = gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+
+	settings, err := os.ReadFile(filepath.Join(dir, "gitbroker.yaml"))
+	require.NoError(t, err)
+	s, errs := api.ParseSettings("gitbroker.yaml", settings)
+	require.Empty(t, errs)
+	require.Equal(t, fluxSourceName, s.Flux.SourceRef.Name, "the rendered Kustomizations build from flux/'s GitRepository")
+
+	// The Flux objects build with kustomize and point at the repository.
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "flux"))
+	require.NoError(t, err)
+	flux, err := m.AsYaml()
+	require.NoError(t, err)
+	require.Contains(t, string(flux), "url: https://git.example.org/plant/edge.git")
+	require.Contains(t, string(flux), "branch: production")
+	require.Contains(t, string(flux), "name: "+fluxSourceName)
+	for _, f := range []string{"applicationset.yaml", "application.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, "argocd", f))
+		require.NoError(t, err)
+		require.NotContains(t, string(data), "git.example.com", f)
+		require.Contains(t, string(data), `targetRevision: "production"`, f)
+	}
+
+	// It never overwrites.
+	code, _, stderr = gitbroker(t, "init", "--dir", dir)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "already holds")
+}
+
+// gitbroker.yaml as init writes it (without --flux) states the documented
+// defaults: a repository renders byte for byte the same with it as without.
+func TestInitSettingsAreTheDefaults(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := gitbroker(t, "init", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	settings, err := os.ReadFile(filepath.Join(dir, "gitbroker.yaml"))
+	require.NoError(t, err)
+	require.NotContains(t, string(settings), "{{")
+
+	demo, err := readFS(fixtures.Demo())
+	require.NoError(t, err)
+	require.NotContains(t, demo, "gitbroker.yaml")
+	without := render.Render(render.Request{Files: demo})
+	require.Empty(t, without.Errors)
+	with := render.Tree{"gitbroker.yaml": settings}
+	for p, data := range demo {
+		with[p] = data
+	}
+	got := render.Render(render.Request{Files: with})
+	require.Empty(t, got.Errors)
+	// Only the metadata file differs: its inputs digest covers gitbroker.yaml.
+	a, b := without.Files.Owned(), got.Files.Owned()
+	delete(a, "rendered/.gitbroker-render.yaml")
+	delete(b, "rendered/.gitbroker-render.yaml")
+	require.NotEmpty(t, a)
+	require.Equal(t, a, b)
+	require.True(t, strings.Contains(string(settings), "maxDeletionPercent: 50"))
+}
