@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin/gitbroker
 PKGS := ./...
 
-.PHONY: all build test demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
+.PHONY: all build test e2e e2e-tools demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -13,6 +13,19 @@ build:
 
 test: fmt-check vet
 	$(GO) test -race -count=1 $(PKGS)
+
+# The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
+# controllers. The cluster's programs are built from their Go modules by e2e/tools/build.sh into
+# $$HOME/.cache/gitbroker/e2e, keyed by version: about 15 minutes on 2 cores the first time, and
+# reused after that.
+E2E_TIMEOUT ?= 30m
+e2e:
+	@bin=$$(e2e/tools/build.sh all) && \
+	GITBROKER_E2E_BIN=$$bin $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+
+# Build (or find in the cache) the e2e suite's programs and print their folder.
+e2e-tools:
+	@e2e/tools/build.sh all
 
 demo:
 	$(GO) run ./cmd/gitbroker demo
@@ -41,6 +54,7 @@ bench-cli: build
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags e2e ./e2e/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -1,0 +1,521 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+)
+
+// Loopback ranges: no Service or Pod address ever leaves 127.0.0.0/8.
+const (
+	serviceCIDR = "127.65.0.0/16"
+	podCIDR     = "127.66.0.0/16"
+	// FluxNamespace is where Flux's controllers and objects live.
+	FluxNamespace = "flux-system"
+)
+
+// Cluster is a Kubernetes control plane with kwok nodes and Flux, running
+// as processes on loopback.
+type Cluster struct {
+	Dir        string // holds pki/, etcd/, storage/, logs/ and the kubeconfig
+	LogDir     string
+	Kubeconfig string // the admin kubeconfig
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	Dynamic    dynamic.Interface
+	Mapper     *restmapper.DeferredDiscoveryRESTMapper
+
+	bin   string
+	pki   *pki
+	procs []*process
+}
+
+// StartCluster starts etcd, the API server, the controller manager, the
+// scheduler, kwok, and Flux's source-controller and kustomize-controller
+// from the programs in bin, with their state and logs under dir. On error
+// whatever was started is stopped again.
+func StartCluster(ctx context.Context, bin, dir string) (_ *Cluster, err error) {
+	c := &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), bin: bin}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	for _, d := range []string{c.LogDir, filepath.Join(dir, "pki"), filepath.Join(dir, "etcd"), filepath.Join(dir, "storage")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+		return nil, fmt.Errorf("generating certificates: %w", err)
+	}
+	if err := c.startEtcdAndAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startControllers(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startFlux(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(name string, args []string, env ...string) (*process, error) {
+	p, err := startProcess(c.LogDir, name, filepath.Join(c.bin, name), args, env)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	etcdURL := "http://" + addr(clientPort)
+	peerURL := "http://" + addr(peerPort)
+	etcd, err := c.start("etcd", []string{
+		"--name=e2e",
+		"--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=e2e=" + peerURL,
+		"--listen-metrics-urls=",
+		// A test cluster's data is thrown away; fsync only slows it down.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	})
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, etcd, etcdURL+"/health", nil, time.Minute); err != nil {
+		return err
+	}
+
+	apiPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	apiserver, err := c.start("kube-apiserver", []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", apiPort),
+		"--tls-cert-file=" + c.pki.ServerCert, "--tls-private-key-file=" + c.pki.ServerKey,
+		"--token-auth-file=" + c.pki.TokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + c.pki.SAPub,
+		"--service-account-signing-key-file=" + c.pki.SAKey,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		// The kubernetes Service's endpoints would point at the advertise
+		// address through kube-proxy, which does not run here.
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+	})
+	if err != nil {
+		return err
+	}
+	server := "https://" + addr(apiPort)
+	ca, err := os.ReadFile(c.pki.CACert)
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := writeKubeconfig(c.Kubeconfig, server, ca, c.pki.AdminToken); err != nil {
+		return err
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return err
+	}
+	c.Config.QPS, c.Config.Burst = 100, 200
+	if err := waitHTTP(ctx, apiserver, server+"/readyz", c.Config, 2*time.Minute); err != nil {
+		return err
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return err
+	}
+	if c.Dynamic, err = dynamic.NewForConfig(c.Config); err != nil {
+		return err
+	}
+	c.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Client.Discovery()))
+	return nil
+}
+
+func (c *Cluster) startControllers(ctx context.Context) error {
+	if _, err := c.start("kube-controller-manager", []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--service-account-private-key-file=" + c.pki.SAKey,
+		"--root-ca-file=" + c.pki.CACert,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--controllers=*,-node-ipam-controller",
+	}); err != nil {
+		return err
+	}
+	if _, err := c.start("kube-scheduler", []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+	}); err != nil {
+		return err
+	}
+	if _, err := c.start("kwok", []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--config=" + filepath.Join(c.bin, "kwok.yaml"),
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--cidr=" + podCIDR,
+		"--node-ip=127.0.0.1",
+		"--node-lease-duration-seconds=40",
+	}); err != nil {
+		return err
+	}
+	// The default ServiceAccount is made by the controller manager; Pods
+	// cannot be created in a namespace before it exists.
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.checkAlive(); err != nil {
+			return false, err
+		}
+		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+func (c *Cluster) startFlux(ctx context.Context) error {
+	crds, err := filepath.Glob(filepath.Join(c.bin, "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		return fmt.Errorf("no Flux CRDs in %s/crds: %v", c.bin, err)
+	}
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Apply(ctx, "", data); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	if err := c.WaitForKinds(ctx, "GitRepository.source.toolkit.fluxcd.io", "Kustomization.kustomize.toolkit.fluxcd.io"); err != nil {
+		return err
+	}
+	if err := c.CreateNamespace(ctx, FluxNamespace); err != nil {
+		return err
+	}
+	storagePort, err := freePort()
+	if err != nil {
+		return err
+	}
+	env := []string{"KUBECONFIG=" + c.Kubeconfig, "RUNTIME_NAMESPACE=" + FluxNamespace}
+	for _, name := range []string{"source-controller", "kustomize-controller"} {
+		metrics, err := freePort()
+		if err != nil {
+			return err
+		}
+		health, err := freePort()
+		if err != nil {
+			return err
+		}
+		args := []string{
+			"--metrics-addr=" + addr(metrics),
+			"--health-addr=" + addr(health),
+			"--enable-leader-election=false",
+			"--log-level=debug",
+		}
+		if name == "source-controller" {
+			args = append(args,
+				"--storage-path="+filepath.Join(c.Dir, "storage"),
+				"--storage-addr="+addr(storagePort),
+				"--storage-adv-addr="+addr(storagePort),
+			)
+		}
+		p, err := c.start(name, args, env...)
+		if err != nil {
+			return err
+		}
+		if err := waitHTTP(ctx, p, "http://"+addr(health)+"/readyz", nil, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every process, the last started first.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop(10 * time.Second)
+	}
+	c.procs = nil
+}
+
+// checkAlive fails when a cluster process has exited.
+func (c *Cluster) checkAlive() error {
+	for _, p := range c.procs {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
+		}
+	}
+	return nil
+}
+
+// CreateNamespace creates a namespace unless it exists.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// AddNode registers a node that kwok manages as if a kubelet ran it.
+func (c *Cluster) AddNode(ctx context.Context, name string) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels:      map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+		},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
+		},
+	}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := false
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		// The not-ready taint is lifted by the node lifecycle controller.
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady {
+				ready = false
+			}
+		}
+		return ready, nil
+	})
+}
+
+// Objects decodes a multi-document YAML stream into objects.
+func Objects(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// resource finds the API resource of an object, namespaced to namespace
+// when the object is namespaced and names none.
+func (c *Cluster) resource(obj *unstructured.Unstructured, namespace string) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		c.Mapper.Reset()
+		mapping, err = c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameRoot {
+		return c.Dynamic.Resource(mapping.Resource), nil
+	}
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = namespace
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return c.Dynamic.Resource(mapping.Resource).Namespace(ns), nil
+}
+
+// Apply server-side applies every object in a YAML stream, as the e2e
+// field manager.
+func (c *Cluster) Apply(ctx context.Context, namespace string, data []byte) ([]*unstructured.Unstructured, error) {
+	objs, err := Objects(data)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, obj := range objs {
+		ri, err := c.resource(obj, namespace)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		applied, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true})
+		if err != nil {
+			return nil, fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		out = append(out, applied)
+	}
+	return out, nil
+}
+
+// DryRun server-side applies obj as a dry run with strict field
+// validation: the API server checks it against its schema (a CRD's
+// OpenAPI schema included) and admission, without storing it.
+func (c *Cluster) DryRun(ctx context.Context, obj *unstructured.Unstructured) error {
+	ri, err := c.resource(obj, "")
+	if err != nil {
+		return err
+	}
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+		DryRun: []string{metav1.DryRunAll}, FieldManager: "e2e-dry-run", Force: &force, FieldValidation: "Strict",
+	})
+	return err
+}
+
+// WaitForKinds waits until the API server serves each Kind.group.
+func (c *Cluster) WaitForKinds(ctx context.Context, kinds ...string) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c.Mapper.Reset()
+		for _, k := range kinds {
+			kind, group, _ := strings.Cut(k, ".")
+			if _, err := c.Mapper.RESTMapping(schema.GroupKind{Group: group, Kind: kind}); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as a
+// ServiceAccount with a token from the TokenRequest API, so a process runs
+// with exactly the permissions RBAC gives that account.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	expiry := int64(24 * 3600)
+	tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s/%s: %w", namespace, name, err)
+	}
+	ca, err := os.ReadFile(c.pki.CACert)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, "kubeconfig-"+namespace+"-"+name)
+	return path, writeKubeconfig(path, c.Config.Host, ca, tr.Status.Token)
+}
+
+// LogFiles lists the components' log files.
+func (c *Cluster) LogFiles() []string {
+	files, _ := filepath.Glob(filepath.Join(c.LogDir, "*.log"))
+	sort.Strings(files)
+	return files
+}
+
+func writeKubeconfig(path, server string, ca []byte, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e", Namespace: "default"}
+	cfg.CurrentContext = "e2e"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// waitHTTP polls url until it answers 200, failing early when p exits.
+// With cfg set, the request carries cfg's bearer token and trusts its CA.
+func waitHTTP(ctx context.Context, p *process, url string, cfg *rest.Config, timeout time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	if cfg != nil {
+		tlsCfg, err := rest.TLSConfigFor(cfg)
+		if err != nil {
+			return err
+		}
+		if tlsCfg == nil {
+			tlsCfg = &tls.Config{}
+		}
+		client.Transport = &http.Transport{TLSClientConfig: tlsCfg}
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if done, err := p.Exited(); done {
+			return false, fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if cfg != nil {
+			req.Header.Set("Authorization", "Bearer "+cfg.BearerToken)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s at %s (last answer: %s): %w; see %s", p.Name, url, last, err, p.Log)
+	}
+	return nil
+}

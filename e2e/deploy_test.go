@@ -1,0 +1,90 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestDeployManifests checks every manifest in deploy/, and those
+// `gitbroker init` writes, with a server-side dry run against the API
+// server: built-in kinds against the API server's own validation, Flux's
+// against its CRDs, and Argo CD's against its Application and
+// ApplicationSet CRD schemas.
+func TestDeployManifests(t *testing.T) {
+	ctx := context.Background()
+	bin := os.Getenv("GITBROKER_E2E_BIN")
+	for _, f := range []string{"application-crd.yaml", "applicationset-crd.yaml"} {
+		data, err := os.ReadFile(filepath.Join(bin, "argocd", f))
+		require.NoError(t, err)
+		_, err = cluster.Apply(ctx, "", data)
+		require.NoError(t, err, f)
+	}
+	require.NoError(t, cluster.WaitForKinds(ctx, "Application.argoproj.io", "ApplicationSet.argoproj.io"))
+	for _, ns := range []string{"gitbroker-system", "argocd"} {
+		require.NoError(t, cluster.CreateNamespace(ctx, ns))
+	}
+
+	dryRun := func(t *testing.T, objs []*unstructured.Unstructured) {
+		t.Helper()
+		require.NotEmpty(t, objs)
+		for _, obj := range objs {
+			require.NoError(t, cluster.DryRun(ctx, obj), "%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+		}
+	}
+	kinds := func(objs []*unstructured.Unstructured) map[string]int {
+		m := map[string]int{}
+		for _, o := range objs {
+			m[o.GetKind()]++
+		}
+		return m
+	}
+
+	t.Run("components", func(t *testing.T) {
+		objs := build(t, "../deploy")
+		require.Equal(t, map[string]int{
+			"Namespace": 1, "ConfigMap": 1, "ServiceAccount": 3, "DaemonSet": 1, "Deployment": 2,
+			"Role": 1, "RoleBinding": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		}, kinds(objs))
+		dryRun(t, objs)
+	})
+	t.Run("flux", func(t *testing.T) {
+		objs := build(t, "../deploy/flux")
+		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1}, kinds(objs))
+		dryRun(t, objs)
+	})
+	t.Run("argocd", func(t *testing.T) {
+		for _, f := range []string{"applicationset.yaml", "application.yaml"} {
+			data, err := os.ReadFile(filepath.Join("../deploy/argocd", f))
+			require.NoError(t, err)
+			objs, err := Objects(data)
+			require.NoError(t, err)
+			require.Len(t, objs, 1)
+			dryRun(t, objs)
+		}
+		// The schema really is checked: a misspelt field is refused.
+		bad, err := Objects([]byte("apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: bad\n  namespace: argocd\nspec:\n  project: default\n  destination: {server: https://kubernetes.default.svc}\n  source: {repoURL: https://x, path: rendered}\n  syncPolicy: {syncOptionz: [Prune=false]}\n"))
+		require.NoError(t, err)
+		require.ErrorContains(t, cluster.DryRun(ctx, bad[0]), "syncOptionz")
+	})
+	t.Run("init", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "fleet")
+		out, err := exec.Command(gitbroker, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/edge.git").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		dryRun(t, build(t, filepath.Join(dir, "flux")))
+		for _, f := range []string{"applicationset.yaml", "application.yaml"} {
+			data, err := os.ReadFile(filepath.Join(dir, "argocd", f))
+			require.NoError(t, err)
+			objs, err := Objects(data)
+			require.NoError(t, err)
+			dryRun(t, objs)
+		}
+	})
+}

@@ -1,0 +1,14 @@
+// Package e2e is gitbroker's end-to-end suite: the whole loop against a
+// real Kubernetes API server with the real Flux controllers applying the
+// rendered repository.
+//
+// It owns the test cluster: etcd, kube-apiserver, kube-controller-manager
+// and kube-scheduler, kwok's fake nodes, and Flux's source-controller and
+// kustomize-controller, all built from their Go modules by
+// e2e/tools/build.sh, started as processes on loopback and stopped when the
+// suite ends. The git server, the agents, the renderer and the recorder are
+// started by the tests.
+//
+// The tests carry the e2e build tag; run them with `make e2e`, which builds
+// (or reuses) the programs and points GITBROKER_E2E_BIN at them.
+package e2e

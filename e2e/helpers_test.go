@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/blake2b"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+var (
+	gitRepositoryGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+	kustomizationGVR = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+)
+
+// eventually polls cond every 250ms until it holds or timeout passes, then
+// fails with what cond last said and where the logs are.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if err := cluster.checkAlive(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s\n(component logs: %s)", timeout, what, last, cluster.LogDir)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// instance is Akri's instance name of an unshared device seen by node.
+func instance(configuration, deviceID, node string) string {
+	h, _ := blake2b.New(3, nil)
+	h.Write([]byte(deviceID + node))
+	return configuration + "-" + hex.EncodeToString(h.Sum(nil))
+}
+
+// build runs kustomize over a folder of this repository.
+func build(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	require.NoError(t, err, "kustomize build %s", dir)
+	data, err := m.AsYaml()
+	require.NoError(t, err)
+	objs, err := Objects(data)
+	require.NoError(t, err)
+	return objs
+}
+
+// gbProcess is a gitbroker daemon started by a test.
+type gbProcess struct {
+	*process
+	MetricsAddr string `json:"metricsAddr"`
+	HealthAddr  string `json:"healthAddr"`
+}
+
+// startGitbroker runs the gitbroker binary with args, logging to the
+// cluster's log folder as name, and waits for its started log line. It is
+// stopped with SIGTERM when the test ends.
+func startGitbroker(t *testing.T, name, started string, args ...string) *gbProcess {
+	t.Helper()
+	p, err := startProcess(cluster.LogDir, name, gitbroker, args, nil)
+	require.NoError(t, err)
+	g := &gbProcess{process: p}
+	t.Cleanup(func() { p.Stop(30 * time.Second) })
+	eventually(t, time.Minute, name+" to start", func() (bool, string) {
+		if done, err := p.Exited(); done {
+			t.Fatalf("%s exited: %v; see %s", name, err, p.Log)
+		}
+		for _, line := range logLines(t, p.Log) {
+			if line["msg"] == started {
+				g.MetricsAddr, _ = line["metricsAddr"].(string)
+				g.HealthAddr, _ = line["healthAddr"].(string)
+				return true, ""
+			}
+		}
+		return false, "no " + started + " line yet"
+	})
+	return g
+}
+
+// logLines parses a daemon's JSON log lines (other lines are skipped).
+func logLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var lines []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			lines = append(lines, m)
+		}
+	}
+	return lines
+}
+
+var metricLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([0-9.eE+-]+)$`)
+
+// metric sums a metric's samples whose labels contain every given label
+// pair (written name="value").
+func (g *gbProcess) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + g.MetricsAddr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		m := metricLine.FindStringSubmatch(line)
+		if m == nil || m[1] != name {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			if !strings.Contains(m[2], l) {
+				match = false
+			}
+		}
+		if match {
+			v, err := strconv.ParseFloat(m[3], 64)
+			require.NoError(t, err)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// waitFluxApplied waits until Flux has fetched the branch head and every
+// Kustomization has applied it: the cluster then holds what the head
+// renders. When agents or the recorder move the head meanwhile, it waits
+// for the new head. It returns the head it saw applied.
+func waitFluxApplied(t *testing.T, srv *gitsynctest.Server) string {
+	t.Helper()
+	ctx := context.Background()
+	var applied string
+	eventually(t, 4*time.Minute, "Flux to apply the branch head", func() (bool, string) {
+		head := srv.Head()
+		rev := "main@sha1:" + head
+		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(FluxNamespace).Get(ctx, "gitbroker", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, _, _ := unstructured.NestedString(repo.Object, "status", "artifact", "revision")
+		if got != rev {
+			return false, fmt.Sprintf("GitRepository at %q, head %s", got, head[:12])
+		}
+		ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, k := range ks.Items {
+			last, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+			if last != rev || !isReady(&k) {
+				return false, fmt.Sprintf("Kustomization %s applied %q, ready=%v: %s", k.GetName(), last, isReady(&k), readyMessage(&k))
+			}
+		}
+		applied = head
+		return srv.Head() == head, ""
+	})
+	return applied
+}
+
+func isReady(obj *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func readyMessage(obj *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" {
+			return fmt.Sprint(m["reason"], ": ", m["message"])
+		}
+	}
+	return "no Ready condition"
+}

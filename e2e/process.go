@@ -1,0 +1,107 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is a program the suite started, with its output in a log file.
+type process struct {
+	Name string
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// startProcess runs bin with args and env (added to the suite's own),
+// writing its stdout and stderr to logDir/<name>.log. The process is killed
+// if the suite's process dies first, so nothing outlives a crashed run.
+func startProcess(logDir, name, bin string, args, env []string) (*process, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(f, "+ %s %q\n", bin, args)
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended, and how, when it ended
+// without being asked to.
+func (p *process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop asks the process to end with SIGTERM and kills it after grace.
+func (p *process) Stop(grace time.Duration) {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Kill ends the process at once.
+func (p *process) Kill() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// freePort finds a free TCP port on loopback. Another process could take
+// it before it is used; on this single-user machine that does not happen.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// addr is 127.0.0.1:port.
+func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
