@@ -16,7 +16,7 @@ test: fmt-check vet
 
 # The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
 # controllers. The cluster's programs are built from their Go modules by e2e/tools/build.sh into
-# $$HOME/.cache/gitbroker/e2e, keyed by version: about 15 minutes on 2 cores the first time, and
+# $$HOME/.cache/gitbroker/e2e, keyed by version: about 13 minutes on 2 cores the first time, and
 # reused after that.
 E2E_TIMEOUT ?= 30m
 e2e:
