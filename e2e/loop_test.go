@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -213,7 +214,8 @@ func TestLoop(t *testing.T) {
 	t.Run("a vanished device's Pods are pruned, its Jobs stay", func(t *testing.T) {
 		before := merge(uids(l.jobs(ctx, firmware)), uids(l.jobs(ctx, format)))
 		require.NoError(t, os.WriteFile(l.avail["edge-3"], []byte("OFFLINE\n"), 0o644))
-		eventually(t, 3*time.Minute, "edge-3's broker Pods pruned", func() (bool, string) {
+		gone := []string{instance(echoConfig, "foo0", "edge-3"), instance(echoConfig, "bar0", "edge-3")}
+		eventually(t, 3*time.Minute, "edge-3's broker Pods and Services pruned", func() (bool, string) {
 			n := 0
 			for _, ns := range []string{"default", "plant"} {
 				for _, p := range l.managedPods(ctx, ns) {
@@ -222,14 +224,19 @@ func TestLoop(t *testing.T) {
 					}
 				}
 			}
-			return n == 0, fmt.Sprintf("%d Pods of edge-3", n)
+			if n > 0 {
+				return false, fmt.Sprintf("%d Pods of edge-3", n)
+			}
+			for _, inst := range gone {
+				_, err := cluster.Client.CoreV1().Services("default").Get(ctx, inst+"-svc", metav1.GetOptions{})
+				if !apierrors.IsNotFound(err) {
+					return false, fmt.Sprintf("Service %s-svc still there (%v)", inst, err)
+				}
+			}
+			return true, ""
 		})
 		inv, _ := l.srv.File("inventory/edge-3.yaml")
 		require.NotContains(t, inv, "id: ", "edge-3's inventory lists no device")
-		for _, inst := range []string{instance(echoConfig, "foo0", "edge-3"), instance(echoConfig, "bar0", "edge-3")} {
-			_, err := cluster.Client.CoreV1().Services("default").Get(ctx, inst+"-svc", metav1.GetOptions{})
-			require.Error(t, err, "Service of vanished %s pruned", inst)
-		}
 		waitFluxApplied(t, l.srv)
 		require.Equal(t, before, merge(uids(l.jobs(ctx, firmware)), uids(l.jobs(ctx, format))), "finished Jobs stay")
 		require.Len(t, l.pods(ctx, "default", echoConfig), 4)
