@@ -40,6 +40,12 @@ var jobAnnotations = map[string]string{
 	"argocd.argoproj.io/compare-options": "IgnoreExtraneous",
 }
 
+// AnnotationFluxForce lets Flux re-create a rendered Pod when its spec changes: a Pod's
+// containers, env and affinity cannot be changed in place, so without it a changed Configuration
+// or device property would stop its Flux Kustomization at an "immutable field" error. Flux acts
+// on it only when the change is immutable.
+const AnnotationFluxForce = "kustomize.toolkit.fluxcd.io/force"
+
 // manifest is how every object is written: no status, no server-side fields.
 type manifest struct {
 	APIVersion string            `json:"apiVersion"`
@@ -216,7 +222,7 @@ func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string)
 			Name:        podName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID},
+			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled"},
 		},
 		Spec: ps,
 	})
