@@ -280,6 +280,30 @@ func TestLoop(t *testing.T) {
 		})
 	})
 
+	t.Run("a changed Pod broker replaces its Pods", func(t *testing.T) {
+		// A Pod's env cannot be changed in place: the Pods must be
+		// re-created, not patched.
+		cfg := l.file(t, "configurations/akri-debug-echo.yaml")
+		require.Contains(t, cfg, "  capacity: 2")
+		old := map[string]types.UID{}
+		for _, p := range l.pods(ctx, "default", echoConfig) {
+			old[p.Name] = p.UID
+		}
+		l.srv.Commit(map[string]string{
+			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "  capacity: 2", "  capacity: 2\n  brokerProperties:\n    RESOLUTION: 1080p", 1),
+		}, nil, "akri-debug-echo: 1080p")
+		eventually(t, 3*time.Minute, "every broker Pod re-created with the new env, running", func() (bool, string) {
+			pods := l.pods(ctx, "default", echoConfig)
+			n := 0
+			for _, p := range pods {
+				if envOf(p.Spec.Containers[0], "RESOLUTION") == "1080p" && p.Status.Phase == corev1.PodRunning && p.UID != old[p.Name] {
+					n++
+				}
+			}
+			return n == len(old) && len(pods) == len(old), fmt.Sprintf("%d of %d re-created", n, len(old))
+		})
+	})
+
 	t.Run("an invalid Configuration changes nothing in the cluster", func(t *testing.T) {
 		waitFluxApplied(t, l.srv)
 		before := l.settled(t)
