@@ -48,7 +48,8 @@ type loop struct {
 	t        *testing.T
 	srv      *gitsynctest.Server
 	avail    map[string]string // node -> debugEcho availability file
-	renderer *gbProcess
+	renderer *gbProcess // the replica holding the Lease
+	standby  *gbProcess
 	recorder *gbProcess
 }
 
@@ -341,6 +342,42 @@ func TestLoop(t *testing.T) {
 		}
 		require.Equal(t, before, l.state(ctx))
 	})
+
+	t.Run("the standby renderer takes over", func(t *testing.T) {
+		require.False(t, hasLine(t, l.standby, "render committed"), "the standby never rendered while the other led")
+		l.renderer.Stop(30 * time.Second)
+		done, err := l.renderer.Exited()
+		require.True(t, done)
+		require.NoError(t, err, "the leader stops cleanly on SIGTERM")
+		cfg := l.file(t, "configurations/akri-debug-echo.yaml")
+		require.Contains(t, cfg, "RESOLUTION: 1080p")
+		l.srv.Commit(map[string]string{
+			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "\n  brokerProperties:\n    RESOLUTION: 1080p", "", 1),
+		}, nil, "akri-debug-echo: back to the default resolution")
+		eventually(t, time.Minute, "the standby to lead and render", func() (bool, string) {
+			return hasLine(t, l.standby, "leading: rendering") && hasLine(t, l.standby, "render committed"), "not yet"
+		})
+		eventually(t, 3*time.Minute, "the broker Pods re-created without the property", func() (bool, string) {
+			pods := l.pods(ctx, "default", echoConfig)
+			n := 0
+			for _, p := range pods {
+				if envOf(p.Spec.Containers[0], "RESOLUTION") == "" && p.Status.Phase == corev1.PodRunning {
+					n++
+				}
+			}
+			return n == 6 && len(pods) == 6, fmt.Sprintf("%d of %d", n, len(pods))
+		})
+	})
+}
+
+// hasLine reports whether a daemon has logged a line with that msg.
+func hasLine(t *testing.T, g *gbProcess, msg string) bool {
+	for _, line := range logLines(t, g.Log) {
+		if line["msg"] == msg {
+			return true
+		}
+	}
+	return false
 }
 
 // startLoop prepares the cluster for the scenario and starts everything
@@ -400,20 +437,30 @@ func startLoop(t *testing.T) *loop {
 			"--discovery-handlers-dir", "",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	}
+	// Two renderer replicas, as deploy/ runs them: one holds the Lease and
+	// renders, the other stands by.
 	kubeconfig, err := cluster.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-renderer")
 	require.NoError(t, err)
-	l.renderer = startGitbroker(t, "renderer", "renderer started", "render",
-		"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
-		"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
-	// It renders only while it holds the Lease, which its Role allows.
-	eventually(t, time.Minute, "the renderer to hold its Lease", func() (bool, string) {
-		lease, err := cluster.Client.CoordinationV1().Leases(fleetSystem).Get(ctx, "gitbroker-renderer", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	var replicas []*gbProcess
+	for _, name := range []string{"renderer-a", "renderer-b"} {
+		replicas = append(replicas, startGitbroker(t, name, "renderer started", "render",
+			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
+			"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
+			"--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s", "--leader-election-retry-period", "1s",
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"))
+	}
+	eventually(t, time.Minute, "one renderer to hold the Lease", func() (bool, string) {
+		for i, r := range replicas {
+			if hasLine(t, r, "leading: rendering") {
+				l.renderer, l.standby = r, replicas[1-i]
+				return true, ""
+			}
 		}
-		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", "no holder"
+		return false, "no leader yet"
 	})
+	lease, err := cluster.Client.CoordinationV1().Leases(fleetSystem).Get(ctx, "gitbroker-renderer", metav1.GetOptions{})
+	require.NoError(t, err, "the renderer's Role allows its Lease")
+	require.NotEmpty(t, *lease.Spec.HolderIdentity)
 	return l
 }
 
