@@ -48,7 +48,7 @@ type loop struct {
 	t        *testing.T
 	srv      *gitsynctest.Server
 	avail    map[string]string // node -> debugEcho availability file
-	renderer *gbProcess // the replica holding the Lease
+	renderer *gbProcess        // the replica holding the Lease
 	standby  *gbProcess
 	recorder *gbProcess
 }
