@@ -85,7 +85,9 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
 	}, 20*time.Second, 10*time.Millisecond, "the new leader renders the change")
-	require.Positive(t, b.daemon.renders.Load())
+	// The render is counted after its push returns, which is after the
+	// server has the commit.
+	require.Eventually(t, func() bool { return b.daemon.renders.Load() > 0 }, 20*time.Second, 10*time.Millisecond, "the new leader counts its render")
 	b.cancel()
 	require.NoError(t, <-b.done)
 	require.Equal(t, int32(1), maxInFlight.Load(), "two replicas never wrote at once")
