@@ -446,7 +446,7 @@ func startLoop(t *testing.T) *loop {
 		replicas = append(replicas, startGitbroker(t, name, "renderer started", "render",
 			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
 			"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
-			"--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s", "--leader-election-retry-period", "1s",
+			"--leader-election-lease-duration", "15s", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "1s",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"))
 	}
 	eventually(t, time.Minute, "one renderer to hold the Lease", func() (bool, string) {

@@ -48,7 +48,7 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	var inFlight, maxInFlight atomic.Int32
 	opts := &watchOptions{LeaderNS: "gitbroker-system", LeaderID: "gitbroker-renderer"}
 	opts.Leader.Enable, opts.Leader.ReleaseOnCancel = true, true
-	opts.Leader.LeaseDuration, opts.Leader.RenewDeadline, opts.Leader.RetryPeriod = time.Second, 500*time.Millisecond, 50*time.Millisecond
+	opts.Leader.LeaseDuration, opts.Leader.RenewDeadline, opts.Leader.RetryPeriod = 4*time.Second, 3*time.Second, 100*time.Millisecond
 
 	type replica struct {
 		store  *countingStore
@@ -72,9 +72,11 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	a := start()
 	require.Eventually(t, func() bool { return a.daemon.renders.Load() > 0 }, 20*time.Second, 10*time.Millisecond)
 	b := start()
-	time.Sleep(500 * time.Millisecond)
+	// While the leader renders several more times, the standby renders
+	// nothing.
+	before := a.daemon.renders.Load()
+	require.Eventually(t, func() bool { return a.daemon.renders.Load() >= before+5 }, 20*time.Second, 10*time.Millisecond)
 	require.Zero(t, b.daemon.renders.Load(), "the standby replica does not render")
-	require.Greater(t, a.daemon.renders.Load(), int64(2))
 
 	// The leader stops (SIGTERM, releasing the Lease); the standby takes
 	// over and renders what comes next.
@@ -153,8 +155,14 @@ func TestRenderDaemonProcess(t *testing.T) {
 		}, 30*time.Second, 5*time.Millisecond)
 		latencies = append(latencies, time.Since(t0))
 	}
-	_, metrics := get(started.MetricsAddr, "/metrics")
-	require.Regexp(t, `gitbroker_renderer_renders_total\{result="committed"\} [6-9]`, metrics)
+	// A render is counted after its push returns, which is after the
+	// server has the commit.
+	committed := regexp.MustCompile(`gitbroker_renderer_renders_total\{result="committed"\} [6-9]`)
+	var metrics string
+	require.Eventually(t, func() bool {
+		_, metrics = get(started.MetricsAddr, "/metrics")
+		return committed.MatchString(metrics)
+	}, 30*time.Second, 10*time.Millisecond, "six renders committed")
 	require.Contains(t, metrics, "gitbroker_renderer_source_to_push_seconds_count")
 	sum := regexp.MustCompile(`gitbroker_renderer_source_to_push_seconds_sum ([0-9.e+-]+)`).FindStringSubmatch(metrics)
 	count := regexp.MustCompile(`gitbroker_renderer_source_to_push_seconds_count ([0-9]+)`).FindStringSubmatch(metrics)
