@@ -6,14 +6,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -231,7 +229,7 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := c.Apply(ctx, "", data); err != nil {
+		if err := c.Apply(ctx, data); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
@@ -308,16 +306,14 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 
 // AddNode registers a node that kwok manages as if a kubelet ran it.
 func (c *Cluster) AddNode(ctx context.Context, name string) error {
+	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 			Labels:      map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
 		},
-		Status: corev1.NodeStatus{
-			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
-			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
-		},
+		Status: corev1.NodeStatus{Allocatable: resources, Capacity: resources},
 	}
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return err
@@ -366,9 +362,9 @@ func Objects(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// resource finds the API resource of an object, namespaced to namespace
-// when the object is namespaced and names none.
-func (c *Cluster) resource(obj *unstructured.Unstructured, namespace string) (dynamic.ResourceInterface, error) {
+// resource finds the API resource of an object; a namespaced object that
+// names no namespace is in default.
+func (c *Cluster) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := obj.GroupVersionKind()
 	mapping, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
@@ -383,43 +379,42 @@ func (c *Cluster) resource(obj *unstructured.Unstructured, namespace string) (dy
 	}
 	ns := obj.GetNamespace()
 	if ns == "" {
-		ns = namespace
-	}
-	if ns == "" {
 		ns = "default"
 	}
 	return c.Dynamic.Resource(mapping.Resource).Namespace(ns), nil
 }
 
-// Apply server-side applies every object in a YAML stream, as the e2e
-// field manager.
-func (c *Cluster) Apply(ctx context.Context, namespace string, data []byte) ([]*unstructured.Unstructured, error) {
+// Apply server-side applies every object in a YAML stream.
+func (c *Cluster) Apply(ctx context.Context, data []byte) error {
 	objs, err := Objects(data)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []*unstructured.Unstructured
 	for _, obj := range objs {
-		ri, err := c.resource(obj, namespace)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		if err := c.ApplyObject(ctx, obj); err != nil {
+			return err
 		}
-		applied, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true})
-		if err != nil {
-			return nil, fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-		out = append(out, applied)
 	}
-	return out, nil
+	return nil
 }
 
-// DryRun server-side applies obj as a dry run with strict field
-// validation: the API server checks it against its schema (a CRD's
-// OpenAPI schema included) and admission, without storing it.
+// ApplyObject server-side applies obj, as the e2e field manager, with
+// strict field validation.
+func (c *Cluster) ApplyObject(ctx context.Context, obj *unstructured.Unstructured) error {
+	return c.apply(ctx, obj, nil)
+}
+
+// DryRun is ApplyObject as a dry run: the API server checks obj against
+// its schema (a CRD's OpenAPI schema included) and admission, without
+// storing it.
 func (c *Cluster) DryRun(ctx context.Context, obj *unstructured.Unstructured) error {
-	ri, err := c.resource(obj, "")
+	return c.apply(ctx, obj, []string{metav1.DryRunAll})
+}
+
+func (c *Cluster) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun []string) error {
+	ri, err := c.resource(obj)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}
 	data, err := obj.MarshalJSON()
 	if err != nil {
@@ -427,9 +422,12 @@ func (c *Cluster) DryRun(ctx context.Context, obj *unstructured.Unstructured) er
 	}
 	force := true
 	_, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-		DryRun: []string{metav1.DryRunAll}, FieldManager: "e2e-dry-run", Force: &force, FieldValidation: "Strict",
+		DryRun: dryRun, FieldManager: "e2e", Force: &force, FieldValidation: "Strict",
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return nil
 }
 
 // WaitForKinds waits until the API server serves each Kind.group.
@@ -465,13 +463,6 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	return path, writeKubeconfig(path, c.Config.Host, ca, tr.Status.Token)
 }
 
-// LogFiles lists the components' log files.
-func (c *Cluster) LogFiles() []string {
-	files, _ := filepath.Glob(filepath.Join(c.LogDir, "*.log"))
-	sort.Strings(files)
-	return files
-}
-
 func writeKubeconfig(path, server string, ca []byte, token string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
@@ -482,28 +473,22 @@ func writeKubeconfig(path, server string, ca []byte, token string) error {
 }
 
 // waitHTTP polls url until it answers 200, failing early when p exits.
-// With cfg set, the request carries cfg's bearer token and trusts its CA.
+// With cfg set, the request is authenticated as cfg says.
 func waitHTTP(ctx context.Context, p *process, url string, cfg *rest.Config, timeout time.Duration) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{}
 	if cfg != nil {
-		tlsCfg, err := rest.TLSConfigFor(cfg)
-		if err != nil {
+		var err error
+		if client, err = rest.HTTPClientFor(cfg); err != nil {
 			return err
 		}
-		if tlsCfg == nil {
-			tlsCfg = &tls.Config{}
-		}
-		client.Transport = &http.Transport{TLSClientConfig: tlsCfg}
 	}
+	client.Timeout = 5 * time.Second
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if done, err := p.Exited(); done {
 			return false, fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if cfg != nil {
-			req.Header.Set("Authorization", "Bearer "+cfg.BearerToken)
-		}
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()

@@ -24,8 +24,7 @@ func TestDeployManifests(t *testing.T) {
 	for _, f := range []string{"application-crd.yaml", "applicationset-crd.yaml"} {
 		data, err := os.ReadFile(filepath.Join(bin, "argocd", f))
 		require.NoError(t, err)
-		_, err = cluster.Apply(ctx, "", data)
-		require.NoError(t, err, f)
+		require.NoError(t, cluster.Apply(ctx, data), f)
 	}
 	require.NoError(t, cluster.WaitForKinds(ctx, "Application.argoproj.io", "ApplicationSet.argoproj.io"))
 	for _, ns := range []string{"gitbroker-system", "argocd"} {
@@ -37,6 +36,18 @@ func TestDeployManifests(t *testing.T) {
 		require.NotEmpty(t, objs)
 		for _, obj := range objs {
 			require.NoError(t, cluster.DryRun(ctx, obj), "%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+		}
+	}
+	// dryRunFiles dry-runs the objects in files (each a YAML stream).
+	dryRunFiles := func(t *testing.T, files ...string) {
+		t.Helper()
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			objs, err := Objects(data)
+			require.NoError(t, err)
+			require.Len(t, objs, 1, f)
+			dryRun(t, objs)
 		}
 	}
 	kinds := func(objs []*unstructured.Unstructured) map[string]int {
@@ -61,14 +72,7 @@ func TestDeployManifests(t *testing.T) {
 		dryRun(t, objs)
 	})
 	t.Run("argocd", func(t *testing.T) {
-		for _, f := range []string{"applicationset.yaml", "application.yaml"} {
-			data, err := os.ReadFile(filepath.Join("../deploy/argocd", f))
-			require.NoError(t, err)
-			objs, err := Objects(data)
-			require.NoError(t, err)
-			require.Len(t, objs, 1)
-			dryRun(t, objs)
-		}
+		dryRunFiles(t, "../deploy/argocd/applicationset.yaml", "../deploy/argocd/application.yaml")
 		// The schema really is checked: a misspelt field is refused.
 		bad, err := Objects([]byte("apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: bad\n  namespace: argocd\nspec:\n  project: default\n  destination: {server: https://kubernetes.default.svc}\n  source: {repoURL: https://x, path: rendered}\n  syncPolicy: {syncOptionz: [Prune=false]}\n"))
 		require.NoError(t, err)
@@ -79,12 +83,6 @@ func TestDeployManifests(t *testing.T) {
 		out, err := exec.Command(gitbroker, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/edge.git").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		dryRun(t, build(t, filepath.Join(dir, "flux")))
-		for _, f := range []string{"applicationset.yaml", "application.yaml"} {
-			data, err := os.ReadFile(filepath.Join(dir, "argocd", f))
-			require.NoError(t, err)
-			objs, err := Objects(data)
-			require.NoError(t, err)
-			dryRun(t, objs)
-		}
+		dryRunFiles(t, filepath.Join(dir, "argocd", "applicationset.yaml"), filepath.Join(dir, "argocd", "application.yaml"))
 	})
 }

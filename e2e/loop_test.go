@@ -392,10 +392,7 @@ func startLoop(t *testing.T) *loop {
 	for _, obj := range build(t, "../deploy") {
 		switch obj.GetKind() {
 		case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
-			data, err := obj.MarshalJSON()
-			require.NoError(t, err)
-			_, err = cluster.Apply(ctx, "", data)
-			require.NoError(t, err)
+			require.NoError(t, cluster.ApplyObject(ctx, obj))
 		}
 	}
 
@@ -420,10 +417,7 @@ func startLoop(t *testing.T) *loop {
 			obj.Object["spec"].(map[string]any)["url"] = l.srv.URL()
 			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
 		}
-		data, err := obj.MarshalJSON()
-		require.NoError(t, err)
-		_, err = cluster.Apply(ctx, "", data)
-		require.NoError(t, err)
+		require.NoError(t, cluster.ApplyObject(ctx, obj))
 	}
 
 	for _, n := range nodes {

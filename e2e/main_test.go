@@ -17,7 +17,6 @@ import (
 var (
 	cluster   *Cluster
 	gitbroker string
-	workDir   string
 )
 
 func TestMain(m *testing.M) {
@@ -30,8 +29,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: GITBROKER_E2E_BIN is not set; run `make e2e`, which builds the cluster's programs and sets it")
 		return 2
 	}
+	workDir := os.Getenv("GITBROKER_E2E_DIR")
 	var err error
-	if workDir = os.Getenv("GITBROKER_E2E_DIR"); workDir != "" {
+	if workDir != "" {
 		err = os.MkdirAll(workDir, 0o755)
 	} else {
 		workDir, err = os.MkdirTemp("", "gitbroker-e2e-")

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -21,9 +20,6 @@ type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
-
-	mu      sync.Mutex
-	stopped bool
 }
 
 // startProcess runs bin with args and env (added to the suite's own),
@@ -53,8 +49,7 @@ func startProcess(logDir, name, bin string, args, env []string) (*process, error
 	return p, nil
 }
 
-// Exited reports whether the process has ended, and how, when it ended
-// without being asked to.
+// Exited reports whether the process has ended, and its exit error.
 func (p *process) Exited() (bool, error) {
 	select {
 	case <-p.done:
@@ -66,9 +61,6 @@ func (p *process) Exited() (bool, error) {
 
 // Stop asks the process to end with SIGTERM and kills it after grace.
 func (p *process) Stop(grace time.Duration) {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
 	select {
 	case <-p.done:
 		return
@@ -81,15 +73,6 @@ func (p *process) Stop(grace time.Duration) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
-}
-
-// Kill ends the process at once.
-func (p *process) Kill() {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	_ = p.cmd.Process.Kill()
-	<-p.done
 }
 
 // freePort finds a free TCP port on loopback. Another process could take

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/spf13/cobra"
 
@@ -16,18 +15,18 @@ import (
 )
 
 const (
-	flagFlux    = "flux"
-	flagArgoCD  = "argocd"
-	flagRepoURL = "repo-url"
-	flagRepoRef = "repo-branch"
+	flagFlux       = "flux"
+	flagArgoCD     = "argocd"
+	flagRepoURL    = "repo-url"
+	flagRepoBranch = "repo-branch"
 	// fluxSourceName is the GitRepository deploy/flux defines.
 	fluxSourceName = "gitbroker"
 )
 
 type initOptions struct {
-	Dir            string
-	Flux, ArgoCD   bool
-	RepoURL, RepoB string
+	Dir                 string
+	Flux, ArgoCD        bool
+	RepoURL, RepoBranch string
 }
 
 func newInitCommand() *cobra.Command {
@@ -52,7 +51,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				return exitf(exitInvalid, "%v", err)
 			}
 			var exists []string
-			for _, p := range sortedKeys(files) {
+			for _, p := range files.Paths() {
 				if _, err := os.Lstat(filepath.Join(o.Dir, filepath.FromSlash(p))); err == nil {
 					exists = append(exists, p)
 				} else if !errors.Is(err, fs.ErrNotExist) {
@@ -65,7 +64,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			if err := writeAll(o.Dir, files); err != nil {
 				return exitf(exitInvalid, "%v", err)
 			}
-			for _, p := range sortedKeys(files) {
+			for _, p := range files.Paths() {
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", p)
 			}
 			return nil
@@ -75,7 +74,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.Flux, flagFlux, false, "add flux/: the Flux GitRepository and Kustomization for this repository")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, deploy.PlaceholderURL, "the repository's URL, as Flux or Argo CD will fetch it")
-	cmd.Flags().StringVar(&o.RepoB, flagRepoRef, "main", "the branch Flux or Argo CD applies")
+	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, "main", "the branch Flux or Argo CD applies")
 	return cmd
 }
 
@@ -98,7 +97,7 @@ func (o *initOptions) files() (render.Tree, error) {
 		if !on {
 			continue
 		}
-		objs, err := deploy.Objects(folder, o.RepoURL, o.RepoB)
+		objs, err := deploy.Objects(folder, o.RepoURL, o.RepoBranch)
 		if err != nil {
 			return nil, err
 		}
@@ -114,13 +113,4 @@ func (o *initOptions) files() (render.Tree, error) {
 		tree[p] = data
 	}
 	return tree, nil
-}
-
-func sortedKeys(t render.Tree) []string {
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

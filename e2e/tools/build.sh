@@ -6,18 +6,19 @@
 #   e2e/tools/build.sh all
 #
 # "all" builds every component and prints a folder of links to all their
-# programs and to the Flux CRDs (crds/), which is what the suite reads from
-# GITBROKER_E2E_BIN.
+# programs, kwok's stages (kwok.yaml), Flux's CRDs (crds/) and Argo CD's
+# (argocd/): what the suite reads from GITBROKER_E2E_BIN.
 #
-# Each component is a small module under e2e/tools/<component> whose go.mod
-# pins the versions. The cache folder is keyed by the component, its
+# Each component but argocd is a small module under e2e/tools/<component>
+# whose go.mod pins the versions; the version in the cache key is read
+# from there. The cache folder is keyed by the component, its
 # version and a digest of its go.mod and go.sum, so a change of version
 # builds anew and an unchanged one is reused. A build goes to a temporary
 # folder first and is renamed into place only when it is complete, so an
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|all}
+component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
@@ -79,14 +80,36 @@ fi
 
 case $component in
 kube)
-	version=v1.37.2
+	module=k8s.io/kubernetes
 	pkgs=(k8s.io/kubernetes/cmd/kube-apiserver
 		k8s.io/kubernetes/cmd/kube-controller-manager
 		k8s.io/kubernetes/cmd/kube-scheduler)
+	;;
+etcd)
+	module=go.etcd.io/etcd/server/v3
+	pkgs=("$module")
+	;;
+kwok)
+	module=sigs.k8s.io/kwok
+	pkgs=(sigs.k8s.io/kwok/cmd/kwok)
+	;;
+source-controller | kustomize-controller)
+	module=github.com/fluxcd/$component
+	pkgs=("$module")
+	;;
+*)
+	echo "build.sh: unknown component $component" >&2
+	exit 2
+	;;
+esac
+version=$(cd "$mod" && go list -m -f '{{.Version}}' "$module")
+ldflags="-s -w"
+case $component in
+kube)
 	minor=${version#v1.}
 	minor=${minor%%.*}
 	# Some clients read the server's version; an unstamped build says v0.0.0.
-	ldflags="-s -w
+	ldflags+="
 		-X k8s.io/component-base/version.gitVersion=$version
 		-X k8s.io/component-base/version.gitMajor=1
 		-X k8s.io/component-base/version.gitMinor=$minor
@@ -95,27 +118,10 @@ kube)
 		-X k8s.io/client-go/pkg/version.gitMajor=1
 		-X k8s.io/client-go/pkg/version.gitMinor=$minor"
 	;;
-etcd)
-	version=v3.7.3
-	pkgs=(go.etcd.io/etcd/server/v3)
-	ldflags="-s -w"
-	;;
 kwok)
-	version=v0.8.0
-	pkgs=(sigs.k8s.io/kwok/cmd/kwok)
-	ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$version"
-	;;
-source-controller | kustomize-controller)
-	version=v1.9.6
-	pkgs=("github.com/fluxcd/$component")
-	ldflags="-s -w"
-	;;
-*)
-	echo "build.sh: unknown component $component" >&2
-	exit 2
+	ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=$version"
 	;;
 esac
-
 digest=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-12)
 out=$cache/$component-$version-$digest
 if [[ -f $out/.complete ]]; then
@@ -135,7 +141,7 @@ if [[ $component == etcd ]]; then
 fi
 # Flux's CRDs come from the same module as its controller.
 if [[ $component == *-controller ]]; then
-	src=$(cd "$mod" && go list -m -f '{{.Dir}}' "github.com/fluxcd/$component")
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' "$module")
 	mkdir "$tmp/crds"
 	cp "$src"/config/crd/bases/*.yaml "$tmp/crds/"
 	chmod 644 "$tmp"/crds/*.yaml
@@ -143,7 +149,7 @@ fi
 # kwok moves nodes and pods through stages given as configuration: nodes
 # become ready and keep a lease, pods become ready, Job pods complete.
 if [[ $component == kwok ]]; then
-	src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' "$module")/kustomize/stage
 	mkdir "$tmp/stages"
 	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
 		pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
