@@ -79,7 +79,7 @@ func Execute(name, override string, data Render) (string, error) {
 	return strings.TrimRight(b.String(), "\n") + "\n", nil
 }
 
-//go:embed init
+//go:embed all:init
 var initFiles embed.FS
 
 // Scaffold is what the templates of a new repository see.
@@ -92,8 +92,10 @@ type Scaffold struct {
 }
 
 // Init returns the files of a new GitOps repository, keyed by path: the
-// folders' README, gitbroker.yaml with every setting at its default, and an
-// example Configuration. Files named *.tmpl are executed with s and lose
+// folders' README, gitbroker.yaml with every setting at its default, an
+// example Configuration, and a .gitkeep in inventory/ and status/jobs/ so
+// the folders exist before their writers do. (history/ and rendered/ are
+// the renderer's: it writes every file there.) Files named *.tmpl are executed with s and lose
 // the suffix.
 func Init(s Scaffold) (map[string][]byte, error) {
 	out := map[string][]byte{}

@@ -35,8 +35,9 @@ func newInitCommand() *cobra.Command {
 		Use:   "init",
 		Short: "Create a new GitOps repository: its folders, settings, an example Configuration, and Flux or Argo CD objects",
 		Long: `Init writes a new gitbroker repository into --dir: a README naming each folder's writer,
-gitbroker.yaml with every setting at its documented default, an example Configuration, and the
-first render (rendered/, empty until agents report devices), so that check passes at once.
+gitbroker.yaml with every setting at its documented default, an example Configuration, the
+inventory/ and status/jobs/ folders (with a .gitkeep), and the first render (rendered/, empty
+until agents report devices), so that check passes at once.
 
 With --flux it adds flux/: a GitRepository named gitbroker and a Kustomization that applies
 rendered/flux/; gitbroker.yaml then names that GitRepository. With --argocd it adds argocd/: an

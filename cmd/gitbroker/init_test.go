@@ -20,6 +20,7 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	code, out, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/plant/edge.git", "--repo-branch", "production")
 	require.Equal(t, exitOK, code, stderr)
 	for _, p := range []string{"README.md", "gitbroker.yaml", "configurations/akri-debug-echo.yaml", "rendered/kustomization.yaml",
+		"inventory/.gitkeep", "status/jobs/.gitkeep",
 		"flux/kustomization.yaml", "flux/gitrepository.yaml", "flux/rendered.yaml", "argocd/applicationset.yaml", "argocd/application.yaml"} {
 		require.FileExists(t, filepath.Join(dir, p))
 		require.Contains(t, out, "wrote "+p)
