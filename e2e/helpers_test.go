@@ -152,11 +152,18 @@ func (g *gbProcess) metric(t *testing.T, name string) float64 {
 // for the new head.
 func waitFluxApplied(t *testing.T, srv *gitsynctest.Server) {
 	t.Helper()
+	waitFluxAppliedIn(t, srv, FluxNamespace)
+}
+
+// waitFluxAppliedIn is waitFluxApplied for the GitRepository gitbroker and
+// the Kustomizations of namespace ns.
+func waitFluxAppliedIn(t *testing.T, srv *gitsynctest.Server, ns string) {
+	t.Helper()
 	ctx := context.Background()
 	eventually(t, 4*time.Minute, "Flux to apply the branch head", func() (bool, string) {
 		head := srv.Head()
 		rev := "main@sha1:" + head
-		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(FluxNamespace).Get(ctx, "gitbroker", metav1.GetOptions{})
+		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Get(ctx, "gitbroker", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -164,7 +171,7 @@ func waitFluxApplied(t *testing.T, srv *gitsynctest.Server) {
 		if got != rev {
 			return false, fmt.Sprintf("GitRepository at %q, head %s", got, head[:12])
 		}
-		ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
+		ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -172,11 +172,31 @@ type affinityHead struct {
 	} `json:"nodeAffinity"`
 }
 
+// nodes are the nodes the object is pinned to, sorted, each once (a node appears in one term per
+// term of the Configuration's own affinity).
 func (o *objectHead) nodes() []string {
-	var out []string
+	seen := map[string]bool{}
 	if n := o.Metadata.Labels[LabelTargetNode]; n != "" {
-		out = append(out, n)
+		seen[n] = true
 	}
+	o.eachPin(func(values []string) {
+		for _, v := range values {
+			seen[v] = true
+		}
+	})
+	return sortedKeys(seen)
+}
+
+// refusedPin says whether the object was pinned the way renders before one-term-per-node did it:
+// one metadata.name requirement listing several nodes, which the API server refuses, so an object
+// pinned so was never created in the cluster.
+func (o *objectHead) refusedPin() bool {
+	refused := false
+	o.eachPin(func(values []string) { refused = refused || len(values) > 1 })
+	return refused
+}
+
+func (o *objectHead) eachPin(fn func(values []string)) {
 	for _, a := range []*affinityHead{o.Spec.Affinity, o.Spec.Template.Spec.Affinity} {
 		if a == nil {
 			continue
@@ -184,12 +204,11 @@ func (o *objectHead) nodes() []string {
 		for _, t := range a.NodeAffinity.Required.Terms {
 			for _, f := range t.MatchFields {
 				if f.Key == "metadata.name" {
-					out = append(out, f.Values...)
+					fn(f.Values)
 				}
 			}
 		}
 	}
-	return out
 }
 
 func parseHead(data []byte) *objectHead {

@@ -61,6 +61,14 @@ func (p *pass) renderJobs() {
 				Reason: fmt.Sprintf("recorded %s; moved to %s", rec.Spec.Outcome, hp)})
 			continue
 		}
+		if h.refusedPin() {
+			// Rendered before Jobs were pinned with one term per node: the API server refused
+			// it, so it never ran and nothing can be lost. It is dropped here and, if still
+			// wanted, rendered again below under the same name with a pinning it accepts.
+			cp := p.plan.config(ns, cfgName, "")
+			cp.Notes = append(cp.Notes, fmt.Sprintf("Job %s was pinned with one metadata.name requirement listing several nodes, which the API server refuses, so it never ran; it is rendered again with one node selector term per node", name))
+			continue
+		}
 		target := f
 		if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
 			target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)

@@ -186,10 +186,12 @@ func applyDevice(ps *corev1.PodSpec, env []corev1.EnvVar) {
 	}
 }
 
-// pin adds a required node affinity on metadata.name to every node selector term, so the
-// Configuration's own affinity still applies and the Pod can only run where the device is.
+// pin restricts the Pod to the nodes that see the device with required node affinity on
+// metadata.name, one node per node selector term: the API server accepts exactly one value for a
+// metadata.name field selector, and terms are ORed, so several nodes need several terms. The
+// Configuration's own required terms stay meaningful: each of them is combined with each node
+// (user terms in their order, nodes sorted), so the Pod runs only where both hold.
 func pin(ps *corev1.PodSpec, nodes []string) {
-	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: append([]string(nil), nodes...)}
 	if ps.Affinity == nil {
 		ps.Affinity = &corev1.Affinity{}
 	}
@@ -197,16 +199,21 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
 	}
 	na := ps.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}},
+	user := []corev1.NodeSelectorTerm{{}}
+	if r := na.RequiredDuringSchedulingIgnoredDuringExecution; r != nil && len(r.NodeSelectorTerms) > 0 {
+		user = r.NodeSelectorTerms
+	}
+	terms := make([]corev1.NodeSelectorTerm, 0, len(user)*len(nodes))
+	for _, t := range user {
+		for _, n := range nodes {
+			term := *t.DeepCopy()
+			term.MatchFields = append(term.MatchFields, corev1.NodeSelectorRequirement{
+				Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n},
+			})
+			terms = append(terms, term)
 		}
-		return
 	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, req)
-	}
+	na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: terms}
 }
 
 func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {

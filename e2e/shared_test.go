@@ -1,0 +1,168 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/blake2b"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+// Two nodes that both see one device: a Job broker and a Pod broker on it.
+const (
+	sharedNamespace     = "shared"
+	sharedFluxNamespace = "flux-shared"
+	sharedJobConfig     = "shared-firmware"
+	sharedPodConfig     = "shared-echo"
+)
+
+var sharedNodes = []string{"shared-1", "shared-2"}
+
+// sharedInstance is Akri's instance name of a shared device.
+func sharedInstance(configuration, deviceID string) string {
+	h, _ := blake2b.New(3, nil)
+	h.Write([]byte(deviceID))
+	return configuration + "-" + hex.EncodeToString(h.Sum(nil))
+}
+
+// TestSharedDevices renders brokers for a device that two nodes see, on a
+// repository, agents, renderer and Flux objects of its own: the Job must be
+// accepted by the API server (one node selector term per node) and run on
+// one of the two nodes, and each node gets its broker Pod.
+func TestSharedDevices(t *testing.T) {
+	ctx := context.Background()
+	for _, ns := range []string{sharedNamespace, sharedFluxNamespace} {
+		require.NoError(t, cluster.CreateNamespace(ctx, ns))
+	}
+	srv := gitsynctest.NewServer(t, "main", map[string]string{
+		"gitbroker.yaml": `apiVersion: gitbroker.dev/v1alpha1
+kind: Settings
+spec:
+  defaultNamespace: ` + sharedNamespace + `
+  flux:
+    namespace: ` + sharedFluxNamespace + `
+    retryInterval: 5s
+`,
+		"configurations/" + sharedJobConfig + ".yaml": `apiVersion: gitbroker.dev/v1alpha1
+kind: Configuration
+metadata:
+  name: ` + sharedJobConfig + `
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions:
+      - "plc-9"
+  brokerSpec:
+    brokerJobSpec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: flash
+            image: "busybox:1.36"
+            command: ["sh", "-c", "echo flashing $DEBUG_ECHO_DESCRIPTION"]
+`,
+		"configurations/" + sharedPodConfig + ".yaml": `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: ` + sharedPodConfig + `
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions:
+      - "cam-9"
+  capacity: 2
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: "nginx:stable-alpine"
+  instanceServiceSpec:
+    ports:
+    - {name: http, port: 80, targetPort: 80}
+`,
+	})
+	// deploy/flux's objects, in a Flux namespace of this test's.
+	for _, obj := range build(t, "../deploy/flux") {
+		obj.SetNamespace(sharedFluxNamespace)
+		if obj.GetKind() == "GitRepository" {
+			obj.Object["spec"].(map[string]any)["url"] = srv.URL()
+			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
+		}
+		require.NoError(t, cluster.ApplyObject(ctx, obj))
+	}
+	for _, n := range sharedNodes {
+		require.NoError(t, cluster.AddNode(ctx, n))
+		startGitbroker(t, "agent-"+n, "agent started", "agent",
+			"--git", srv.URL(), "--branch", "main", "--node", n, "--interval", agentInterval.String(),
+			"--debug-echo-shared=true", "--discovery-handlers-dir", "",
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	}
+	startGitbroker(t, "renderer-shared", "renderer started", "render",
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+
+	t.Run("the Job is created and runs on one of the nodes", func(t *testing.T) {
+		inst := sharedInstance(sharedJobConfig, "plc-9")
+		var job batchv1.Job
+		eventually(t, 3*time.Minute, "the shared device's Job to complete", func() (bool, string) {
+			list, err := cluster.Client.BatchV1().Jobs(sharedNamespace).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=" + sharedJobConfig})
+			require.NoError(t, err)
+			if len(list.Items) != 1 {
+				return false, fmt.Sprintf("%d Jobs", len(list.Items))
+			}
+			job = list.Items[0]
+			return job.Status.Succeeded == 1, fmt.Sprintf("Job %s: %d succeeded", job.Name, job.Status.Succeeded)
+		})
+		require.Equal(t, inst, job.Labels["akri.sh/instance"])
+		var pinned []string
+		for _, term := range job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			require.Len(t, term.MatchFields, 1)
+			require.Equal(t, "metadata.name", term.MatchFields[0].Key)
+			require.Len(t, term.MatchFields[0].Values, 1, "the API server accepts one value for metadata.name")
+			pinned = append(pinned, term.MatchFields[0].Values[0])
+		}
+		require.Equal(t, sharedNodes, pinned, "one term per node that sees the device")
+		pods, err := cluster.Client.CoreV1().Pods(sharedNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
+		require.NoError(t, err)
+		require.NotEmpty(t, pods.Items)
+		for _, p := range pods.Items {
+			require.Contains(t, sharedNodes, p.Spec.NodeName, "Job Pod %s runs where the device is", p.Name)
+		}
+	})
+
+	t.Run("each node runs its broker Pod", func(t *testing.T) {
+		inst := sharedInstance(sharedPodConfig, "cam-9")
+		eventually(t, 3*time.Minute, "a running broker Pod on each node", func() (bool, string) {
+			list, err := cluster.Client.CoreV1().Pods(sharedNamespace).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=" + sharedPodConfig})
+			require.NoError(t, err)
+			var running []string
+			for _, p := range list.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					require.Equal(t, p.Spec.NodeName+"-"+inst+"-pod", p.Name)
+					require.Equal(t, p.Labels["akri.sh/target-node"], p.Spec.NodeName)
+					running = append(running, p.Spec.NodeName)
+				}
+			}
+			sort.Strings(running)
+			return fmt.Sprint(running) == fmt.Sprint(sharedNodes), fmt.Sprintf("running on %v", running)
+		})
+		svc, err := cluster.Client.CoreV1().Services(sharedNamespace).Get(ctx, inst+"-svc", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"controller": "akri.sh", "akri.sh/instance": inst}, svc.Spec.Selector)
+		waitFluxAppliedIn(t, srv, sharedFluxNamespace)
+	})
+}
