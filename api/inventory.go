@@ -255,13 +255,13 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 	}
 	f := &r.Flux
 	if f.Namespace == "" {
-		f.Namespace = "flux-system"
+		f.Namespace = DefaultFluxNamespace
 	}
 	if f.SourceRef.Kind == "" {
 		f.SourceRef.Kind = "GitRepository"
 	}
 	if f.SourceRef.Name == "" {
-		f.SourceRef.Name = "flux-system"
+		f.SourceRef.Name = DefaultFluxSource
 	}
 	switch f.SourceRef.Kind {
 	case "GitRepository", "OCIRepository", "Bucket":

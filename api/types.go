@@ -52,6 +52,12 @@ const (
 	DefaultShards              = 1
 	DefaultMaxDeletionPercent  = 50
 	DefaultMaxObjectsPerFolder = 1000
+
+	// DefaultFluxNamespace and DefaultFluxSource are where the rendered Flux Kustomizations
+	// live and the GitRepository they build from: deploy/flux's, which is named gitbroker so
+	// that it never replaces the flux-system GitRepository that Flux's bootstrap creates.
+	DefaultFluxNamespace = "flux-system"
+	DefaultFluxSource    = "gitbroker"
 )
 
 // Configuration is Akri's Configuration (akri.sh/v0), accepted unchanged, or gitbroker's

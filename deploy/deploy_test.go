@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 )
@@ -43,4 +45,67 @@ func TestObjectsSetURLAndBranch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, strings.Count(string(objs["applicationset.yaml"]), `"https://x.example/r.git"`), "the generator and the template")
 	require.Contains(t, string(objs["applicationset.yaml"]), `revision: "prod"`)
+}
+
+// deploy/flux's GitRepository is the source the renderer's Flux Kustomizations name by default,
+// so a user who applies deploy/flux without touching gitbroker.yaml gets Kustomizations whose
+// source exists.
+func TestFluxSourceIsTheRenderersDefault(t *testing.T) {
+	objs, err := Objects("flux", PlaceholderURL, "main")
+	require.NoError(t, err)
+	type ref struct {
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	}
+	var repo struct {
+		ref
+		Metadata ref `json:"metadata"`
+	}
+	require.NoError(t, yaml.Unmarshal(objs["gitrepository.yaml"], &repo))
+	var root struct {
+		Metadata ref `json:"metadata"`
+		Spec     struct {
+			SourceRef ref `json:"sourceRef"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(objs["rendered.yaml"], &root))
+
+	defaults := api.DefaultSettings().Flux
+	require.Equal(t, defaults.SourceRef.Kind, repo.Kind)
+	require.Equal(t, defaults.SourceRef.Name, repo.Metadata.Name)
+	require.Equal(t, defaults.Namespace, repo.Metadata.Namespace)
+	require.Equal(t, repo.Metadata.Name, root.Spec.SourceRef.Name)
+	require.Equal(t, repo.Metadata.Namespace, root.Metadata.Namespace)
+
+	// And what the renderer writes for a repository without gitbroker.yaml names it.
+	res := render.Render(render.Request{Files: render.Tree{
+		"configurations/echo.yaml": []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata: {name: echo}
+spec:
+  discoveryHandler: {name: debugEcho}
+  brokerSpec:
+    brokerPodSpec:
+      containers: [{name: b, image: busybox}]
+`),
+		"inventory/n1.yaml": []byte(`apiVersion: gitbroker.dev/v1alpha1
+kind: NodeInventory
+metadata: {name: n1}
+spec:
+  configurations:
+  - name: echo
+    devices: [{id: d0}]
+`),
+	}})
+	require.Empty(t, res.Errors)
+	var ks struct {
+		Metadata ref `json:"metadata"`
+		Spec     struct {
+			SourceRef ref `json:"sourceRef"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(res.Files["rendered/flux/default-echo.yaml"], &ks))
+	require.Equal(t, ref{Kind: repo.Kind, Name: repo.Metadata.Name}, ks.Spec.SourceRef)
+	require.Equal(t, repo.Metadata.Namespace, ks.Metadata.Namespace)
 }

@@ -86,9 +86,6 @@ var initFiles embed.FS
 type Scaffold struct {
 	// Flux and ArgoCD say which GitOps tool's objects the repository gets.
 	Flux, ArgoCD bool
-	// SourceRefName is the Flux GitRepository the rendered Kustomizations
-	// build from, when it is not the default flux-system.
-	SourceRefName string
 }
 
 // Init returns the files of a new GitOps repository, keyed by path: the

@@ -19,8 +19,6 @@ const (
 	flagArgoCD     = "argocd"
 	flagRepoURL    = "repo-url"
 	flagRepoBranch = "repo-branch"
-	// fluxSourceName is the GitRepository deploy/flux defines.
-	fluxSourceName = "gitbroker"
 )
 
 type initOptions struct {
@@ -40,7 +38,7 @@ inventory/ and status/jobs/ folders (with a .gitkeep), and the first render (ren
 until agents report devices), so that check passes at once.
 
 With --flux it adds flux/: a GitRepository named gitbroker and a Kustomization that applies
-rendered/flux/; gitbroker.yaml then names that GitRepository. With --argocd it adds argocd/: an
+rendered/flux/ (the rendered Kustomizations build from that GitRepository by default). With --argocd it adds argocd/: an
 ApplicationSet with one Application per configuration folder, and a single Application for small
 fleets. --repo-url and --repo-branch go into those objects.
 
@@ -82,11 +80,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 // files is the new repository: the scaffold from templates/, the GitOps
 // tools' objects from deploy/, and the first render of it all.
 func (o *initOptions) files() (render.Tree, error) {
-	s := templates.Scaffold{Flux: o.Flux, ArgoCD: o.ArgoCD}
-	if o.Flux {
-		s.SourceRefName = fluxSourceName
-	}
-	scaffold, err := templates.Init(s)
+	scaffold, err := templates.Init(templates.Scaffold{Flux: o.Flux, ArgoCD: o.ArgoCD})
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	require.NoError(t, err)
 	s, errs := api.ParseSettings("gitbroker.yaml", settings)
 	require.Empty(t, errs)
-	require.Equal(t, fluxSourceName, s.Flux.SourceRef.Name, "the rendered Kustomizations build from flux/'s GitRepository")
+	require.Equal(t, api.DefaultFluxSource, s.Flux.SourceRef.Name, "the rendered Kustomizations build from flux/'s GitRepository")
 
 	// The Flux objects build with kustomize and point at the repository.
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "flux"))
@@ -42,7 +42,7 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(flux), "url: https://git.example.org/plant/edge.git")
 	require.Contains(t, string(flux), "branch: production")
-	require.Contains(t, string(flux), "name: "+fluxSourceName)
+	require.Contains(t, string(flux), "name: "+api.DefaultFluxSource)
 	for _, f := range []string{"applicationset.yaml", "application.yaml"} {
 		data, err := os.ReadFile(filepath.Join(dir, "argocd", f))
 		require.NoError(t, err)
