@@ -8,6 +8,7 @@ require (
 	github.com/fluxcd/pkg/runtime v0.117.0
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/go-logr/logr v1.4.4
+	github.com/hiddeco/sshsig v0.2.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10

@@ -25,7 +25,14 @@ import (
 // of the change, not of the repository.
 type commitBuilder struct {
 	s       storer.EncodedObjectStorer
+	signer  Signer
 	created []plumbing.Hash
+}
+
+// Signer signs a commit: given the commit object without its signature, it returns the
+// armored signature that goes into the gpgsig header (trust.Signer makes git's SSH signatures).
+type Signer interface {
+	Sign(payload []byte) ([]byte, error)
 }
 
 // build writes the change on top of base (nil for a new branch) and returns
@@ -89,6 +96,25 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 	}
 	if base != nil {
 		commit.ParentHashes = []plumbing.Hash{base.Hash}
+	}
+	if b.signer != nil {
+		unsigned := &plumbing.MemoryObject{}
+		if err := commit.EncodeWithoutSignature(unsigned); err != nil {
+			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+		}
+		rd, err := unsigned.Reader()
+		if err != nil {
+			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+		}
+		payload, err := io.ReadAll(rd)
+		if err != nil {
+			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+		}
+		sig, err := b.signer.Sign(payload)
+		if err != nil {
+			return plumbing.ZeroHash, nil, err
+		}
+		commit.PGPSignature = string(sig)
 	}
 	h, err := b.store(commit)
 	if err != nil {

@@ -39,6 +39,7 @@ type Repository struct {
 	backoff     Backoff
 	pushOptions map[string]string
 	resetFactor int
+	signer      Signer
 
 	mu         sync.Mutex
 	deepen     bool
@@ -118,6 +119,11 @@ func WithBackoff(b Backoff) Option {
 // act on them, such as GitLab's merge_request.create.
 func WithPushOptions(opts map[string]string) Option {
 	return func(r *Repository) error { r.pushOptions = opts; return nil }
+}
+
+// WithSigner signs every commit the Repository makes.
+func WithSigner(s Signer) Option {
+	return func(r *Repository) error { r.signer = s; return nil }
 }
 
 // WithResetAfterGrowth starts from an empty object store once it holds
@@ -440,7 +446,7 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	if err != nil {
 		return &writerError{err}
 	}
-	b := &commitBuilder{s: r.repo.Storer}
+	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
 	if err != nil {
 		if errors.Is(err, ErrNoChanges) {

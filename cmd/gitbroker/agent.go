@@ -18,6 +18,7 @@ import (
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/trust"
 )
 
 // Flag names of the agent.
@@ -40,6 +41,7 @@ const (
 // agentOptions are the agent's flags, one struct per concern.
 type agentOptions struct {
 	Git       gitsync.Options
+	Signing   signingOptions
 	Endpoints endpointOptions
 	Log       logger.Options
 
@@ -61,6 +63,7 @@ type agentOptions struct {
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.Git.BindFlags(fs)
+	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line printed. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	fs.StringVar(&o.Dir, flagDir, "", "Write to this work tree instead of a remote (no commit is made; for development).")
@@ -108,6 +111,9 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	if (o.Dir == "") == (o.Git.URL == "") {
 		return exitf(exitInvalid, "give exactly one of --%s and --%s", gitsync.FlagGit, flagDir)
 	}
+	if o.Dir != "" && o.Signing.Key != "" {
+		return exitf(exitInvalid, "--%s signs commits, and --%s makes none", flagSigningKey, flagDir)
+	}
 	log := logger.NewLogger(o.Log).WithValues("node", o.Node)
 
 	var store gitsync.Store
@@ -119,7 +125,11 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		}
 		store = dir
 	} else {
-		repo, err := o.Git.Open()
+		signing, err := o.Signing.options(log, trust.NodePrincipal(o.Node), true)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		repo, err := o.Git.Open(signing...)
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}

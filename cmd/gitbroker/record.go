@@ -15,6 +15,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/recorder"
+	"github.com/gitbroker/gitbroker/trust"
 )
 
 // Flag names of the cluster-facing daemons.
@@ -49,6 +50,7 @@ func (o *kubeOptions) client() (kubernetes.Interface, error) {
 // recordOptions are the recorder's flags.
 type recordOptions struct {
 	Git         gitsync.Options
+	Signing     signingOptions
 	Endpoints   endpointOptions
 	Log         logger.Options
 	Kube        kubeOptions
@@ -61,6 +63,7 @@ type recordOptions struct {
 func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.Git.BindFlags(fs)
+	o.Signing.BindFlags(fs, "OpenSSH private key that signs the recorder's commits, as principal recorder (mounted from the recorder's own Secret).")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
@@ -92,7 +95,11 @@ It needs get, list and watch on jobs (batch) and nothing else. It serves /health
 func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's informers log through klog
-	repo, err := o.Git.Open()
+	signing, err := o.Signing.options(log, trust.PrincipalRecorder, false)
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	repo, err := o.Git.Open(signing...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/go-logr/logr"
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
@@ -34,6 +36,7 @@ const (
 // remoteOptions are render's flags for a remote branch.
 type remoteOptions struct {
 	Git                gitsync.Options
+	Signing            signingOptions
 	AuthorName         string
 	AuthorEmail        string
 	PushBranch         string
@@ -45,6 +48,7 @@ type remoteOptions struct {
 
 func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(cmd.Flags())
+	o.Signing.BindFlags(cmd.Flags(), "OpenSSH private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret); Flux's GitRepository verifies them with its public key.")
 	cmd.Flags().StringVar(&o.PushBranch, flagPushBranch, "", "Commit the render to this branch, kept in step with --branch (it carries the inputs too), instead of to --branch.")
 	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --branch.")
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
@@ -137,7 +141,10 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		}
 		pushOptions[k] = v
 	}
-	var extra []gitsync.Option
+	extra, err := remote.Signing.options(logr.Discard(), trust.PrincipalRenderer, false)
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
 	if len(pushOptions) > 0 {
 		extra = append(extra, gitsync.WithPushOptions(pushOptions))
 	}

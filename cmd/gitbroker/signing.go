@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/trust"
+)
+
+const flagSigningKey = "signing-key"
+
+// signingOptions is how a writer signs its commits.
+type signingOptions struct {
+	Key string
+}
+
+// BindFlags registers --signing-key; what names the key differs by writer, so each says.
+func (o *signingOptions) BindFlags(fs *pflag.FlagSet, usage string) {
+	fs.StringVar(&o.Key, flagSigningKey, "", usage)
+}
+
+// options returns the gitsync options that sign every commit with the key, loaded (or, with
+// create, made on first start) once at start. principal is the allowed_signers principal the
+// writer signs as; the line that enrolls a new key is logged for a person to commit.
+func (o *signingOptions) options(log logr.Logger, principal string, create bool) ([]gitsync.Option, error) {
+	if o.Key == "" {
+		return nil, nil
+	}
+	var s *trust.Signer
+	var created bool
+	var err error
+	if create {
+		s, created, err = trust.LoadOrCreateSigner(o.Key, principal)
+	} else {
+		s, err = trust.LoadSigner(o.Key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagSigningKey, err)
+	}
+	if created {
+		log.Info("made a new signing key; enroll it by adding this line to .gitbroker/allowed_signers on the source branch",
+			"key", o.Key, "allowedSigners", s.AllowedSignersLine(principal))
+	}
+	return []gitsync.Option{gitsync.WithSigner(s)}, nil
+}
