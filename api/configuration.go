@@ -20,6 +20,9 @@ type Policy struct {
 	RunID        string
 	After        string
 	Shards       int
+	// AllowedDeviceProperties are the refused device properties this Configuration allows.
+	// Omitted when empty, so Configurations without it hash (and render) as before.
+	AllowedDeviceProperties []string `json:",omitempty"`
 }
 
 // ParsedConfiguration is one validated Configuration and where it came from.
@@ -45,7 +48,7 @@ func (c *ParsedConfiguration) IsPodBroker() bool {
 var gitbrokerAnnotations = map[string]bool{
 	AnnotationRunPolicy: true, AnnotationConcurrency: true, AnnotationHistoryLimit: true,
 	AnnotationRunID: true, AnnotationAfter: true, AnnotationShards: true,
-	AnnotationOfflineGracePeriod: true,
+	AnnotationOfflineGracePeriod: true, AnnotationAllowedDeviceProperties: true,
 }
 
 // OfflineGracePeriod returns the Configuration's gitbroker.dev/offline-grace-period,
@@ -150,6 +153,9 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		if c.Spec.Shards != nil {
 			add("spec.shards", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationShards)
 		}
+		if c.Spec.AllowedDeviceProperties != nil {
+			add("spec.allowedDeviceProperties", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationAllowedDeviceProperties)
+		}
 	}
 	for _, k := range sortedKeys(c.Annotations) {
 		if strings.HasPrefix(k, "gitbroker.dev/") && !gitbrokerAnnotations[k] {
@@ -214,6 +220,24 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		pol.Shards = n
 	}
 
+	allowed, allowedField := c.Spec.AllowedDeviceProperties, "spec.allowedDeviceProperties"
+	if a, ok := c.Annotations[AnnotationAllowedDeviceProperties]; ok {
+		allowedField = "metadata.annotations." + AnnotationAllowedDeviceProperties
+		if allowed != nil {
+			add(allowedField, "conflicts with spec.allowedDeviceProperties; set one of them")
+		}
+		allowed = nil
+		for _, n := range strings.Split(a, ",") {
+			allowed = append(allowed, strings.TrimSpace(n))
+		}
+	}
+	for _, n := range allowed {
+		if msgs := validation.IsCIdentifier(n); len(msgs) > 0 {
+			add(allowedField, "%q is not a valid environment variable name", n)
+		}
+	}
+	pol.AllowedDeviceProperties = allowed
+
 	bs := c.Spec.BrokerSpec
 	isJob := bs != nil && bs.BrokerJobSpec != nil
 	isPod := bs != nil && bs.BrokerPodSpec != nil
@@ -227,7 +251,7 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 	}
 	hasJobPolicy := c.Spec.JobPolicy != nil
 	for ann := range gitbrokerAnnotations {
-		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards && ann != AnnotationOfflineGracePeriod {
+		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards && ann != AnnotationOfflineGracePeriod && ann != AnnotationAllowedDeviceProperties {
 			hasJobPolicy = true
 		}
 	}

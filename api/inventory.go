@@ -23,6 +23,9 @@ func NodeFromInventoryPath(file string) string {
 // ParseInventory decodes and validates inventory/<node>.yaml. Entries without a namespace get
 // defaultNamespace.
 func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedInventory, ErrorList) {
+	if len(data) > MaxInventorySize {
+		return nil, ErrorList{{File: file, Line: 1, Message: fmt.Sprintf("inventory is %d bytes, above the limit of %d", len(data), MaxInventorySize)}}
+	}
 	docs, err := SplitDocuments(file, data)
 	if err != nil {
 		return nil, ErrorList{err.(*FieldError)}
@@ -80,14 +83,27 @@ func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedI
 			df := fmt.Sprintf("%s.devices[%d]", f, j)
 			if dev.ID == "" {
 				add(df+".id", "required")
+			} else if len(dev.ID) > MaxDeviceIDLength {
+				add(df+".id", "device id is %d bytes, above the limit of %d", len(dev.ID), MaxDeviceIDLength)
+			}
+			if len(dev.Properties) > MaxPropertiesPerDevice {
+				add(df+".properties", "%d properties, above the limit of %d per device", len(dev.Properties), MaxPropertiesPerDevice)
+			}
+			if len(dev.Mounts)+len(dev.DeviceSpecs) > MaxMountsPerDevice {
+				add(df, "%d mounts and device specs, above the limit of %d per device", len(dev.Mounts)+len(dev.DeviceSpecs), MaxMountsPerDevice)
 			}
 			if ids[dev.ID] {
 				add(df+".id", "device %q is listed twice", dev.ID)
 			}
 			ids[dev.ID] = true
 			for _, k := range sortedKeys(dev.Properties) {
-				if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
+				switch {
+				case len(k) > MaxPropertyNameLength:
+					add(df+".properties", "a property name is %d bytes, above the limit of %d", len(k), MaxPropertyNameLength)
+				case len(validation.IsCIdentifier(k)) > 0:
 					add(df+".properties."+k, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", k)
+				case len(dev.Properties[k]) > MaxPropertyValueSize:
+					add(df+".properties."+k, "value is %d bytes, above the limit of %d", len(dev.Properties[k]), MaxPropertyValueSize)
 				}
 			}
 			for m, mt := range dev.Mounts {
@@ -151,6 +167,13 @@ func ParseJobRecord(file string, d *Document) (*ParsedJobRecord, ErrorList) {
 	}
 	if r.Spec.Instance == "" {
 		add("spec.instance", "required")
+	} else if msgs := validation.IsDNS1123Subdomain(r.Spec.Instance); len(msgs) > 0 {
+		add("spec.instance", "%q is not a valid instance name", r.Spec.Instance)
+	}
+	if r.Spec.Configuration != "" {
+		if msgs := validation.IsDNS1123Subdomain(r.Spec.Configuration); len(msgs) > 0 {
+			add("spec.configuration", "%q is not a valid Configuration name", r.Spec.Configuration)
+		}
 	}
 	if r.Spec.Outcome != OutcomeSucceeded && r.Spec.Outcome != OutcomeFailed {
 		add("spec.outcome", "must be %s or %s, got %q", OutcomeSucceeded, OutcomeFailed, r.Spec.Outcome)

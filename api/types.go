@@ -30,6 +30,10 @@ const (
 	// its inventory after it stopped being discovered (a Go duration such
 	// as "5m"). It is read by the agent only and does not affect rendering.
 	AnnotationOfflineGracePeriod = "gitbroker.dev/offline-grace-period"
+	// AnnotationAllowedDeviceProperties lists, comma-separated, the device properties an
+	// akri.sh/v0 Configuration lets devices set although they change how a process loads code
+	// or connects (spec.allowedDeviceProperties on gitbroker.dev/v1alpha1).
+	AnnotationAllowedDeviceProperties = "gitbroker.dev/allowed-device-properties"
 )
 
 // Job policy values.
@@ -81,6 +85,9 @@ type ConfigurationSpec struct {
 	JobPolicy *JobPolicy `json:"jobPolicy,omitempty"`
 	After     string     `json:"after,omitempty"`
 	Shards    *int32     `json:"shards,omitempty"`
+	// AllowedDeviceProperties are the device properties that may become environment variables
+	// although api.RefusedDeviceProperty refuses them (an HTTP_PROXY a device reports, say).
+	AllowedDeviceProperties []string `json:"allowedDeviceProperties,omitempty"`
 }
 
 // DiscoveryHandlerInfo names the discovery handler and what it is asked to discover.

@@ -119,14 +119,15 @@ func (in *instance) labels() map[string]string {
 	}
 }
 
-// env is Akri's broker environment: every broker and device property as KEY and KEY_<DIGEST>.
-// Device properties win over broker properties of the same name.
+// env is Akri's broker environment: every device and broker property as KEY and KEY_<DIGEST>.
+// Broker properties win over device properties of the same name, as in Akri: the reviewed
+// Configuration decides, never the device.
 func (in *instance) env() []corev1.EnvVar {
 	props := map[string]string{}
-	for k, v := range in.cfg.Spec.BrokerProperties {
+	for k, v := range in.properties {
 		props[k] = v
 	}
-	for k, v := range in.properties {
+	for k, v := range in.cfg.Spec.BrokerProperties {
 		props[k] = v
 	}
 	suffix := "_" + strings.ToUpper(in.digest)

@@ -240,8 +240,12 @@ func (p *pass) loadInventories() {
 	})
 	for i, f := range paths {
 		parsed := all[i]
-		if len(parsed.errs) > 0 {
-			p.errs = append(p.errs, parsed.errs...)
+		errs := parsed.errs
+		if len(errs) == 0 {
+			errs = p.refusedProperties(parsed.inv)
+		}
+		if len(errs) > 0 {
+			p.errs = append(p.errs, errs...)
 			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
 			continue
 		}
@@ -255,6 +259,29 @@ func (p *pass) loadInventories() {
 			}
 		}
 	}
+}
+
+// refusedProperties finds device properties that would change how a broker loads code or where
+// it connects, which a device may set only when its Configuration allows them by name. Like any
+// invalid inventory, the node's part is then kept as it was.
+func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
+	var errs api.ErrorList
+	for i, ic := range inv.Spec.Configurations {
+		cfg, ok := p.configs[ic.Namespace+"/"+ic.Name]
+		if !ok {
+			continue
+		}
+		for j, d := range ic.Devices {
+			for _, k := range sortedKeys(d.Properties) {
+				if api.RefusedDeviceProperty(k) && !cfg.AllowsDeviceProperty(k) {
+					errs = append(errs, inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].devices[%d].properties.%s", i, j, k),
+						"a device may not set %s: it changes how a broker loads code or where it connects; Configuration %s can allow it by name (spec.allowedDeviceProperties, or the annotation %s)",
+						k, cfg.Key(), api.AnnotationAllowedDeviceProperties))
+				}
+			}
+		}
+	}
+	return errs
 }
 
 func (p *pass) loadRecords() {

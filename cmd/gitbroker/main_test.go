@@ -107,6 +107,11 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 		{"inventory mistyped shared", edgeA, replace("shared: true", "shared: [yes]"), "spec.configurations[0].devices[1].shared: expected a boolean"},
 		{"JobRecord outcome", "status/jobs/plant/plc-firmware-x-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-x-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Maybe\n  succeeded: 0\n  failed: 0\n"), "spec.outcome"},
 		{"JobRecord time", "status/jobs/plant/plc-firmware-y-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-y-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: plc-firmware-84beef\n  deviceID: plc-1\n  outcome: Failed\n  completionTime: yesterday\n  succeeded: 0\n  failed: 1\n"), "spec.completionTime: parsing time"},
+		{"device sets LD_PRELOAD", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG_ECHO_DESCRIPTION: bar0\n        LD_PRELOAD: /tmp/evil.so"), "spec.configurations[0].devices[0].properties.LD_PRELOAD: a device may not set LD_PRELOAD"},
+		{"device sets a proxy", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG_ECHO_DESCRIPTION: bar0\n        https_proxy: http://attacker:8080"), "properties.https_proxy: a device may not set https_proxy"},
+		{"device id too long", edgeA, replace("- id: bar0", "- id: "+strings.Repeat("b", 600)), "spec.configurations[0].devices[0].id: device id is 600 bytes"},
+		{"property value too large", edgeA, replace("DEBUG_ECHO_DESCRIPTION: bar0", "DEBUG_ECHO_DESCRIPTION: "+strings.Repeat("b", 9000)), "properties.DEBUG_ECHO_DESCRIPTION: value is 9000 bytes"},
+		{"JobRecord instance not a name", "status/jobs/plant/plc-firmware-z-job.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: plc-firmware-z-job\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: \"../Plc Firmware\"\n  deviceID: plc-1\n  outcome: Failed\n  succeeded: 0\n  failed: 1\n"), "spec.instance: \"../Plc Firmware\" is not a valid instance name"},
 		{"settings out of range", "gitbroker.yaml", content("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  maxDeletionPercent: 150\n"), "spec.maxDeletionPercent"},
 	}
 	require.GreaterOrEqual(t, len(cases), 25)
