@@ -128,3 +128,32 @@ func TestInventoryBounds(t *testing.T) {
 		})
 	}
 }
+
+// What a device reports is escaped in the markdown a reviewer reads: no links, HTML, mentions,
+// code-span breakouts or new lines.
+func TestDeviceTextIsEscapedInMarkdown(t *testing.T) {
+	id := "cam](https://evil.example)<img src=x onerror=alert(1)> @admins `x` *bold*\n## injected"
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", "  - name: cam\n    devices:\n    - id: "+fmt.Sprintf("%q", id)+"\n"),
+	})
+	res := renderOK(t, tree)
+	var b strings.Builder
+	res.Plan.WriteMarkdown(&b)
+	md := b.String()
+	require.Contains(t, md, "(device ")
+	require.NotRegexp(t, `[^\\]\]\(`, md, "every ] is escaped, so no link")
+	require.Contains(t, md, `cam\](https://evil.example)`)
+	for _, bad := range []string{"<img", "@admins", "\n## injected", "*bold*", "`x`"} {
+		require.NotContains(t, md, bad)
+	}
+	require.Contains(t, md, `&lt;img src=x onerror=alert(1)&gt; &#64;admins`)
+
+	// An error quoting device text stays inside its code span.
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", "  - name: cam\n    devices:\n    - id: a\n    - id: a\n      properties:\n        \"X`` Y\": v\n"))
+	res = render.Render(render.Request{Files: tree})
+	require.NotEmpty(t, res.Plan.Errors)
+	b.Reset()
+	res.Plan.WriteMarkdown(&b)
+	require.Contains(t, b.String(), "- ``` inventory/edge-a.yaml:")
+}

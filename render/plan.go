@@ -257,10 +257,14 @@ func brokerText(b string) string {
 	return "no broker"
 }
 
-func instanceDetail(ip *InstancePlan) string {
+func instanceDetail(ip *InstancePlan) string { return instanceDetailWith(ip, printable) }
+
+// instanceDetailWith writes the instance's device and nodes; the device id is what a node
+// reported, so it passes through escape (printable for text, mdText for markdown).
+func instanceDetailWith(ip *InstancePlan, escape func(string) string) string {
 	var parts []string
 	if ip.DeviceID != "" {
-		parts = append(parts, "device "+ip.DeviceID)
+		parts = append(parts, "device "+escape(ip.DeviceID))
 	}
 	if len(ip.Nodes) > 0 {
 		parts = append(parts, "nodes "+strings.Join(ip.Nodes, ", "))
@@ -333,13 +337,13 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	for _, c := range p.Configurations {
 		fmt.Fprintf(w, "### `%s/%s`\n\n", c.Namespace, c.Name)
 		for _, n := range c.Notes {
-			fmt.Fprintf(w, "- note: %s\n", n)
+			fmt.Fprintf(w, "- note: %s\n", mdText(n))
 		}
 		for _, ch := range c.Changes {
 			writeChangeMarkdown(w, "", ch)
 		}
 		for _, ip := range c.Instances {
-			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetail(ip))
+			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetailWith(ip, mdText))
 			for _, ch := range ip.Changes {
 				writeChangeMarkdown(w, "  ", ch)
 			}
@@ -350,7 +354,7 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		fmt.Fprintln(w, "#### Invalid inputs (their previous output is kept)")
 		fmt.Fprintln(w)
 		for _, e := range p.Errors {
-			fmt.Fprintf(w, "- `%s`\n", e)
+			fmt.Fprintf(w, "- %s\n", mdCode(e))
 		}
 		fmt.Fprintln(w)
 	}
@@ -358,7 +362,7 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		fmt.Fprintln(w, "#### Warnings")
 		fmt.Fprintln(w)
 		for _, warn := range p.Warnings {
-			fmt.Fprintf(w, "- %s\n", warn)
+			fmt.Fprintf(w, "- %s\n", mdText(warn))
 		}
 		fmt.Fprintln(w)
 	}
@@ -367,7 +371,7 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 func writeChangeMarkdown(w io.Writer, indent string, ch Change) {
 	fmt.Fprintf(w, "%s- %s `%s` **%s**", indent, ch.Kind, ch.Name, ch.Action)
 	if ch.Reason != "" {
-		fmt.Fprintf(w, ": %s", ch.Reason)
+		fmt.Fprintf(w, ": %s", mdText(ch.Reason))
 	}
 	fmt.Fprintln(w)
 }
