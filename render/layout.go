@@ -348,3 +348,54 @@ func (p *pass) checkSafety() string {
 	}
 	return ""
 }
+
+// overBudgetNodes finds the nodes whose inventory alone would remove more than
+// maxDeletionPercent of the broker objects pinned to them (and more than one): a node that
+// suddenly reports nothing (wiped, misconfigured, or compromised) is held as it was, while the
+// rest of the fleet renders. An object counts against a node only when its Configuration still
+// exists and its instance is gone from that node; a person's change to Configurations is judged
+// by the fleet-wide budget instead.
+func (p *pass) overBudgetNodes() map[string]string {
+	if p.req.AllowDeletions {
+		return nil
+	}
+	newIDs := map[string]bool{}
+	for f := range p.out {
+		if ref, ok := parseObjectPath(f); ok {
+			newIDs[ref.id()] = true
+		}
+	}
+	total, removed := map[string]int{}, map[string]int{}
+	for _, f := range p.prev.Paths() {
+		ref, ok := parseObjectPath(f)
+		if !ok {
+			continue
+		}
+		h := p.head(f, p.prev[f])
+		nodes := h.nodes()
+		gone := !newIDs[ref.id()] && !p.retired[ref.id()]
+		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
+		var sees map[string]bool
+		if in := p.instByKey[ref.namespace+"/"+ref.configuration+"/"+h.Metadata.Labels[LabelInstance]]; in != nil {
+			sees = map[string]bool{}
+			for _, n := range in.nodes {
+				sees[n] = true
+			}
+		}
+		for _, n := range nodes {
+			total[n]++
+			if gone && cfgOK && !sees[n] {
+				removed[n]++
+			}
+		}
+	}
+	held := map[string]string{}
+	limit := p.settings.MaxDeletionPercent
+	for _, n := range sortedKeys(removed) {
+		if r, t := removed[n], total[n]; r > 1 && r*100 > limit*t {
+			held[n] = fmt.Sprintf("node %s: its inventory would remove %d of its %d broker objects (%d%%), more than maxDeletionPercent (%d%%); its part is kept as it was while the rest renders (check the node, or render with --allow-deletions)",
+				n, r, t, r*100/t, limit)
+		}
+	}
+	return held
+}

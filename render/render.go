@@ -36,6 +36,9 @@ type Result struct {
 	Errors api.ErrorList
 	// Refused is set when a safety rule refused the render.
 	Refused *RefusedError
+	// Held explains, per node, why the deletion budget kept that node's part as it was while
+	// everything else rendered (one node's churn never holds up the fleet).
+	Held []string
 }
 
 // Changed reports whether the render changes any file.
@@ -73,13 +76,22 @@ func Render(req Request) *Result { return New().Render(req) }
 func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := &pass{r: r, req: req, prev: req.Files.Owned(), out: Tree{}, plan: newPlanBuilder(),
-		meta: map[string]objMeta{}}
-	res := p.run()
+	res, p := r.pass(req, nil)
+	if held := p.overBudgetNodes(); len(held) > 0 && !req.AllowDeletions {
+		// Render again with those nodes' parts kept as they were, as if their inventories
+		// were invalid; the memos make the second pass cost only what differs.
+		res, _ = r.pass(req, held)
+	}
 	for _, m := range []interface{ rotate() }{&r.configs, &r.invs, &r.recs, &r.heads, &r.hist, &r.objs, &r.jobs} {
 		m.rotate()
 	}
 	return res
+}
+
+func (r *Renderer) pass(req Request, held map[string]string) (*Result, *pass) {
+	p := &pass{r: r, req: req, prev: req.Files.Owned(), out: Tree{}, plan: newPlanBuilder(),
+		meta: map[string]objMeta{}, held: held}
+	return p.run(), p
 }
 
 // pass is the state of one render.
@@ -97,6 +109,7 @@ type pass struct {
 	configFiles   map[string][]string
 	frozenConfigs map[string]bool
 	frozenNodes   map[string]bool
+	held          map[string]string // node -> why the deletion budget holds its part
 	invs          []*api.ParsedInventory
 
 	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
@@ -144,6 +157,9 @@ func (p *pass) run() *Result {
 
 	p.errs.Sort()
 	res.Errors = p.errs
+	for _, n := range sortedKeys(p.held) {
+		res.Held = append(res.Held, p.held[n])
+	}
 	p.planFromDiff()
 	plan := p.plan.finish()
 	plan.Errors = errStrings(p.errs)
@@ -238,8 +254,17 @@ func (p *pass) loadInventories() {
 		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})
+	// Nodes the deletion budget holds keep their part as it was, whether their inventory
+	// changed or is gone.
+	for _, n := range sortedKeys(p.held) {
+		p.frozenNodes[n] = true
+		p.warn("%s", p.held[n])
+	}
 	for i, f := range paths {
 		parsed := all[i]
+		if p.held[api.NodeFromInventoryPath(f)] != "" {
+			continue
+		}
 		errs := parsed.errs
 		if len(errs) == 0 {
 			errs = p.refusedProperties(parsed.inv)

@@ -263,18 +263,21 @@ func TestInvalidInventoryKeepsItsInstances(t *testing.T) {
 }
 
 func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
+	// A person's change is judged fleet-wide: deleting most of the broker objects is refused.
+	other := strings.Replace(podConfig, "name: cam\n", "name: lamp\n", 1)
 	tree := repo(map[string]string{
-		"configurations/cam.yaml": podConfig,
-		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1", "c2", "c3", "c4")),
+		"configurations/cam.yaml":  podConfig,
+		"configurations/lamp.yaml": other,
+		"inventory/edge-a.yaml":    inventory("edge-a", entry("cam", "c1", "c2", "c3"), entry("lamp", "l1")),
 	})
 	tree = apply(tree, renderOK(t, tree))
-	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "c1")))
+	delete(tree, "configurations/cam.yaml")
 	res := render.Render(render.Request{Files: tree})
 	require.NotNil(t, res.Refused)
 	require.Contains(t, res.Refused.Reason, "6 of 8 broker objects")
 	require.True(t, render.Equal(res.Previous, res.Files), "a refused render writes nothing")
 
-	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	delete(tree, "configurations/lamp.yaml")
 	res = render.Render(render.Request{Files: tree})
 	require.NotNil(t, res.Refused)
 	require.Contains(t, res.Refused.Reason, "leave rendered/ empty")
@@ -282,6 +285,43 @@ func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Nil(t, res.Refused)
 	require.Empty(t, filesUnder(res.Files, "rendered/default/", "/pod-"))
+}
+
+// The budget counts per node: a node whose inventory alone would remove most of its objects is
+// held as it was, and the rest of the fleet (other nodes, Configuration changes) still renders.
+func TestDeletionBudgetCountsPerNode(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "a1", "a2", "a3", "a4")),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "b1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	before := filesUnder(tree, "rendered/default/cam/", "/pod-")
+	require.Len(t, before, 5)
+
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b", entry("cam", "b1", "b2")))
+	res := render.Render(render.Request{Files: tree})
+	require.Nil(t, res.Refused, "one node's churn does not refuse the render")
+	require.Empty(t, res.Errors)
+	require.Len(t, res.Held, 1)
+	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 4 of its 4 broker objects (100%)")
+	require.Contains(t, planText(res.Plan), "node edge-a: its inventory would remove 4")
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	require.Len(t, pods, 6, "edge-a's four Pods kept, edge-b's new device rendered")
+	for _, f := range before {
+		require.Equal(t, tree[f], res.Files[f], "%s kept as it was", f)
+	}
+
+	// A node losing one device is ordinary churn; --allow-deletions lets a whole node go.
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "a1", "a2", "a3")))
+	res = render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Held)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 5)
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
+	require.Empty(t, res.Held)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2)
 }
 
 func TestCheckDetectsHandEdits(t *testing.T) {

@@ -21,9 +21,10 @@ func newCheckCommand() *cobra.Command {
 			if len(res.Errors) > 0 {
 				return inputErrors(cmd, res)
 			}
-			// A refused render still tells what a render would write: compare with that.
+			// A refused render (or one holding nodes) still tells what a render would write:
+			// compare with that.
 			want := res.Files
-			if res.Refused != nil {
+			if res.Refused != nil || len(res.Held) > 0 {
 				o.AllowDeletions = true
 				again, err := o.render()
 				if err != nil {

@@ -184,6 +184,17 @@ func TestRefusedRenderWritesNothing(t *testing.T) {
 	before := owned(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-a.yaml")))
 	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-b.yaml")))
+	code, _, stderr := gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "held: node edge-a: its inventory would remove")
+	require.True(t, render.Equal(before, owned(t, dir)))
+	code, _, _ = gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitRefused, code, "rendered/ does not show what the inventory says")
+
+	// A person's change that would empty rendered/ is refused as a whole.
+	dir = demoRepo(t)
+	before = owned(t, dir)
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "configurations")))
 	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitRefused, code, stderr)
 	require.Contains(t, stdout, "REFUSED")

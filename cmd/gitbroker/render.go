@@ -241,15 +241,22 @@ func flushOut(cmd *cobra.Command) {
 	}
 }
 
-// inputErrors lists every invalid input and turns them into exit code 2.
+// inputErrors lists every invalid input and turns them into exit code 2, and the nodes the
+// deletion budget held (a safety rule refused their part) into exit code 1.
 func inputErrors(cmd *cobra.Command, res *render.Result) error {
-	if len(res.Errors) == 0 {
+	if len(res.Errors) == 0 && len(res.Held) == 0 {
 		return nil
 	}
 	flushOut(cmd)
 	w := cmd.ErrOrStderr()
 	for _, e := range res.Errors {
 		fmt.Fprintln(w, "error:", e.Error())
+	}
+	for _, h := range res.Held {
+		fmt.Fprintln(w, "held:", h)
+	}
+	if len(res.Errors) == 0 {
+		return &exitError{code: exitRefused, err: fmt.Errorf("%d node(s) held by the deletion budget; everything else was rendered", len(res.Held))}
 	}
 	return &exitError{code: exitInvalid, err: fmt.Errorf("%d invalid inputs; their previous output was kept", len(res.Errors)), silent: false}
 }

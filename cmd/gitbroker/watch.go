@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -67,6 +68,7 @@ type renderMetrics struct {
 	renders      *prometheus.CounterVec
 	invalid      prometheus.Gauge
 	refused      prometheus.Gauge
+	heldNodes    prometheus.Gauge
 	sourceToPush prometheus.Histogram
 	duration     prometheus.Histogram
 	leader       prometheus.Gauge
@@ -86,6 +88,10 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Name: "gitbroker_renderer_refused",
 			Help: "1 while the last render was refused by a safety rule (deletion budget, empty output).",
 		}),
+		heldNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_held_nodes",
+			Help: "Nodes whose part the last render kept as it was, because their inventory alone would have removed more than maxDeletionPercent of their objects.",
+		}),
 		sourceToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gitbroker_renderer_source_to_push_seconds",
 			Help:    "Time from a source commit to the pushed render of it.",
@@ -101,7 +107,7 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Help: "1 while this replica holds the leader election Lease (or runs without election).",
 		}),
 	}
-	reg.MustRegister(m.renders, m.invalid, m.refused, m.sourceToPush, m.duration, m.leader)
+	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.sourceToPush, m.duration, m.leader)
 	return m
 }
 
@@ -114,10 +120,11 @@ type renderDaemon struct {
 	// timeout bounds one render; 0 means none.
 	timeout time.Duration
 
-	last    atomic.Int64
-	ready   atomic.Bool
-	renders atomic.Int64
-	lastBad string
+	last     atomic.Int64
+	ready    atomic.Bool
+	renders  atomic.Int64
+	lastBad  string
+	lastHeld string
 }
 
 // run renders until ctx ends.
@@ -157,6 +164,12 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 		} else if len(out.Result.Errors) == 0 {
 			d.lastBad = ""
 		}
+		held := out.Result.Held
+		d.metrics.heldNodes.Set(float64(len(held)))
+		if msg := strings.Join(held, "\n"); len(held) > 0 && msg != d.lastHeld {
+			d.log.Error(errors.New(msg), "deletion budget: nodes held as they were; the rest rendered", "source", out.Source, "count", len(held))
+		}
+		d.lastHeld = strings.Join(held, "\n")
 	}
 	d.metrics.refused.Set(0)
 	switch {
