@@ -295,6 +295,8 @@ type treeSnapshot struct {
 	commit string
 	when   time.Time
 	root   *object.Tree
+	// maxFile bounds one file read (0: no bound).
+	maxFile int64
 
 	// read remembers the blob hash of every file handed out, so a change
 	// that writes the same bytes back needs no hashing.
@@ -344,7 +346,7 @@ func (s *treeSnapshot) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, err)
 	}
-	b, err := readBlob(f)
+	b, err := readBlob(f, s.maxFile)
 	if err == nil {
 		s.remember(name, b, f.Hash)
 	}
@@ -371,7 +373,7 @@ func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
 		if !f.Mode.IsFile() {
 			return nil
 		}
-		b, err := readBlob(f)
+		b, err := readBlob(f, s.maxFile)
 		if err != nil {
 			return err
 		}
@@ -386,7 +388,10 @@ func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
 	return out, nil
 }
 
-func readBlob(f *object.File) ([]byte, error) {
+func readBlob(f *object.File, max int64) ([]byte, error) {
+	if max > 0 && f.Size > max {
+		return nil, fmt.Errorf("reading %s: it is %d bytes: %w (%d bytes)", f.Name, f.Size, ErrTooLarge, max)
+	}
 	r, err := f.Reader()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f.Name, err)

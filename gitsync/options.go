@@ -22,6 +22,8 @@ const (
 	FlagSSHKnownHostsFile    = "ssh-known-hosts-file"
 	FlagPushAttempts         = "push-attempts"
 	FlagPushTimeout          = "push-timeout"
+	FlagMaxFetchBytes        = "git-max-fetch-bytes"
+	FlagMaxFileBytes         = "git-max-file-bytes"
 )
 
 // Options are the command-line settings of a remote branch. Secrets come
@@ -38,6 +40,8 @@ type Options struct {
 	SSHKnownHostsFile    string
 	PushAttempts         int
 	PushTimeout          time.Duration
+	MaxFetchBytes        int64
+	MaxFileBytes         int64
 }
 
 // BindFlags registers the options' flags.
@@ -52,6 +56,8 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SSHKnownHostsFile, FlagSSHKnownHostsFile, "", "known_hosts file the SSH server's key must match (required for SSH).")
 	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
 	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
+	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch over HTTP(S) that would receive more than this many bytes fails instead of reading them into memory.")
+	fs.Int64Var(&o.MaxFileBytes, FlagMaxFileBytes, DefaultMaxFileSize, "Reading a file larger than this from the branch fails instead of reading it into memory.")
 }
 
 // Open returns the Repository the options describe.
@@ -77,5 +83,5 @@ func (o *Options) Open(extra ...Option) (*Repository, error) {
 	if o.PushTimeout > 0 {
 		b.MaxElapsed = o.PushTimeout
 	}
-	return New(o.URL, o.Branch, append([]Option{WithAuth(auth), WithBackoff(b)}, extra...)...)
+	return New(o.URL, o.Branch, append([]Option{WithAuth(auth), WithBackoff(b), WithLimits(o.MaxFetchBytes, o.MaxFileBytes)}, extra...)...)
 }

@@ -40,6 +40,8 @@ type Repository struct {
 	pushOptions map[string]string
 	resetFactor int
 	signer      Signer
+	maxFetch    int64
+	maxFile     int64
 
 	mu         sync.Mutex
 	deepen     bool
@@ -145,6 +147,8 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 		depth:       1,
 		backoff:     DefaultBackoff,
 		resetFactor: 3,
+		maxFetch:    DefaultMaxFetchBytes,
+		maxFile:     DefaultMaxFileSize,
 	}
 	r.url = url
 	for _, o := range opts {
@@ -183,7 +187,7 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return nil, r.redact.wrap(err)
 	}
-	return snapshotOf(c)
+	return snapshotOf(c, r.maxFile)
 }
 
 // SnapshotAt returns the files at commit. A commit older than the fetched
@@ -214,10 +218,10 @@ func (r *Repository) SnapshotAt(ctx context.Context, commit string) (Snapshot, e
 	if err != nil {
 		return nil, fmt.Errorf("reading commit %s of %s: %w", commit, r.branch.Short(), err)
 	}
-	return snapshotOf(c)
+	return snapshotOf(c, r.maxFile)
 }
 
-func snapshotOf(c *object.Commit) (Snapshot, error) {
+func snapshotOf(c *object.Commit, maxFile int64) (Snapshot, error) {
 	if c == nil {
 		return &treeSnapshot{}, nil
 	}
@@ -225,7 +229,7 @@ func snapshotOf(c *object.Commit) (Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading tree of %s: %w", c.Hash, err)
 	}
-	return &treeSnapshot{commit: c.Hash.String(), when: c.Committer.When, root: t}, nil
+	return &treeSnapshot{commit: c.Hash.String(), when: c.Committer.When, root: t, maxFile: maxFile}, nil
 }
 
 // fetch brings the branch head into the object store. A branch that does
@@ -255,7 +259,7 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	if r.deepen {
 		depth = math.MaxInt32
 	}
-	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+	err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
 		Depth:      depth,
@@ -437,7 +441,7 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	if err != nil {
 		return err
 	}
-	snap, err := snapshotOf(base)
+	snap, err := snapshotOf(base, r.maxFile)
 	if err != nil {
 		return err
 	}

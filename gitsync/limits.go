@@ -1,0 +1,85 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+)
+
+// Bounds on what a fetch may bring: a branch crosses a trust boundary (any writer with push
+// access to it can put anything there), so neither a huge pack nor a huge file is read into
+// memory without limit.
+const (
+	// DefaultMaxFetchBytes bounds the pack one fetch receives over HTTP(S). The rendered
+	// 100,000-device fleet packs to well under a tenth of it.
+	DefaultMaxFetchBytes = 1 << 30
+	// DefaultMaxFileSize bounds one file read from a snapshot.
+	DefaultMaxFileSize = 64 << 20
+)
+
+// ErrTooLarge is returned when a fetch or a file is larger than its limit.
+var ErrTooLarge = errors.New("larger than the configured limit")
+
+// WithLimits replaces DefaultMaxFetchBytes and DefaultMaxFileSize; 0 keeps a default.
+func WithLimits(maxFetchBytes, maxFileSize int64) Option {
+	return func(r *Repository) error {
+		if maxFetchBytes > 0 {
+			r.maxFetch = maxFetchBytes
+		}
+		if maxFileSize > 0 {
+			r.maxFile = maxFileSize
+		}
+		return nil
+	}
+}
+
+// go-git's HTTP transport passes each request's context to its client, so one client, installed
+// for http and https, bounds the response body of the fetches that ask for it.
+func init() {
+	c := githttp.NewClient(&http.Client{Transport: limitedTransport{base: http.DefaultTransport}})
+	client.InstallProtocol("http", c)
+	client.InstallProtocol("https", c)
+}
+
+type fetchLimitKey struct{}
+
+// withFetchLimit makes the HTTP responses of requests made with ctx fail past limit bytes.
+func withFetchLimit(ctx context.Context, limit int64) context.Context {
+	return context.WithValue(ctx, fetchLimitKey{}, limit)
+}
+
+type limitedTransport struct{ base http.RoundTripper }
+
+func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	if limit, ok := req.Context().Value(fetchLimitKey{}).(int64); ok && limit > 0 {
+		resp.Body = &limitedBody{rc: resp.Body, limit: limit}
+	}
+	return resp, nil
+}
+
+// limitedBody fails a read past its limit instead of truncating, so a cut pack is never
+// mistaken for a whole one. It overshoots by at most one read buffer.
+type limitedBody struct {
+	rc          io.ReadCloser
+	read, limit int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return 0, fmt.Errorf("the server sent more than %d bytes: %w", b.limit, ErrTooLarge)
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
