@@ -349,12 +349,13 @@ func (p *pass) checkSafety() string {
 	return ""
 }
 
-// overBudgetNodes finds the nodes whose inventory alone would remove more than
-// maxDeletionPercent of the broker objects pinned to them (and more than one): a node that
-// suddenly reports nothing (wiped, misconfigured, or compromised) is held as it was, while the
-// rest of the fleet renders. An object counts against a node only when its Configuration still
-// exists and its instance is gone from that node; a person's change to Configurations is judged
-// by the fleet-wide budget instead.
+// overBudgetNodes is asked when a render would break the fleet-wide deletion budget. It finds
+// the nodes whose inventory alone would remove more than maxDeletionPercent of the broker
+// objects pinned to them: a node that suddenly reports nothing (wiped, misconfigured, or
+// compromised) is then held as it was, and the rest of the fleet renders instead of the whole
+// render being refused. An object counts against a node only when its Configuration still
+// exists and its instance is gone from that node; a person's change to Configurations stays
+// judged fleet-wide.
 func (p *pass) overBudgetNodes() map[string]string {
 	if p.req.AllowDeletions {
 		return nil
@@ -392,7 +393,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 	held := map[string]string{}
 	limit := p.settings.MaxDeletionPercent
 	for _, n := range sortedKeys(removed) {
-		if r, t := removed[n], total[n]; r > 1 && r*100 > limit*t {
+		if r, t := removed[n], total[n]; r*100 > limit*t {
 			held[n] = fmt.Sprintf("node %s: its inventory would remove %d of its %d broker objects (%d%%), more than maxDeletionPercent (%d%%); its part is kept as it was while the rest renders (check the node, or render with --allow-deletions)",
 				n, r, t, r*100/t, limit)
 		}

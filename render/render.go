@@ -77,10 +77,13 @@ func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res, p := r.pass(req, nil)
-	if held := p.overBudgetNodes(); len(held) > 0 && !req.AllowDeletions {
-		// Render again with those nodes' parts kept as they were, as if their inventories
-		// were invalid; the memos make the second pass cost only what differs.
-		res, _ = r.pass(req, held)
+	if res.Refused != nil {
+		// Over the fleet-wide budget: hold the nodes that caused it and render the rest, as
+		// if their inventories were invalid; the memos make the second pass cost only what
+		// differs. What is still over the budget then is refused.
+		if held := p.overBudgetNodes(); len(held) > 0 {
+			res, _ = r.pass(req, held)
+		}
 	}
 	for _, m := range []interface{ rotate() }{&r.configs, &r.invs, &r.recs, &r.heads, &r.hist, &r.objs, &r.jobs} {
 		m.rotate()

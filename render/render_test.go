@@ -287,8 +287,9 @@ func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
 	require.Empty(t, filesUnder(res.Files, "rendered/default/", "/pod-"))
 }
 
-// The budget counts per node: a node whose inventory alone would remove most of its objects is
-// held as it was, and the rest of the fleet (other nodes, Configuration changes) still renders.
+// The budget counts per node: when a render would break it, a node whose inventory alone would
+// remove most of its objects is held as it was, and the rest of the fleet (other nodes,
+// Configuration changes) still renders. Within the budget, a node may lose everything.
 func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	tree := repo(map[string]string{
 		"configurations/cam.yaml": podConfig,
@@ -322,6 +323,14 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Empty(t, res.Held)
 	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2)
+
+	// A node that is a small part of the fleet losing all its devices breaks no budget.
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "a1", "a2", "a3", "a4")))
+	tree = apply(tree, renderOK(t, tree))
+	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b"))
+	res = renderOK(t, tree)
+	require.Empty(t, res.Held)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 4)
 }
 
 func TestCheckDetectsHandEdits(t *testing.T) {
