@@ -191,7 +191,7 @@ func TestSSHWithKnownHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	r, err := gitsync.New(url, "main", gitsync.WithAuth(auth), fastBackoff())
+	r, err := gitsync.New(url, "main", gitsync.WithAuth(auth), fastBackoff(), gitsync.WithCreateBranch())
 	require.NoError(t, err)
 	res, err := r.Update(ctx, up)
 	require.NoError(t, err)

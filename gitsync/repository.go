@@ -24,6 +24,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/go-logr/logr"
 )
 
 // Repository is one branch of a remote repository, fetched into memory.
@@ -42,6 +43,9 @@ type Repository struct {
 	signer      Signer
 	maxFetch    int64
 	maxFile     int64
+	create      bool
+	failFast    bool
+	log         logr.Logger
 
 	mu         sync.Mutex
 	deepen     bool
@@ -123,6 +127,28 @@ func WithPushOptions(opts map[string]string) Option {
 	return func(r *Repository) error { r.pushOptions = opts; return nil }
 }
 
+// ErrNoBranch is returned when the branch does not exist and the Repository may not create it:
+// a typo in --branch must be an error, never a new branch that nothing reads.
+var ErrNoBranch = errors.New("branch does not exist")
+
+// WithCreateBranch lets Update create the branch when it does not exist, for a writer whose
+// branch is its own (a rendered branch kept in step with the source).
+func WithCreateBranch() Option {
+	return func(r *Repository) error { r.create = true; return nil }
+}
+
+// WithFailFast makes Update give up at the first error that is not a conflict, for one-shot
+// commands: a remote that is not there is reported at once. Conflicts are still recomputed.
+func WithFailFast() Option {
+	return func(r *Repository) error { r.failFast = true; return nil }
+}
+
+// WithLogger logs each retry after an error (conflicts are ordinary and not logged), so a
+// daemon that keeps failing says why while it waits.
+func WithLogger(log logr.Logger) Option {
+	return func(r *Repository) error { r.log = log; return nil }
+}
+
 // WithSigner signs every commit the Repository makes.
 func WithSigner(s Signer) Option {
 	return func(r *Repository) error { r.signer = s; return nil }
@@ -149,6 +175,7 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 		resetFactor: 3,
 		maxFetch:    DefaultMaxFetchBytes,
 		maxFile:     DefaultMaxFileSize,
+		log:         logr.Discard(),
 	}
 	r.url = url
 	for _, o := range opts {
@@ -187,7 +214,14 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return nil, r.redact.wrap(err)
 	}
+	if c == nil && !r.create {
+		return nil, r.noBranch()
+	}
 	return snapshotOf(c, r.maxFile)
+}
+
+func (r *Repository) noBranch() error {
+	return fmt.Errorf("%w: %s at %s", ErrNoBranch, r.branch.Short(), r.URL())
 }
 
 // SnapshotAt returns the files at commit. A commit older than the fetched
@@ -409,16 +443,21 @@ func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination
 		if err == nil || errors.Is(err, ErrNoChanges) || !retryable(ctx, err) {
 			return finish(err)
 		}
+		if r.failFast && !errors.Is(err, errConflict) {
+			return finish(err)
+		}
 		if n+1 >= r.backoff.MaxAttempts || time.Since(start) >= r.backoff.MaxElapsed {
 			return finish(fmt.Errorf("giving up on %s after %d attempts in %s: %w",
 				r.branch.Short(), n+1, time.Since(start).Round(time.Millisecond), err))
 		}
+		wait := r.backoff.delay(max(n, r.contention))
 		if errors.Is(err, errConflict) {
 			res.Conflicts++
 		} else {
 			res.Retries++
+			r.log.Info("write failed; retrying", "branch", r.branch.Short(), "attempt", n+1, "wait", wait.Round(time.Millisecond).String(), "error", r.redact.wrap(err).Error())
 		}
-		if serr := sleep(ctx, r.backoff.delay(max(n, r.contention))); serr != nil {
+		if serr := sleep(ctx, wait); serr != nil {
 			return finish(fmt.Errorf("%w (last error: %v)", serr, err))
 		}
 	}
@@ -440,6 +479,9 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	base, err := r.fetch(ctx)
 	if err != nil {
 		return err
+	}
+	if base == nil && !r.create {
+		return r.noBranch()
 	}
 	snap, err := snapshotOf(base, r.maxFile)
 	if err != nil {
@@ -596,6 +638,7 @@ func retryable(ctx context.Context, err error) bool {
 	case errors.Is(err, errConflict):
 		return true
 	case errors.As(err, &we),
+		errors.Is(err, ErrNoBranch),
 		errors.Is(err, transport.ErrAuthenticationRequired),
 		errors.Is(err, transport.ErrAuthorizationFailed),
 		errors.Is(err, transport.ErrRepositoryNotFound),

@@ -142,9 +142,35 @@ func TestUpdateWithoutChangesMakesNoCommit(t *testing.T) {
 	require.ErrorIs(t, err, gitsync.ErrNoChanges)
 }
 
+// A missing branch is an error, for reading and for writing, and nothing is pushed: a typo in
+// --branch never creates a branch. A writer whose branch is its own may create it.
+func TestMissingBranch(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r, err := gitsync.New(srv.URL(), "mian", fastBackoff())
+	require.NoError(t, err)
+	_, err = r.Snapshot(context.Background())
+	require.ErrorIs(t, err, gitsync.ErrNoBranch)
+	require.ErrorContains(t, err, "mian")
+	pushes := srv.Pushes()
+	_, err = r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 1\n"}))
+	require.ErrorIs(t, err, gitsync.ErrNoBranch)
+	require.Equal(t, pushes, srv.Pushes())
+	require.Equal(t, []string{"main"}, srv.Branches())
+}
+
+// An unreachable remote fails a fail-fast write at once instead of retrying for minutes.
+func TestFailFast(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	srv.SetDown(true)
+	r := open(t, srv, gitsync.WithFailFast(), gitsync.WithBackoff(gitsync.Backoff{Initial: time.Second, Max: time.Second, MaxAttempts: 30, MaxElapsed: time.Minute}))
+	res, err := r.Update(context.Background(), write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "a: 1\n"}))
+	require.Error(t, err)
+	require.Zero(t, res.Retries, "no retry after an error that is not a conflict")
+}
+
 func TestUpdateCreatesTheBranch(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", nil)
-	r := open(t, srv)
+	r := open(t, srv, gitsync.WithCreateBranch())
 	snap, err := r.Snapshot(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, snap.Commit())

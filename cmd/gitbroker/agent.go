@@ -129,7 +129,11 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}
-		repo, err := o.Git.Open(signing...)
+		opts := append(signing, gitsync.WithLogger(log))
+		if o.Once {
+			opts = append(opts, gitsync.WithFailFast())
+		}
+		repo, err := o.Git.Open(opts...)
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}

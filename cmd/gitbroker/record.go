@@ -99,7 +99,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
-	repo, err := o.Git.Open(signing...)
+	repo, err := o.Git.Open(append(signing, gitsync.WithLogger(log))...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/go-logr/logr"
@@ -148,6 +149,13 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	if len(pushOptions) > 0 {
 		extra = append(extra, gitsync.WithPushOptions(pushOptions))
 	}
+	if watch.Watch {
+		extra = append(extra, gitsync.WithLogger(logger.NewLogger(watch.Log)))
+	} else {
+		// One render: a remote that is not there is reported at once; conflicts are still
+		// recomputed.
+		extra = append(extra, gitsync.WithFailFast())
+	}
 	repo, err := remote.Git.Open(extra...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
@@ -168,7 +176,8 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		if pushOpts.Branch == remote.Git.Branch {
 			return exitf(exitInvalid, "--%s must differ from --%s", flagPushBranch, gitsync.FlagBranch)
 		}
-		pushRepo, err := pushOpts.Open(extra...)
+		// The rendered branch is the renderer's own: its first render creates it.
+		pushRepo, err := pushOpts.Open(append(extra, gitsync.WithCreateBranch())...)
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"net"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A typo in --branch is an error for every writer, and none of them creates the branch.
+func TestMissingBranchIsAnError(t *testing.T) {
+	srv := demoServer(t)
+	head := srv.Head()
+	code, _, stderr := gitbroker(t, "agent", "--git", srv.URL(), "--branch", "mian", "--node", "edge-a", "--once",
+		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	require.Equal(t, exitRefused, code, stderr)
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--branch", "mian")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "branch does not exist: mian")
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--branch", "mian", "--push-branch", "rendered")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "branch does not exist: mian")
+	require.Equal(t, []string{"main"}, srv.Branches(), "no branch was created")
+	require.Equal(t, head, srv.Head())
+
+	// The renderer's own rendered branch is made by its first render.
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
+	require.Equal(t, exitOK, code, stderr)
+	require.ElementsMatch(t, []string{"main", "rendered"}, srv.Branches())
+}
+
+// A one-shot command on a remote that is not there fails at once, without retrying.
+func TestUnreachableRemoteFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://" + l.Addr().String() + "/repo.git"
+	require.NoError(t, l.Close()) // nothing listens there now: connection refused
+	code, _, stderr := gitbroker(t, "render", "--git", url)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "connection refused")
+	require.NotContains(t, stderr, "giving up after")
+	code, _, stderr = gitbroker(t, "agent", "--git", url, "--node", "edge-a", "--once", "--discovery-handlers-dir", "")
+	require.Equal(t, exitRefused, code, stderr)
+}
