@@ -22,6 +22,9 @@ type Request struct {
 	SourceCommit string
 	// AllowDeletions lifts the deletion budget and the empty-output guard.
 	AllowDeletions bool
+	// Unreadable are input files that exist but could not be read as regular files (a symbolic
+	// link, a FIFO), with why. Each is an invalid input like a file that does not parse.
+	Unreadable map[string]string
 }
 
 // Result is the outcome of a render.
@@ -137,6 +140,9 @@ type objMeta struct {
 func (p *pass) run() *Result {
 	res := &Result{Previous: p.prev}
 	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
+		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})
+	}
 	if len(errs) > 0 {
 		// Settings shape everything; without them nothing is rendered and nothing is lost.
 		res.Files, res.Errors = p.prev, errs
@@ -194,6 +200,12 @@ func (p *pass) loadConfigurations() {
 	p.frozenConfigs = map[string]bool{}
 	definedIn := map[string]string{}
 	var invalid []string
+	for _, f := range sortedKeys(p.req.Unreadable) {
+		if isConfigurationPath(f) {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+			invalid = append(invalid, f)
+		}
+	}
 	for _, f := range p.req.Files.Paths() {
 		if !isConfigurationPath(f) {
 			continue
@@ -257,6 +269,12 @@ func (p *pass) loadInventories() {
 		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})
+	for _, f := range sortedKeys(p.req.Unreadable) {
+		if isInventoryPath(f) {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+		}
+	}
 	// Nodes the deletion budget holds keep their part as it was, whether their inventory
 	// changed or is gone.
 	for _, n := range sortedKeys(p.held) {

@@ -43,7 +43,7 @@ func gitbroker(t *testing.T, args ...string) (int, string, string) {
 
 func owned(t *testing.T, dir string) render.Tree {
 	t.Helper()
-	tree, err := readTree(dir)
+	tree, _, err := readTree(dir)
 	require.NoError(t, err)
 	return tree.Owned()
 }

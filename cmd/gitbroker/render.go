@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/logger"
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/go-logr/logr"
@@ -66,11 +68,26 @@ func (o *renderOptions) BindFlags(cmd *cobra.Command) {
 }
 
 func (o *renderOptions) render() (*render.Result, error) {
-	files, err := readTree(o.Dir)
+	if err := isRepository(o.Dir); err != nil {
+		return nil, exitf(exitInvalid, "%v", err)
+	}
+	files, unreadable, err := readTree(o.Dir)
 	if err != nil {
 		return nil, exitf(exitInvalid, "%v", err)
 	}
-	return render.Render(render.Request{Files: files, SourceCommit: o.SourceCommit, AllowDeletions: o.AllowDeletions}), nil
+	return render.Render(render.Request{Files: files, SourceCommit: o.SourceCommit, AllowDeletions: o.AllowDeletions, Unreadable: unreadable}), nil
+}
+
+// isRepository refuses a folder that is not a gitbroker repository, so that check or plan run
+// from the wrong directory fails instead of finding nothing to say.
+func isRepository(dir string) error {
+	for _, p := range []string{api.SettingsPath, api.ConfigurationsDir, strings.TrimSuffix(render.RenderedDir, "/")} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a gitbroker repository: it has no %s, %s/ or %s (run gitbroker init there, or give --%s)",
+		dir, api.SettingsPath, api.ConfigurationsDir, render.RenderedDir, flagDir)
 }
 
 func newRenderCommand() *cobra.Command {

@@ -13,21 +13,33 @@ import (
 	"github.com/gitbroker/gitbroker/render"
 )
 
-// readTree loads every input and owned file of the repository work tree at dir.
-func readTree(dir string) (render.Tree, error) {
+// readTree loads every input and owned file of the repository work tree at dir. Inputs that are
+// not regular files (a symbolic link could point outside the repository, a FIFO would block)
+// are not read: they come back in unreadable, each an invalid input for the render.
+func readTree(dir string) (tree render.Tree, unreadable map[string]string, err error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading repository %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("reading repository %s: %w", dir, err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("reading repository %s: not a directory", dir)
+		return nil, nil, fmt.Errorf("reading repository %s: not a directory", dir)
 	}
-	return readFS(os.DirFS(dir))
+	return readFSWithUnreadable(os.DirFS(dir))
 }
 
-// readFS loads every input and owned file of a repository file system.
+// readFS loads every input and owned file of a repository file system whose files are all
+// regular (an embedded one).
 func readFS(fsys fs.FS) (render.Tree, error) {
+	t, unreadable, err := readFSWithUnreadable(fsys)
+	if err == nil && len(unreadable) > 0 {
+		err = fmt.Errorf("reading repository: %d files are not regular files", len(unreadable))
+	}
+	return t, err
+}
+
+func readFSWithUnreadable(fsys fs.FS) (render.Tree, map[string]string, error) {
 	t := render.Tree{}
+	unreadable := map[string]string{}
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -42,7 +54,17 @@ func readFS(fsys fs.FS) (render.Tree, error) {
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s: not a regular file", p)
+			kind := "not a regular file"
+			if d.Type()&fs.ModeSymlink != 0 {
+				kind = "a symbolic link"
+			} else if d.Type()&fs.ModeNamedPipe != 0 {
+				kind = "a named pipe (FIFO)"
+			}
+			if render.IsInput(p) {
+				unreadable[p] = kind + "; inputs must be regular files, so it is not read"
+				return nil
+			}
+			return fmt.Errorf("%s: %s; rendered/ and history/ hold only regular files", p, kind)
 		}
 		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
@@ -52,9 +74,9 @@ func readFS(fsys fs.FS) (render.Tree, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading repository: %w", err)
+		return nil, nil, fmt.Errorf("reading repository: %w", err)
 	}
-	return t, nil
+	return t, unreadable, nil
 }
 
 // writeOwned changes rendered/ and history/ under dir from prev (what the render read) to next.

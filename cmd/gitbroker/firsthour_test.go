@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// check, plan and render refuse a folder that is not a gitbroker repository, so a CI job run
+// from the wrong directory fails.
+func TestNotARepository(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n"), 0o644))
+	for _, cmd := range []string{"check", "plan", "render"} {
+		code, _, stderr := gitbroker(t, cmd, "--dir", dir)
+		require.Equal(t, exitInvalid, code, cmd)
+		require.Contains(t, stderr, "is not a gitbroker repository", cmd)
+	}
+	_, err := os.Stat(filepath.Join(dir, "rendered"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing written")
+}
+
+// A symbolic link or a FIFO among the Configurations is one invalid input: its Configurations
+// keep their output, everything else renders, and the render never follows or blocks on it.
+func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
+	dir := demoRepo(t)
+	before := owned(t, dir)
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("password: hunter2\n"), 0o600))
+	echo := filepath.Join(dir, "configurations", "akri-debug-echo.yaml")
+	require.NoError(t, os.Remove(echo))
+	require.NoError(t, os.Symlink(secret, echo))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "configurations", "zz-pipe.yaml"), 0o644))
+	// And a change elsewhere that must still render: a new PLC on edge-a.
+	inv := filepath.Join(dir, "inventory", "edge-a.yaml")
+	invData, err := os.ReadFile(inv)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(inv, append(invData, []byte("    - id: plc-7\n      properties:\n        DEBUG_ECHO_DESCRIPTION: plc-7\n")...), 0o644))
+
+	code, _, stderr := gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml: a symbolic link; inputs must be regular files")
+	require.Contains(t, stderr, "configurations/zz-pipe.yaml: a named pipe (FIFO)")
+	require.NotContains(t, stderr, "hunter2")
+	after := owned(t, dir)
+	for p, b := range before {
+		if strings.HasPrefix(p, "rendered/default/akri-debug-echo/") {
+			require.Equal(t, string(b), string(after[p]), "%s kept as it was", p)
+		}
+	}
+	var added []string
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			added = append(added, p)
+		}
+	}
+	require.Condition(t, func() bool {
+		for _, p := range added {
+			if strings.HasPrefix(p, "rendered/plant/plc-firmware/job-plc-firmware-") {
+				return true
+			}
+		}
+		return false
+	}, "the new PLC's Job rendered: %v", added)
+}
