@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -198,7 +199,6 @@ func (p *pass) loadConfigurations() {
 	p.configs = map[string]*api.ParsedConfiguration{}
 	p.configFiles = map[string][]string{}
 	p.frozenConfigs = map[string]bool{}
-	definedIn := map[string]string{}
 	var invalid []string
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if isConfigurationPath(f) {
@@ -206,6 +206,9 @@ func (p *pass) loadConfigurations() {
 			invalid = append(invalid, f)
 		}
 	}
+	var files []string
+	parsedFiles := map[string]parsedConfigFile{}
+	definers := map[string][]string{} // Configuration key -> the files that define it
 	for _, f := range p.req.Files.Paths() {
 		if !isConfigurationPath(f) {
 			continue
@@ -216,11 +219,25 @@ func (p *pass) loadConfigurations() {
 			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})
+		files = append(files, f)
+		parsedFiles[f] = parsed
+		seen := map[string]bool{}
+		for _, c := range parsed.configs {
+			if !seen[c.Key()] {
+				definers[c.Key()] = append(definers[c.Key()], f)
+				seen[c.Key()] = true
+			}
+		}
+	}
+	for _, f := range files {
+		parsed := parsedFiles[f]
 		errs := parsed.errs
 		inFile := map[string]bool{}
 		for _, c := range parsed.configs {
-			if other, dup := definedIn[c.Key()]; dup {
-				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is already defined in %s", c.Key(), other))
+			// Defined in two files, neither definition wins: which one sorts first must never
+			// decide what runs. Both files are invalid, and the Configuration keeps its output.
+			if others := slices.DeleteFunc(slices.Clone(definers[c.Key()]), func(o string) bool { return o == f }); len(others) > 0 {
+				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is also defined in %s; define it in one file only (both definitions are ignored and its previous output is kept)", c.Key(), strings.Join(others, ", ")))
 			} else if inFile[c.Key()] {
 				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is defined twice in this file", c.Key()))
 			}
@@ -233,7 +250,6 @@ func (p *pass) loadConfigurations() {
 		}
 		var keys []string
 		for _, c := range parsed.configs {
-			definedIn[c.Key()] = f
 			p.configs[c.Key()] = c
 			keys = append(keys, c.Key())
 		}

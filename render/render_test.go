@@ -366,3 +366,22 @@ func TestFluxNamesNeverCollide(t *testing.T) {
 	}
 	require.Len(t, names, 2)
 }
+
+// Two files defining one Configuration are both errors, whichever sorts first: neither
+// definition takes over its running brokers.
+func TestConfigurationDefinedTwiceChangesNothing(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1", "c2")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	tree["configurations/a-copy.yaml"] = []byte(strings.Replace(podConfig, "onvif-video-broker:latest", "attacker/broker:latest", 1))
+	res := render.Render(render.Request{Files: tree})
+	require.False(t, res.Changed(), "nothing of the Configuration changes")
+	var files []string
+	for _, e := range res.Errors {
+		files = append(files, e.File)
+		require.Contains(t, e.Error(), "Configuration default/cam is also defined in")
+	}
+	require.Equal(t, []string{"configurations/a-copy.yaml", "configurations/cam.yaml"}, files)
+}
