@@ -277,20 +277,22 @@ func instanceDetailWith(ip *InstancePlan, escape func(string) string) string {
 
 func (s Summary) text() string {
 	type item struct {
-		n    int
-		text string
+		n          int
+		kind, verb string
 	}
 	items := []item{
-		{s.PodsStarted, "Pods started"}, {s.PodsReplaced, "Pods replaced"}, {s.PodsRemoved, "Pods removed"},
-		{s.PodsHeld, "Pods held"}, {s.JobsStarted, "Jobs started"}, {s.JobsHeld, "Jobs held"},
-		{s.JobsRetired, "Jobs retired to history"}, {s.JobsKept, "Jobs kept until recorded"},
-		{s.ServicesCreated, "Services created"}, {s.ServicesUpdated, "Services updated"},
-		{s.ServicesRemove, "Services removed"}, {s.FluxChanged, "Flux Kustomizations changed"},
+		{s.PodsStarted, "Pod", "started"}, {s.PodsReplaced, "Pod", "replaced"}, {s.PodsRemoved, "Pod", "removed"},
+		{s.PodsHeld, "Pod", "held"}, {s.JobsStarted, "Job", "started"}, {s.JobsHeld, "Job", "held"},
+		{s.JobsRetired, "Job", "retired to history"}, {s.JobsKept, "Job", "kept until recorded"},
+		{s.ServicesCreated, "Service", "created"}, {s.ServicesUpdated, "Service", "updated"},
+		{s.ServicesRemove, "Service", "removed"}, {s.FluxChanged, "Flux Kustomization", "changed"},
 	}
 	var parts []string
 	for _, it := range items {
-		if it.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", it.n, it.text))
+		if it.n == 1 {
+			parts = append(parts, fmt.Sprintf("1 %s %s", it.kind, it.verb))
+		} else if it.n > 1 {
+			parts = append(parts, fmt.Sprintf("%d %ss %s", it.n, it.kind, it.verb))
 		}
 	}
 	if len(parts) == 0 {

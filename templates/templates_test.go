@@ -11,7 +11,7 @@ import (
 var data = templates.Render{
 	SourceCommit: "0123456789abcdef0123456789abcdef01234567",
 	Branch:       "main",
-	Summary:      "1 Pods started",
+	Summary:      "1 Pod started",
 	Plan:         "Configuration default/cam (Pod broker)\n  + Pod cam-1 started",
 	FilesChanged: 3,
 	InputsDigest: "sha256:00",
@@ -20,7 +20,7 @@ var data = templates.Render{
 func TestDefaults(t *testing.T) {
 	msg, err := templates.Execute(templates.CommitMessageName, "", data)
 	require.NoError(t, err)
-	require.Equal(t, `render: 1 Pods started
+	require.Equal(t, `render: 1 Pod started
 
 Rendered from 0123456789abcdef0123456789abcdef01234567 on main; 3 file(s) under rendered/ and history/ changed.
 
@@ -35,7 +35,7 @@ Configuration default/cam (Pod broker)
 func TestOverride(t *testing.T) {
 	msg, err := templates.Execute(templates.CommitMessageName, "chore: {{.Summary}} ({{.ShortSourceCommit}})", data)
 	require.NoError(t, err)
-	require.Equal(t, "chore: 1 Pods started (0123456789ab)\n", msg)
+	require.Equal(t, "chore: 1 Pod started (0123456789ab)\n", msg)
 
 	_, err = templates.Execute(templates.CommitMessageName, "{{.Summary", data)
 	require.ErrorContains(t, err, "template commitMessage")
