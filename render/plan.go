@@ -378,5 +378,5 @@ func writeChangeMarkdown(w io.Writer, indent string, ch Change) {
 	fmt.Fprintln(w)
 }
 
-// String is the summary as one line, such as "2 Pods started, 1 Jobs held".
+// String is the summary as one line, such as "2 Pods started, 1 Job held".
 func (s Summary) String() string { return s.text() }
