@@ -19,7 +19,7 @@ func newCheckCommand() *cobra.Command {
 				return err
 			}
 			if len(res.Errors) > 0 {
-				return inputErrors(cmd, res)
+				return inputErrors(cmd, res, false)
 			}
 			// A refused render (or one holding nodes) still tells what a render would write:
 			// compare with that.

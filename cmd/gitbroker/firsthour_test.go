@@ -41,11 +41,11 @@ func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(inv, append(invData, []byte("    - id: plc-7\n      properties:\n        DEBUG_ECHO_DESCRIPTION: plc-7\n")...), 0o644))
 
-	code, _, stderr := gitbroker(t, "render", "--dir", dir)
+	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitInvalid, code, stderr)
-	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml: a symbolic link; inputs must be regular files")
-	require.Contains(t, stderr, "configurations/zz-pipe.yaml: a named pipe (FIFO)")
-	require.NotContains(t, stderr, "hunter2")
+	require.Contains(t, stdout, "configurations/akri-debug-echo.yaml: a symbolic link; inputs must be regular files")
+	require.Contains(t, stdout, "configurations/zz-pipe.yaml: a named pipe (FIFO)")
+	require.NotContains(t, stdout+stderr, "hunter2")
 	after := owned(t, dir)
 	for p, b := range before {
 		if strings.HasPrefix(p, "rendered/default/akri-debug-echo/") {
@@ -66,4 +66,20 @@ func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
 		}
 		return false
 	}, "the new PLC's Job rendered: %v", added)
+}
+
+// Flags that only a render against a remote reads are refused by a work-tree render instead of
+// being ignored.
+func TestWorkTreeRenderRefusesRemoteFlags(t *testing.T) {
+	dir := demoRepo(t)
+	for _, args := range [][]string{
+		{"--review-branch"}, {"--branch", "prod"}, {"--interval", "5s"}, {"--push-branch", "rendered"},
+		{"--signing-key", "k"}, {"--pr-description", "-"},
+	} {
+		code, _, stderr := gitbroker(t, append([]string{"render", "--dir", dir}, args...)...)
+		require.Equal(t, exitInvalid, code, "%v", args)
+		require.Contains(t, stderr, args[0]+": only for a render against a remote (--git)", "%v", args)
+	}
+	code, _, stderr := gitbroker(t, "render", "--dir", dir, "--allow-deletions", "--source-commit", "0123456789012345678901234567890123456789")
+	require.NotEqual(t, exitInvalid, code, stderr)
 }

@@ -126,14 +126,17 @@ func TestBadInputKeepsPreviousOutput(t *testing.T) {
 			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 			require.NoError(t, os.WriteFile(path, []byte(next), 0o644))
 
-			code, _, stderr := gitbroker(t, "render", "--dir", dir)
+			code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
 			require.Equal(t, exitInvalid, code, stderr)
 			located := regexp.MustCompile(regexp.QuoteMeta(tc.file) + `:[0-9]+: .*` + regexp.QuoteMeta(tc.field))
-			require.Regexp(t, located, stderr, "the error names the file, the line and the field")
+			require.Regexp(t, located, stdout, "the plan names the file, the line and the field")
+			require.NotRegexp(t, located, stderr, "and it is said once")
+			require.Contains(t, stderr, "invalid input")
 			require.True(t, render.Equal(before, owned(t, dir)), "previous output is untouched: %v", render.Diff(before, owned(t, dir)))
 
-			code, _, _ = gitbroker(t, "check", "--dir", dir)
+			code, _, stderr = gitbroker(t, "check", "--dir", dir)
 			require.Equal(t, exitInvalid, code)
+			require.Regexp(t, located, stderr, "check, which prints no plan, lists it")
 		})
 	}
 }
@@ -150,8 +153,8 @@ func TestInvalidFileStillRendersTheRest(t *testing.T) {
 	// The firmware change still renders (held behind the running Job), while the invalid
 	// Configuration keeps its folder as it was.
 	code, stdout, stderr := gitbroker(t, "render", "--dir", dir)
-	require.Equal(t, exitInvalid, code)
-	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml:17: spec.brokerSpec.brokerPodSpec.containers[0].imagee: unknown field")
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stdout, "configurations/akri-debug-echo.yaml:17: spec.brokerSpec.brokerPodSpec.containers[0].imagee: unknown field")
 	require.Contains(t, stdout, "held: waiting for")
 	after := owned(t, dir)
 	for _, p := range before.Paths() {

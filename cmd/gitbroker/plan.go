@@ -30,7 +30,7 @@ func newPlanCommand() *cobra.Command {
 				res.Plan.WriteText(cmd.OutOrStdout())
 			}
 			if len(res.Errors) > 0 {
-				return inputErrors(cmd, res)
+				return inputErrors(cmd, res, true)
 			}
 			if res.Refused != nil {
 				return &exitError{code: exitRefused, err: res.Refused}

@@ -139,10 +139,10 @@ func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	// An invalid Configuration: the rest renders, its output stays, exit 2.
 	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
 	srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "image:", "imagee:", 1)}, nil, "typo")
-	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
+	code, stdout, stderr := gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitInvalid, code, stderr)
-	require.Contains(t, stderr, "configurations/akri-debug-echo.yaml:")
-	require.Contains(t, stderr, "imagee: unknown field")
+	require.Contains(t, stdout, "configurations/akri-debug-echo.yaml:")
+	require.Contains(t, stdout, "imagee: unknown field")
 	before, after := owned(t, export(t, srv, rendered)), owned(t, export(t, srv, srv.Head()))
 	for p, b := range before {
 		if strings.Contains(p, "akri-debug-echo") {
@@ -173,9 +173,9 @@ func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	srv.Commit(map[string]string{
 		"gitbroker.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  templates:\n    commitMessage: \"{{.Summary\"\n",
 	}, nil, "broken template")
-	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
+	code, stdout, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitInvalid, code, stderr)
-	require.Contains(t, stderr, "gitbroker.yaml:5: spec.templates.commitMessage: not a valid Go template")
+	require.Contains(t, stdout, "gitbroker.yaml:5: spec.templates.commitMessage: not a valid Go template")
 }
 
 func TestRemoteRenderFlags(t *testing.T) {

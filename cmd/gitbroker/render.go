@@ -18,6 +18,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // renderOptions are the flags of the commands that render a work tree.
@@ -118,6 +119,19 @@ render of its own last commit, commits nothing.`,
 			if watch.Watch {
 				return exitf(exitInvalid, "--%s needs --%s", flagWatch, gitsync.FlagGit)
 			}
+			// A remote flag given to a work-tree render would be silently ignored.
+			var remoteOnly []string
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				switch f.Name {
+				case flagDir, flagAllowDeletions, flagSourceCommit:
+				default:
+					remoteOnly = append(remoteOnly, "--"+f.Name)
+				}
+			})
+			if len(remoteOnly) > 0 {
+				return exitf(exitInvalid, "%s: only for a render against a remote (--%s); a work-tree render takes --%s, --%s and --%s",
+					strings.Join(remoteOnly, ", "), gitsync.FlagGit, flagDir, flagAllowDeletions, flagSourceCommit)
+			}
 			res, err := o.render()
 			if err != nil {
 				return err
@@ -135,7 +149,7 @@ render of its own last commit, commits nothing.`,
 			} else {
 				fmt.Fprintln(cmd.ErrOrStderr(), "rendered/ and history/ are up to date")
 			}
-			return inputErrors(cmd, res)
+			return inputErrors(cmd, res, true)
 		},
 	}
 	o.BindFlags(cmd)
@@ -244,7 +258,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		}
 	}
 	if out.Result != nil {
-		return inputErrors(cmd, out.Result)
+		return inputErrors(cmd, out.Result, true)
 	}
 	return nil
 }
@@ -267,22 +281,36 @@ func flushOut(cmd *cobra.Command) {
 	}
 }
 
-// inputErrors lists every invalid input and turns them into exit code 2, and the nodes the
-// deletion budget held (a safety rule refused their part) into exit code 1.
-func inputErrors(cmd *cobra.Command, res *render.Result) error {
+// inputErrors turns invalid inputs into exit code 2, and nodes the deletion budget held (a
+// safety rule refused their part) into exit code 1. Each is listed on stderr unless listed says
+// the plan on stdout already did, so nothing is printed twice.
+func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
 	if len(res.Errors) == 0 && len(res.Held) == 0 {
 		return nil
 	}
 	flushOut(cmd)
 	w := cmd.ErrOrStderr()
-	for _, e := range res.Errors {
-		fmt.Fprintln(w, "error:", e.Error())
+	where := " (listed in the plan)"
+	if !listed {
+		where = ""
+		for _, e := range res.Errors {
+			fmt.Fprintln(w, "error:", e.Error())
+		}
 	}
 	for _, h := range res.Held {
 		fmt.Fprintln(w, "held:", h)
 	}
 	if len(res.Errors) == 0 {
-		return &exitError{code: exitRefused, err: fmt.Errorf("%d node(s) held by the deletion budget; everything else was rendered", len(res.Held))}
+		return &exitError{code: exitRefused, err: fmt.Errorf("%s held by the deletion budget; everything else was rendered", count(len(res.Held), "node"))}
 	}
-	return &exitError{code: exitInvalid, err: fmt.Errorf("%d invalid inputs; their previous output was kept", len(res.Errors)), silent: false}
+	return &exitError{code: exitInvalid, err: fmt.Errorf("%s%s; %s previous output was kept", count(len(res.Errors), "invalid input"), where,
+		map[bool]string{true: "its", false: "their"}[len(res.Errors) == 1])}
+}
+
+// count writes n things, in the singular for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
