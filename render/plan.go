@@ -65,12 +65,14 @@ type Summary struct {
 	JobsStarted, JobsHeld, JobsRetired, JobsKept     int
 	ServicesCreated, ServicesUpdated, ServicesRemove int
 	FluxChanged                                      int
+	ConfigurationsAdded, ConfigurationsRemoved       int
 }
 
 // Empty reports whether the plan changes nothing.
 func (s Summary) Empty() bool {
 	return s.PodsStarted+s.PodsReplaced+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
-		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxChanged == 0
+		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxChanged+
+		s.ConfigurationsAdded+s.ConfigurationsRemoved == 0
 }
 
 func (p *Plan) count(kind, action string) {
@@ -100,6 +102,10 @@ func (p *Plan) count(kind, action string) {
 		s.ServicesRemove++
 	case "Kustomization " + Created, "Kustomization " + Updated, "Kustomization " + Removed:
 		s.FluxChanged++
+	case "Configuration " + Created:
+		s.ConfigurationsAdded++
+	case "Configuration " + Removed:
+		s.ConfigurationsRemoved++
 	}
 }
 
@@ -186,7 +192,7 @@ func (b *planBuilder) finish() *Plan {
 }
 
 var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Replaced: 3, Updated: 3, Held: 4, Kept: 5}
-var kindOrder = map[string]int{"Job": 0, "Pod": 1, "Service": 2, "Kustomization": 3}
+var kindOrder = map[string]int{"Configuration": -1, "Job": 0, "Pod": 1, "Service": 2, "Kustomization": 3}
 
 func sortChanges(cs []Change) {
 	sort.Slice(cs, func(i, j int) bool {
@@ -286,6 +292,7 @@ func (s Summary) text() string {
 		{s.JobsRetired, "Job", "retired to history"}, {s.JobsKept, "Job", "kept until recorded"},
 		{s.ServicesCreated, "Service", "created"}, {s.ServicesUpdated, "Service", "updated"},
 		{s.ServicesRemove, "Service", "removed"}, {s.FluxChanged, "Flux Kustomization", "changed"},
+		{s.ConfigurationsAdded, "Configuration", "added"}, {s.ConfigurationsRemoved, "Configuration", "removed"},
 	}
 	var parts []string
 	for _, it := range items {

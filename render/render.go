@@ -157,6 +157,7 @@ func (p *pass) run() *Result {
 	p.loadInventories()
 	p.loadRecords()
 	p.buildInstances()
+	p.planConfigurations()
 	p.findFrozenInstances()
 	p.renderBrokers()
 	p.renderJobs()
@@ -269,6 +270,47 @@ func (p *pass) loadConfigurations() {
 		}
 		if len(kept) > 0 {
 			p.configFiles[f] = kept
+		}
+	}
+}
+
+// planConfigurations says which Configurations were added, removed or moved to another file
+// since the last render: that changes the metadata file even when no object changes (a new
+// Configuration no device reports yet), and the plan must say why a file changes.
+func (p *pass) planConfigurations() {
+	if p.prevMeta.ConfigurationFiles == nil && len(p.prev) == 0 {
+		// The first render: every object it starts is in the plan already.
+		return
+	}
+	was, is := map[string]string{}, map[string]string{}
+	for f, keys := range p.prevMeta.ConfigurationFiles {
+		for _, k := range keys {
+			was[k] = f
+		}
+	}
+	for f, keys := range p.configFiles {
+		for _, k := range keys {
+			is[k] = f
+		}
+	}
+	for _, k := range sortedKeys(is) {
+		ns, name, _ := strings.Cut(k, "/")
+		switch old, ok := was[k]; {
+		case !ok:
+			reason := "defined in " + is[k]
+			if len(p.instances[k]) == 0 {
+				reason += "; no node reports a device for it yet"
+			}
+			p.plan.add(ns, name, "", Change{Action: Created, Kind: "Configuration", Name: name, Reason: reason})
+		case old != is[k]:
+			cp := p.plan.config(ns, name, "")
+			cp.Notes = append(cp.Notes, fmt.Sprintf("now defined in %s (was %s)", is[k], old))
+		}
+	}
+	for _, k := range sortedKeys(was) {
+		if _, ok := is[k]; !ok && !p.frozenConfigs[k] {
+			ns, name, _ := strings.Cut(k, "/")
+			p.plan.add(ns, name, "", Change{Action: Removed, Kind: "Configuration", Name: name, Reason: "no longer defined (was in " + was[k] + ")"})
 		}
 	}
 }

@@ -385,3 +385,34 @@ func TestConfigurationDefinedTwiceChangesNothing(t *testing.T) {
 	}
 	require.Equal(t, []string{"configurations/a-copy.yaml", "configurations/cam.yaml"}, files)
 }
+
+// Adding, moving or removing a Configuration changes the metadata file even when no object
+// changes; the plan says so instead of "No changes".
+func TestPlanSaysWhichConfigurationsChanged(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	tree["configurations/lamp.yaml"] = []byte(strings.Replace(podConfig, "name: cam\n", "name: lamp\n", 1))
+	res := renderOK(t, tree)
+	require.True(t, res.Changed())
+	text := planText(res.Plan)
+	require.Contains(t, text, "Configuration default/lamp (Pod broker)")
+	require.Contains(t, text, "Configuration lamp created: defined in configurations/lamp.yaml; no node reports a device for it yet")
+	require.Contains(t, text, "Summary: 1 Configuration added")
+	require.False(t, res.Plan.Summary.Empty())
+	tree = apply(tree, res)
+	require.False(t, renderOK(t, tree).Changed())
+
+	tree["configurations/light.yaml"] = tree["configurations/lamp.yaml"]
+	delete(tree, "configurations/lamp.yaml")
+	text = planText(renderOK(t, tree).Plan)
+	require.Contains(t, text, "note: now defined in configurations/light.yaml (was configurations/lamp.yaml)")
+	tree = apply(tree, renderOK(t, tree))
+
+	delete(tree, "configurations/light.yaml")
+	text = planText(renderOK(t, tree).Plan)
+	require.Contains(t, text, "Configuration lamp removed: no longer defined (was in configurations/light.yaml)")
+	require.Contains(t, text, "1 Configuration removed")
+}
