@@ -3,13 +3,16 @@ SHELL := bash
 GO ?= go
 BIN := bin/gitbroker
 PKGS := ./...
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: all build test e2e e2e-tools demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/gitbroker
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gitbroker
 
 test: fmt-check vet
 	$(GO) test -race -count=1 $(PKGS)

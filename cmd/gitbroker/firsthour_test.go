@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -82,4 +83,21 @@ func TestWorkTreeRenderRefusesRemoteFlags(t *testing.T) {
 	}
 	code, _, stderr := gitbroker(t, "render", "--dir", dir, "--allow-deletions", "--source-commit", "0123456789012345678901234567890123456789")
 	require.NotEqual(t, exitInvalid, code, stderr)
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := gitbroker(t, "version")
+	require.Equal(t, exitOK, code)
+	require.Regexp(t, `^gitbroker \S+\ncommit \S+.*\ngo1\.\S+ \w+/\w+\n$`, stdout)
+	code, stdout, _ = gitbroker(t, "--version")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "gitbroker version ")
+
+	// make build stamps both.
+	bin := filepath.Join(t.TempDir(), "gitbroker")
+	out, err := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7 -X main.commit=0123abc", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	out, err = exec.Command(bin, "version").Output()
+	require.NoError(t, err)
+	require.Regexp(t, `^gitbroker v9\.8\.7\ncommit 0123abc\n`, string(out))
 }

@@ -50,12 +50,13 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Version, _ = buildVersion()
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitInvalid, err: fmt.Errorf("%w\n\n%s", err, c.UsageString())}
 	})
-	root.AddCommand(newInitCommand(), newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand(), newAgentCommand(), newRecordCommand())
+	root.AddCommand(newInitCommand(), newRenderCommand(), newPlanCommand(), newCheckCommand(), newDemoCommand(), newAgentCommand(), newRecordCommand(), newVersionCommand())
 	return root
 }
 
