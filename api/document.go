@@ -46,7 +46,13 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 			return nil, yamlError(file, chunk.line, err)
 		}
 		shiftLines(&root, chunk.line-1)
-		js, err := yaml.YAMLToJSONStrict(chunk.data)
+		if err := duplicateKeys(file, &root); err != nil {
+			return nil, err
+		}
+		// Not YAMLToJSONStrict: its yaml.v2 decoder also refuses a key that overrides one
+		// brought in by a merge key ({<<: *base, memory: 24Mi}), which YAML allows and kubectl
+		// accepts. Real duplicates were refused above.
+		js, err := yaml.YAMLToJSON(chunk.data)
 		if err != nil {
 			return nil, yamlError(file, chunk.line, err)
 		}
@@ -56,6 +62,34 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, root: &root})
 	}
 	return docs, nil
+}
+
+// duplicateKeys refuses a mapping that gives one key twice, naming both lines. A key given
+// explicitly next to a merge key (<<) may override a merged one: that is how merges are used.
+func duplicateKeys(file string, n *yamlv3.Node) error {
+	switch n.Kind {
+	case yamlv3.DocumentNode, yamlv3.SequenceNode:
+		for _, c := range n.Content {
+			if err := duplicateKeys(file, c); err != nil {
+				return err
+			}
+		}
+	case yamlv3.MappingNode:
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind == yamlv3.ScalarNode && k.Tag != "!!merge" && k.Value != "<<" {
+				if first, dup := seen[k.Value]; dup {
+					return &FieldError{File: file, Line: k.Line, Message: fmt.Sprintf("invalid YAML: key %q is given twice in one mapping (first on line %d)", k.Value, first)}
+				}
+				seen[k.Value] = k.Line
+			}
+			if err := duplicateKeys(file, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type yamlChunk struct {

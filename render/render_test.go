@@ -416,3 +416,34 @@ func TestPlanSaysWhichConfigurationsChanged(t *testing.T) {
 	require.Contains(t, text, "Configuration lamp removed: no longer defined (was in configurations/light.yaml)")
 	require.Contains(t, text, "1 Configuration removed")
 }
+
+// A key given next to a merge key overrides the merged one, as YAML says and kubectl accepts; a
+// key given twice is still an error.
+func TestMergeKeysMayBeOverridden(t *testing.T) {
+	cfg := strings.Replace(podConfig, `        resources:
+          limits:
+            "{{PLACEHOLDER}}": "1"
+`, `        resources:
+          requests: &req
+            cpu: 10m
+            memory: 16Mi
+          limits: {<<: *req, memory: 24Mi}
+`, 1)
+	require.NotEqual(t, podConfig, cfg)
+	res := renderOK(t, repo(map[string]string{
+		"configurations/cam.yaml": cfg,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+	}))
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	require.Len(t, pods, 1)
+	var pod corev1.Pod
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &pod))
+	limits := pod.Spec.Containers[0].Resources.Limits
+	require.Equal(t, "24Mi", limits.Memory().String())
+	require.Equal(t, "10m", limits.Cpu().String())
+
+	dup := strings.Replace(podConfig, "  capacity: 1\n", "  capacity: 1\n  capacity: 2\n", 1)
+	res = render.Render(render.Request{Files: repo(map[string]string{"configurations/cam.yaml": dup})})
+	require.Len(t, res.Errors, 1)
+	require.Contains(t, res.Errors[0].Error(), `configurations/cam.yaml:9: invalid YAML: key "capacity" is given twice in one mapping (first on line 8)`)
+}
