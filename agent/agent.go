@@ -72,6 +72,9 @@ type Agent struct {
 	// lastGood is the last valid parse of each Configuration file, used
 	// while the file is invalid.
 	lastGood  map[string][]*api.ParsedConfiguration
+	// reported is the error last logged for each invalid input file, so one invalid file is
+	// logged once per change, not every cycle.
+	reported map[string]string
 	loaded    bool
 	noHandler map[string]bool
 
@@ -131,6 +134,7 @@ func New(opts Options) (*Agent, error) {
 		path:      api.InventoryPath(opts.Node),
 		tracked:   map[string]map[string]*trackedDevice{},
 		lastGood:  map[string][]*api.ParsedConfiguration{},
+		reported:  map[string]string{},
 		noHandler: map[string]bool{},
 		wake:      make(chan struct{}, 1),
 	}, nil
@@ -269,7 +273,8 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 		s, errs := api.ParseSettings(api.SettingsPath, b)
 		if len(errs) == 0 {
 			defaultNS = s.DefaultNamespace
-		} else {
+			delete(a.reported, api.SettingsPath)
+		} else if a.report(api.SettingsPath, errs) {
 			a.opts.Log.Error(errs, "invalid settings; using the default namespace", "file", api.SettingsPath)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -289,14 +294,17 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 		if len(errs) > 0 {
 			a.opts.Metrics.invalid()
 			prev, ok := a.lastGood[name]
-			a.opts.Log.Error(errs, "invalid Configuration file; discovering with its last valid version",
-				"file", name, "lastValidKnown", ok)
+			if a.report(name, errs) {
+				a.opts.Log.Error(errs, "invalid Configuration file; discovering with its last valid version",
+					"file", name, "lastValidKnown", ok)
+			}
 			if !ok {
 				unsure = true
 			}
 			parsed = prev
 		} else {
 			a.lastGood[name] = parsed
+			delete(a.reported, name)
 		}
 		for _, c := range parsed {
 			if _, dup := out[c.Key()]; !dup {
@@ -309,7 +317,22 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 			delete(a.lastGood, name)
 		}
 	}
+	for name := range a.reported {
+		if _, ok := files[name]; !ok && name != api.SettingsPath {
+			delete(a.reported, name)
+		}
+	}
 	return out, unsure, nil
+}
+
+// report says whether errs for file are new since the last report, and remembers them.
+func (a *Agent) report(file string, errs error) bool {
+	msg := errs.Error()
+	if a.reported[file] == msg {
+		return false
+	}
+	a.reported[file] = msg
+	return true
 }
 
 // loadInventory seeds the agent's state from the branch, so a restart

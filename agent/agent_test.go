@@ -292,7 +292,10 @@ func TestHandlerErrorKeepsDevices(t *testing.T) {
 
 func TestInvalidConfigurationKeepsDiscovering(t *testing.T) {
 	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
-	a := f.agent(t, "edge-a")
+	var logs strings.Builder
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Log = funcr.New(func(prefix, args string) { logs.WriteString(args + "\n") }, funcr.Options{})
+	})
 	ctx := context.Background()
 	f.echo.set(device("foo0", true))
 	_, err := a.Sync(ctx)
@@ -305,6 +308,15 @@ func TestInvalidConfigurationKeepsDiscovering(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string][]string{"default/akri-debug-echo": {"foo0", "foo1"}}, ids(t, f.read(t, "inventory/edge-a.yaml")),
 		"the last valid version of the file is still discovered")
+	for i := 0; i < 3; i++ {
+		_, err = a.Sync(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "invalid Configuration file"), "logged once, not every cycle:\n%s", logs.String())
+	f.write(t, "configurations/echo.yaml", echoConfig+"  bogus: 2\n  other: 3\n")
+	_, err = a.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, strings.Count(logs.String(), "invalid Configuration file"), "a new error is logged")
 
 	// A fresh agent that never saw the file valid keeps the branch's
 	// entries for Configurations it cannot know.
