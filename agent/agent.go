@@ -71,10 +71,10 @@ type Agent struct {
 	tracked map[string]map[string]*trackedDevice
 	// lastGood is the last valid parse of each Configuration file, used
 	// while the file is invalid.
-	lastGood  map[string][]*api.ParsedConfiguration
+	lastGood map[string][]*api.ParsedConfiguration
 	// reported is the error last logged for each invalid input file, so one invalid file is
 	// logged once per change, not every cycle.
-	reported map[string]string
+	reported  map[string]string
 	loaded    bool
 	noHandler map[string]bool
 

@@ -71,7 +71,7 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.DurationVar(&o.Interval, flagInterval, agent.DefaultInterval, "Time between discovery cycles.")
 	fs.DurationVar(&o.GracePeriod, flagGracePeriod, agent.DefaultSharedGracePeriod, "How long a vanished shared device stays in the inventory (Akri's default is 5m).")
 	fs.DurationVar(&o.LocalGracePeriod, flagLocalGracePeriod, agent.DefaultLocalGracePeriod, "How long a vanished local (unshared) device stays in the inventory.")
-	fs.BoolVar(&o.Once, flagOnce, false, "Run one cycle and exit (exit 1 if it failed).")
+	fs.BoolVar(&o.Once, flagOnce, false, "Run one cycle and exit (exit 1 if it failed). One cycle cannot tell how long a device has been gone (the inventory holds no timestamps), so it keeps vanished devices for a whole grace period from now, which it never reaches; give --grace-period 0 --local-grace-period 0 to drop them at once.")
 	dhDir := os.Getenv(registrationSocketEnvLabel)
 	if dhDir == "" {
 		dhDir = agent.DefaultDiscoveryHandlersDirectory

@@ -190,3 +190,23 @@ func TestAgentCredentialsAreNotLogged(t *testing.T) {
 		})
 	}
 }
+
+// One cycle keeps a vanished device (it cannot know how long it has been gone) unless the
+// grace periods are zero, as its help says.
+func TestAgentOnceAndVanishedDevices(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "configurations"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "configurations", "echo.yaml"), []byte(echoConfiguration), 0o644))
+	avail := filepath.Join(dir, "availability")
+	once := func(extra ...string) string {
+		t.Helper()
+		code, stdout, stderr := gitbroker(t, append([]string{"agent", "--dir", dir, "--node", "edge-b", "--once",
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", avail}, extra...)...)
+		require.Equal(t, exitOK, code, stderr)
+		return stdout
+	}
+	require.Equal(t, "inventory/edge-b.yaml: 2 device(s)\n", once())
+	require.NoError(t, os.WriteFile(avail, []byte("OFFLINE\n"), 0o644))
+	require.Equal(t, "inventory/edge-b.yaml: 2 device(s)\n", once(), "kept for the grace period")
+	require.Equal(t, "inventory/edge-b.yaml: 0 device(s)\n", once("--grace-period", "0", "--local-grace-period", "0"))
+}
