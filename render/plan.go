@@ -21,51 +21,60 @@ const (
 
 // Plan is what a render changes, per Configuration and instance.
 type Plan struct {
-	Configurations []*ConfigurationPlan
+	Configurations []*ConfigurationPlan `json:"configurations"`
 	// Warnings are true statements that need no action to render: collisions, shard moves,
 	// folders too large for fast kustomize builds, devices of unknown Configurations.
-	Warnings []string
+	Warnings []string `json:"warnings,omitempty"`
 	// Errors are the invalid inputs whose previous output was kept.
-	Errors []string
+	Errors []string `json:"errors,omitempty"`
 	// Refused explains why a safety rule refused the render; nothing was written.
-	Refused string
-	Summary Summary
+	Refused string  `json:"refused,omitempty"`
+	Summary Summary `json:"summary"`
 }
 
 // ConfigurationPlan is one Configuration's part of the plan.
 type ConfigurationPlan struct {
-	Namespace string
-	Name      string
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 	// Broker is "Pod", "Job", "none", "deleted" or "invalid".
-	Broker    string
-	Notes     []string
-	Changes   []Change
-	Instances []*InstancePlan
+	Broker    string          `json:"broker"`
+	Notes     []string        `json:"notes,omitempty"`
+	Changes   []Change        `json:"changes,omitempty"`
+	Instances []*InstancePlan `json:"instances,omitempty"`
 }
 
 // InstancePlan is one instance's part of the plan.
 type InstancePlan struct {
-	Name     string
-	DeviceID string
-	Nodes    []string
-	Changes  []Change
+	Name     string   `json:"name"`
+	DeviceID string   `json:"deviceID,omitempty"`
+	Nodes    []string `json:"nodes,omitempty"`
+	Changes  []Change `json:"changes"`
 }
 
 // Change is one object started, replaced, removed, held, retired or kept.
 type Change struct {
-	Action string
-	Kind   string
-	Name   string
-	Reason string
+	Action string `json:"action"`
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Summary counts the changes.
 type Summary struct {
-	PodsStarted, PodsReplaced, PodsRemoved, PodsHeld int
-	JobsStarted, JobsHeld, JobsRetired, JobsKept     int
-	ServicesCreated, ServicesUpdated, ServicesRemove int
-	FluxChanged                                      int
-	ConfigurationsAdded, ConfigurationsRemoved       int
+	PodsStarted           int `json:"podsStarted"`
+	PodsReplaced          int `json:"podsReplaced"`
+	PodsRemoved           int `json:"podsRemoved"`
+	PodsHeld              int `json:"podsHeld"`
+	JobsStarted           int `json:"jobsStarted"`
+	JobsHeld              int `json:"jobsHeld"`
+	JobsRetired           int `json:"jobsRetired"`
+	JobsKept              int `json:"jobsKept"`
+	ServicesCreated       int `json:"servicesCreated"`
+	ServicesUpdated       int `json:"servicesUpdated"`
+	ServicesRemove        int `json:"servicesRemoved"`
+	FluxChanged           int `json:"fluxKustomizationsChanged"`
+	ConfigurationsAdded   int `json:"configurationsAdded"`
+	ConfigurationsRemoved int `json:"configurationsRemoved"`
 }
 
 // Empty reports whether the plan changes nothing.
@@ -188,6 +197,9 @@ func (b *planBuilder) finish() *Plan {
 		return a.Name < b.Name
 	})
 	sort.Strings(p.Warnings)
+	if p.Configurations == nil {
+		p.Configurations = []*ConfigurationPlan{}
+	}
 	return p
 }
 

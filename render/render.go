@@ -147,7 +147,7 @@ func (p *pass) run() *Result {
 	if len(errs) > 0 {
 		// Settings shape everything; without them nothing is rendered and nothing is lost.
 		res.Files, res.Errors = p.prev, errs
-		res.Plan = &Plan{Errors: errStrings(errs)}
+		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: errStrings(errs)}
 		return res
 	}
 	p.settings = settings

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 // demoRepo writes the embedded demo repository to a temporary directory and renders it.
@@ -220,11 +222,44 @@ func TestPlanFormats(t *testing.T) {
 	require.Contains(t, stdout, "- Job `plc-firmware-84beef-083a2d022a-job` **started**")
 	require.Empty(t, owned(t, dir), "plan writes nothing")
 
-	code, _, stderr := gitbroker(t, "plan", "--dir", dir, "--format", "html")
+	code, md, _ := gitbroker(t, "plan", "--dir", dir, "-o", "markdown")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, stdout, md, "--format is the old name of -o")
+
+	// Machine-readable plans carry the same content.
+	code, stdout, _ = gitbroker(t, "plan", "--dir", dir, "-o", "json")
+	require.Equal(t, exitOK, code)
+	var plan render.Plan
+	require.NoError(t, json.Unmarshal([]byte(stdout), &plan))
+	require.Equal(t, 3, plan.Summary.PodsStarted)
+	require.Equal(t, 2, plan.Summary.JobsStarted)
+	require.Contains(t, stdout, `"podsStarted": 3`)
+	require.Len(t, plan.Configurations, 4)
+	code, stdout, _ = gitbroker(t, "plan", "--dir", dir, "-o", "yaml")
+	require.Equal(t, exitOK, code)
+	var fromYAML render.Plan
+	require.NoError(t, yaml.UnmarshalStrict([]byte(stdout), &fromYAML))
+	require.Equal(t, plan, fromYAML)
+
+	code, _, stderr := gitbroker(t, "plan", "--dir", dir, "-o", "html")
 	require.Equal(t, exitInvalid, code)
-	require.Contains(t, stderr, "--format must be text or markdown")
+	require.Contains(t, stderr, "--output must be text, markdown, json or yaml")
 	code, _, _ = gitbroker(t, "plan", "--bogus")
 	require.Equal(t, exitInvalid, code)
+
+	// check -o json says what differs.
+	code, stdout, _ = gitbroker(t, "check", "--dir", dir, "-o", "json")
+	require.Equal(t, exitRefused, code)
+	var report checkReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &report))
+	require.False(t, report.Matches)
+	require.NotEmpty(t, report.Files)
+	require.Equal(t, "missing", report.Files[0].State)
+	code, _, _ = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code)
+	code, stdout, _ = gitbroker(t, "check", "--dir", dir, "-o", "json")
+	require.Equal(t, exitOK, code)
+	require.JSONEq(t, `{"matches": true, "files": []}`, stdout)
 }
 
 func TestDemo(t *testing.T) {

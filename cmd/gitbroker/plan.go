@@ -1,12 +1,24 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
+// Output formats.
 const (
 	formatText     = "text"
 	formatMarkdown = "markdown"
+	formatJSON     = "json"
+	formatYAML     = "yaml"
+
+	flagOutput = "output"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -15,21 +27,29 @@ func newPlanCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what a render would change, per Configuration and instance, without writing",
-		Args:  cobra.NoArgs,
+		Long: `Plan renders the work tree in memory and prints what would change, per Configuration and
+instance: Pods started, replaced, removed or held, Jobs started, held, retired or kept,
+Services, Flux Kustomizations and Configurations added or removed, with the invalid inputs and
+warnings. -o markdown is ready to post as a pull-request comment; -o json and -o yaml are for
+scripts (the same fields, and a summary of counts).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != formatText && format != formatMarkdown {
-				return exitf(exitInvalid, "--%s must be %s or %s, got %q", flagFormat, formatText, formatMarkdown, format)
+			if cmd.Flags().Changed(flagFormat) && !cmd.Flags().Changed(flagOutput) {
+				format = cmd.Flag(flagFormat).Value.String()
+			}
+			switch format {
+			case formatText, formatMarkdown, formatJSON, formatYAML:
+			default:
+				return exitf(exitInvalid, "--%s must be %s, %s, %s or %s, got %q", flagOutput, formatText, formatMarkdown, formatJSON, formatYAML, format)
 			}
 			res, err := o.render()
 			if err != nil {
 				return err
 			}
-			if format == formatMarkdown {
-				res.Plan.WriteMarkdown(cmd.OutOrStdout())
-			} else {
-				res.Plan.WriteText(cmd.OutOrStdout())
+			if err := writePlan(cmd.OutOrStdout(), res.Plan, format); err != nil {
+				return err
 			}
-			if len(res.Errors) > 0 {
+			if len(res.Errors) > 0 || len(res.Held) > 0 {
 				return inputErrors(cmd, res, true)
 			}
 			if res.Refused != nil {
@@ -39,6 +59,35 @@ func newPlanCommand() *cobra.Command {
 		},
 	}
 	o.BindFlags(cmd)
-	cmd.Flags().StringVar(&format, flagFormat, formatText, "output format: text or markdown (for a pull request body)")
+	cmd.Flags().StringVarP(&format, flagOutput, "o", formatText, "output format: text, markdown (for a pull-request comment), json or yaml")
+	cmd.Flags().String(flagFormat, formatText, "the same as --output")
+	_ = cmd.Flags().MarkHidden(flagFormat) // its older name; kept so scripts keep working
 	return cmd
+}
+
+func writePlan(w io.Writer, p *render.Plan, format string) error {
+	switch format {
+	case formatMarkdown:
+		p.WriteMarkdown(w)
+	case formatJSON, formatYAML:
+		return writeData(w, p, format)
+	default:
+		p.WriteText(w)
+	}
+	return nil
+}
+
+// writeData writes v as indented JSON or as YAML, for scripts.
+func writeData(w io.Writer, v any, format string) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err == nil && format == formatYAML {
+		b, err = yaml.JSONToYAML(b)
+	} else if err == nil {
+		b = append(b, '\n')
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", format, err)
+	}
+	_, err = w.Write(b)
+	return err
 }
