@@ -66,6 +66,15 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			for _, p := range files.Paths() {
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", p)
 			}
+			// init writes files, not a git repository: say what makes it one.
+			next := "\nNext: make it a git repository and push it where the agents, the renderer and Flux or Argo CD can reach it:\n"
+			if _, err := os.Stat(filepath.Join(o.Dir, ".git")); err != nil {
+				next += fmt.Sprintf("  cd %s && git init -b main && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
+			} else {
+				next += fmt.Sprintf("  cd %s && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
+			}
+			next += "  git remote add origin <URL> && git push -u origin main\n"
+			fmt.Fprint(cmd.ErrOrStderr(), next)
 			return nil
 		},
 	}

@@ -19,6 +19,7 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "fleet")
 	code, out, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/plant/edge.git", "--repo-branch", "production")
 	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "cd "+dir+" && git init -b main && git add -A", "init says how the folder becomes a repository")
 	for _, p := range []string{"README.md", "gitbroker.yaml", "configurations/akri-debug-echo.yaml", "rendered/kustomization.yaml",
 		"inventory/.gitkeep", "status/jobs/.gitkeep",
 		"flux/kustomization.yaml", "flux/gitrepository.yaml", "flux/rendered.yaml", "argocd/applicationset.yaml", "argocd/application.yaml"} {
