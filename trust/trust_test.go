@@ -57,18 +57,6 @@ func pushSigned(t *testing.T, srv *gitsynctest.Server, s gitsync.Signer, path, c
 	return res.Commit
 }
 
-// verifyCommit runs git's own verify-commit with allowed as gpg.ssh.allowedSignersFile.
-func verifyCommit(t *testing.T, bare, commit, allowed string) (string, error) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "allowed_signers")
-	require.NoError(t, os.WriteFile(f, []byte(allowed), 0o644))
-	cmd := exec.Command("git", "-c", "gpg.ssh.allowedSignersFile="+f, "verify-commit", "-v", commit)
-	cmd.Dir = bare
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // A commit gitsync signs with a key made by ssh-keygen verifies with git verify-commit, for the
 // principal allowed_signers names, and not for a key it does not name.
 func TestGitVerifiesSignedCommits(t *testing.T) {
@@ -81,13 +69,13 @@ func TestGitVerifiesSignedCommits(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", map[string]string{"README.md": "fleet\n"})
 	commit := pushSigned(t, srv, s, "inventory/edge-a.yaml", "a: 1\n")
 
-	out, err := verifyCommit(t, srv.Bare(), commit, s.AllowedSignersLine("node:edge-a")+"\n")
+	out, err := srv.VerifyCommit(commit, s.AllowedSignersLine("node:edge-a")+"\n")
 	require.NoError(t, err, out)
 	require.Contains(t, out, `Good "git" signature for node:edge-a`)
 
 	o, err := trust.LoadSigner(other)
 	require.NoError(t, err)
-	out, err = verifyCommit(t, srv.Bare(), commit, o.AllowedSignersLine("node:edge-b")+"\n")
+	out, err = srv.VerifyCommit(commit, o.AllowedSignersLine("node:edge-b")+"\n")
 	require.Error(t, err, "a key allowed_signers does not name: %s", out)
 
 	// And the same commit through this package's verifier.
@@ -166,7 +154,7 @@ func TestVerifiesWhatGitSigns(t *testing.T) {
 	require.Equal(t, "node:edge-7 cert-authority "+strings.Join(strings.Fields(string(caPub))[:2], " "), s.AllowedSignersLine("node:edge-7"))
 	srv := gitsynctest.NewServer(t, "main", map[string]string{"README.md": "fleet\n"})
 	commit := pushSigned(t, srv, s, "inventory/edge-7.yaml", "a: 1\n")
-	out, err := verifyCommit(t, srv.Bare(), commit, allowedText)
+	out, err := srv.VerifyCommit(commit, allowedText)
 	require.NoError(t, err, out)
 	require.Contains(t, out, `Good "git" signature for node:edge-7`)
 }

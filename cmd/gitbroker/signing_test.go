@@ -10,18 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gitVerify runs git's own verify-commit on the server's repository.
-func gitVerify(t *testing.T, bare, commit, allowedSigners string) (string, error) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "allowed_signers")
-	require.NoError(t, os.WriteFile(f, []byte(allowedSigners), 0o644))
-	cmd := exec.Command("git", "-c", "gpg.ssh.allowedSignersFile="+f, "verify-commit", "-v", commit)
-	cmd.Dir = bare
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 func enrolled(t *testing.T, principal, pubFile string) string {
 	t.Helper()
 	pub, err := os.ReadFile(pubFile)
@@ -42,7 +30,7 @@ func TestWritersSign(t *testing.T) {
 	require.Contains(t, stdout, "committed")
 	agentCommit := srv.Head()
 	node := enrolled(t, "node:edge-z", key+".pub")
-	out, err := gitVerify(t, srv.Bare(), agentCommit, node)
+	out, err := srv.VerifyCommit(agentCommit, node)
 	require.NoError(t, err, out)
 	require.Contains(t, out, `Good "git" signature for node:edge-z`)
 
@@ -54,10 +42,10 @@ func TestWritersSign(t *testing.T) {
 	renderCommit := srv.Head()
 	require.NotEqual(t, agentCommit, renderCommit)
 	renderer := enrolled(t, "renderer", rendererKey+".pub")
-	out, err = gitVerify(t, srv.Bare(), renderCommit, node+renderer)
+	out, err = srv.VerifyCommit(renderCommit, node+renderer)
 	require.NoError(t, err, out)
 	require.Contains(t, out, `Good "git" signature for renderer`)
-	_, err = gitVerify(t, srv.Bare(), renderCommit, node)
+	_, err = srv.VerifyCommit(renderCommit, node)
 	require.Error(t, err, "the node's key did not sign the render")
 
 	// A key that is not there is an error for the renderer: only agents make their own.

@@ -324,3 +324,19 @@ func Git(t testing.TB, dir string, args ...string) string {
 
 // String describes the server for failure messages.
 func (s *Server) String() string { return fmt.Sprintf("git server %s", s.URL()) }
+
+// VerifyCommit runs git's own `git verify-commit -v` on commit in the server's repository, with
+// allowedSigners (git's allowed_signers format) as gpg.ssh.allowedSignersFile, and returns what
+// git said and whether it verified.
+func (s *Server) VerifyCommit(commit, allowedSigners string) (string, error) {
+	s.t.Helper()
+	f := filepath.Join(s.t.TempDir(), "allowed_signers")
+	if err := os.WriteFile(f, []byte(allowedSigners), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command("git", "-c", "gpg.ssh.allowedSignersFile="+f, "verify-commit", "-v", commit)
+	cmd.Dir = s.Bare()
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+s.t.TempDir())
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
