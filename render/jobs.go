@@ -109,7 +109,7 @@ func (p *pass) renderJobs() {
 		if !cfg.IsJobBroker() {
 			continue
 		}
-		chash := configHash(cfg)
+		chash := jobHash(cfg)
 		for _, in := range p.instances[k] {
 			if p.frozenInstances[k+"/"+in.name] != nil {
 				continue

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/gitbroker/gitbroker/api"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Request is one render: the repository files at one commit.
@@ -591,12 +592,29 @@ func propsJSON(m map[string]string) []byte {
 	return b
 }
 
-func configHash(c *api.ParsedConfiguration) []byte {
-	b, _ := json.Marshal(struct {
-		NS, Name string
-		Spec     api.ConfigurationSpec
-		Policy   api.Policy
-	}{c.Namespace, c.Name, c.Spec, c.Policy})
+// The hashes of what each kind of object reads from its Configuration. They go into every
+// object's gitbroker.dev/inputs-hash and key the memo of built objects, so each covers exactly
+// what its builder reads: a change elsewhere in the Configuration (discoveryDetails, capacity,
+// another kind's spec) leaves the object, and its file, as they were.
+
+// podHash covers buildPod: the PodSpec and the broker properties (the environment).
+func podHash(c *api.ParsedConfiguration) []byte {
+	return specHash("pod", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties)
+}
+
+// jobHash covers buildJob: the JobSpec, the broker properties and the run policy and runID
+// (the Job's name).
+func jobHash(c *api.ParsedConfiguration) []byte {
+	return specHash("job", c, c.Spec.BrokerSpec.BrokerJobSpec, c.Spec.BrokerProperties, c.Policy.RunPolicy, c.Policy.RunID)
+}
+
+// serviceHash covers buildService for one of the Configuration's service specs.
+func serviceHash(c *api.ParsedConfiguration, kind string, spec *corev1.ServiceSpec) []byte {
+	return specHash(kind, c, spec)
+}
+
+func specHash(kind string, c *api.ParsedConfiguration, parts ...any) []byte {
+	b, _ := json.Marshal(append([]any{kind, c.Namespace, c.Name}, parts...))
 	return []byte(hashHex(32, b))
 }
 
@@ -622,7 +640,12 @@ func (p *pass) renderBrokers() {
 				p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
 			}
 		}
-		chash := configHash(cfg)
+		var phash, ishash, cshash []byte
+		if cfg.IsPodBroker() {
+			phash = podHash(cfg)
+			ishash = serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
+			cshash = serviceHash(cfg, "configuration-service", cfg.Spec.ConfigurationServiceSpec)
+		}
 		withBrokers := 0
 		for _, in := range p.instances[k] {
 			ik := k + "/" + in.name
@@ -647,12 +670,12 @@ func (p *pass) renderBrokers() {
 			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 			props := propsJSON(in.properties)
 			for _, n := range nodes {
-				ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
+				ih := hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
 				p.build("pod/"+ih, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml", m, func() []byte { return buildPod(in, n, env, ih) })
 			}
 			withBrokers++
 			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
-				ih := hashHex(16, chash, []byte(in.name), []byte("instance-service"))
+				ih := hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
 				name := instanceServiceName(in.name)
 				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
 					labels := in.labels()
@@ -685,7 +708,7 @@ func (p *pass) renderBrokers() {
 			}
 		}
 		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {
-			ih := hashHex(16, chash, []byte("configuration-service"))
+			ih := hashHex(16, cshash, []byte("configuration-service"))
 			name := configurationServiceName(cfg.Name)
 			p.build("svc/"+ih, p.commonFolder(cfg)+"/service-"+name+".yaml", objMeta{ns: cfg.Namespace, cfg: cfg.Name}, func() []byte {
 				labels := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri, LabelManagedBy: ManagedByGitbroker}

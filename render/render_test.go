@@ -447,3 +447,39 @@ func TestMergeKeysMayBeOverridden(t *testing.T) {
 	require.Len(t, res.Errors, 1)
 	require.Contains(t, res.Errors[0].Error(), `configurations/cam.yaml:9: invalid YAML: key "capacity" is given twice in one mapping (first on line 8)`)
 }
+
+// A file changes only when its object does: discoveryDetails, capacity or a Service spec do not
+// touch the Pods (a Pod "replaced" in the plan is one that is re-created).
+func TestUnrelatedConfigurationChangesLeavePodsAlone(t *testing.T) {
+	cfg := strings.Replace(podConfig, "    name: onvif\n", "    name: onvif\n    discoveryDetails: \"ipAddresses: [10.0.0.1]\"\n", 1)
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": cfg,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:c1", "c2")),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "shared:c1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	pods := filesUnder(tree, "rendered/default/cam/", "/pod-")
+	require.Len(t, pods, 2)
+	for _, change := range []struct{ name, old, new string }{
+		{"discoveryDetails", "[10.0.0.1]", "[10.0.0.1, 10.0.0.2]"},
+		{"capacity", "  capacity: 1\n", "  capacity: 2\n"},
+		{"service spec", "      targetPort: 8083\n", "      targetPort: 8084\n"},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			next := repo(nil)
+			for p, b := range tree {
+				next[p] = b
+			}
+			next["configurations/cam.yaml"] = []byte(strings.Replace(cfg, change.old, change.new, 1))
+			require.NotEqual(t, cfg, string(next["configurations/cam.yaml"]))
+			res := renderOK(t, next)
+			for _, p := range pods {
+				require.Equal(t, string(tree[p]), string(res.Files[p]), "%s unchanged", p)
+			}
+			require.Zero(t, res.Plan.Summary.PodsReplaced)
+		})
+	}
+	// The PodSpec itself does.
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(cfg, "onvif-video-broker:latest", "onvif-video-broker:v2", 1))
+	require.Equal(t, 2, renderOK(t, tree).Plan.Summary.PodsReplaced)
+}
