@@ -148,6 +148,7 @@ func TestDeviceTextIsEscapedInMarkdown(t *testing.T) {
 		require.NotContains(t, md, bad)
 	}
 	require.Contains(t, md, `&lt;img src=x onerror=alert(1)&gt; &#64;admins`)
+	require.NotContains(t, planText(res.Plan), "\n## injected", "the text plan (and so a commit message) quotes it too")
 
 	// An error quoting device text stays inside its code span.
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", "  - name: cam\n    devices:\n    - id: a\n    - id: a\n      properties:\n        \"X`` Y\": v\n"))

@@ -22,19 +22,20 @@ func printable(s string) string {
 }
 
 // mdEscaper escapes what can start markup mid-line (emphasis, code, links, images, tables,
-// strikethrough, HTML, mentions) and joins lines; text is never at a line's start here.
+// strikethrough, HTML, mentions); text is never at a line's start here.
 var mdEscaper = strings.NewReplacer(
 	`\`, `\\`, "`", "\\`", "*", `\*`, "_", `\_`, "[", `\[`, "]", `\]`, "|", `\|`, "~", `\~`,
-	"<", "&lt;", ">", "&gt;", "&", "&amp;", "@", "&#64;", "\r", " ", "\n", " ",
+	"<", "&lt;", ">", "&gt;", "&", "&amp;", "@", "&#64;",
 )
 
-// mdText escapes s as one line of markdown text: no markup, no HTML, no mentions, no new lines.
+// mdText escapes s as one line of markdown text: no markup, no HTML, no mentions, and no new
+// lines (printable quotes them).
 func mdText(s string) string { return mdEscaper.Replace(printable(s)) }
 
-// mdCode writes s as an inline code span that s cannot end: the fence is longer than any run
-// of backticks in s. New lines become spaces.
+// mdCode writes s as an inline code span, on one line, that s cannot end: the fence is longer
+// than any run of backticks in s.
 func mdCode(s string) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(printable(s))
+	s = printable(s)
 	longest, run := 0, 0
 	for _, r := range s {
 		if r == '`' {

@@ -357,9 +357,6 @@ func (p *pass) checkSafety() string {
 // exists and its instance is gone from that node; a person's change to Configurations stays
 // judged fleet-wide.
 func (p *pass) overBudgetNodes() map[string]string {
-	if p.req.AllowDeletions {
-		return nil
-	}
 	newIDs := map[string]bool{}
 	for f := range p.out {
 		if ref, ok := parseObjectPath(f); ok {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,16 @@ func readJob(t *testing.T, data []byte) batchv1.Job {
 	var job batchv1.Job
 	require.NoError(t, yaml.UnmarshalStrict(data, &job))
 	return job
+}
+
+// jobTerms renders tree and returns the required node selector terms of its one fw Job.
+func jobTerms(t *testing.T, tree render.Tree) []corev1.NodeSelectorTerm {
+	t.Helper()
+	tree = apply(tree, renderOK(t, tree))
+	files := jobs(tree, "default/fw")
+	require.Len(t, files, 1)
+	job := readJob(t, tree[files[0]])
+	return job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 }
 
 func nameTerm(node string, extra ...corev1.NodeSelectorRequirement) corev1.NodeSelectorTerm {
@@ -33,12 +44,7 @@ func TestSharedDeviceJobHasOneTermPerNode(t *testing.T) {
 		"inventory/edge-a.yaml":  inventory("edge-a", entry("fw", "shared:plc-1")),
 		"inventory/edge-c.yaml":  inventory("edge-c", entry("fw", "shared:plc-1")),
 	})
-	tree = apply(tree, renderOK(t, tree))
-	files := jobs(tree, "default/fw")
-	require.Len(t, files, 1)
-	job := readJob(t, tree[files[0]])
-	terms := job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	require.Equal(t, []corev1.NodeSelectorTerm{nameTerm("edge-a"), nameTerm("edge-b"), nameTerm("edge-c")}, terms)
+	require.Equal(t, []corev1.NodeSelectorTerm{nameTerm("edge-a"), nameTerm("edge-b"), nameTerm("edge-c")}, jobTerms(t, tree))
 }
 
 // A Configuration's own required terms keep their meaning: each is combined with each node.
@@ -58,13 +64,9 @@ func TestPinningKeepsConfigurationAffinity(t *testing.T) {
 		"inventory/edge-a.yaml":  inventory("edge-a", entry("fw", "shared:plc-1")),
 		"inventory/edge-b.yaml":  inventory("edge-b", entry("fw", "shared:plc-1")),
 	})
-	tree = apply(tree, renderOK(t, tree))
-	files := jobs(tree, "default/fw")
-	require.Len(t, files, 1)
-	job := readJob(t, tree[files[0]])
+	terms := jobTerms(t, tree)
 	arch := corev1.NodeSelectorRequirement{Key: "kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}
 	zone := corev1.NodeSelectorRequirement{Key: "plant.example/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"north"}}
-	terms := job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	require.Equal(t, []corev1.NodeSelectorTerm{
 		nameTerm("edge-a", arch), nameTerm("edge-b", arch),
 		nameTerm("edge-a", zone), nameTerm("edge-b", zone),

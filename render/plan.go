@@ -232,23 +232,25 @@ func (p *Plan) WriteText(w io.Writer) {
 	for _, c := range p.Configurations {
 		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
 		for _, n := range c.Notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
+			fmt.Fprintf(w, "  note: %s\n", printable(n))
 		}
 		for _, ch := range c.Changes {
 			writeChangeText(w, "  ", ch)
 		}
 		for _, ip := range c.Instances {
-			fmt.Fprintf(w, "  instance %s%s\n", ip.Name, instanceDetail(ip))
+			fmt.Fprintf(w, "  instance %s%s\n", ip.Name, instanceDetail(ip, printable))
 			for _, ch := range ip.Changes {
 				writeChangeText(w, "    ", ch)
 			}
 		}
 	}
+	// Reported text (device ids in errors, Job failure messages) is quoted when it holds
+	// control characters, so it cannot forge lines of the plan or of a commit message.
 	for _, e := range p.Errors {
-		fmt.Fprintf(w, "error: %s\n", e)
+		fmt.Fprintf(w, "error: %s\n", printable(e))
 	}
 	for _, warn := range p.Warnings {
-		fmt.Fprintf(w, "warning: %s\n", warn)
+		fmt.Fprintf(w, "warning: %s\n", printable(warn))
 	}
 	fmt.Fprintf(w, "Summary: %s\n", p.Summary.text())
 }
@@ -256,7 +258,7 @@ func (p *Plan) WriteText(w io.Writer) {
 func writeChangeText(w io.Writer, indent string, ch Change) {
 	fmt.Fprintf(w, "%s%s %s %s %s", indent, actionSigns[ch.Action], ch.Kind, ch.Name, ch.Action)
 	if ch.Reason != "" {
-		fmt.Fprintf(w, ": %s", ch.Reason)
+		fmt.Fprintf(w, ": %s", printable(ch.Reason))
 	}
 	fmt.Fprintln(w)
 }
@@ -275,11 +277,9 @@ func brokerText(b string) string {
 	return "no broker"
 }
 
-func instanceDetail(ip *InstancePlan) string { return instanceDetailWith(ip, printable) }
-
-// instanceDetailWith writes the instance's device and nodes; the device id is what a node
-// reported, so it passes through escape (printable for text, mdText for markdown).
-func instanceDetailWith(ip *InstancePlan, escape func(string) string) string {
+// instanceDetail writes the instance's device and nodes; the device id is what a node reported,
+// so it passes through escape (printable for text, mdText for markdown).
+func instanceDetail(ip *InstancePlan, escape func(string) string) string {
 	var parts []string
 	if ip.DeviceID != "" {
 		parts = append(parts, "device "+escape(ip.DeviceID))
@@ -364,7 +364,7 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 			writeChangeMarkdown(w, "", ch)
 		}
 		for _, ip := range c.Instances {
-			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetailWith(ip, mdText))
+			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetail(ip, mdText))
 			for _, ch := range ip.Changes {
 				writeChangeMarkdown(w, "  ", ch)
 			}

@@ -393,6 +393,11 @@ func (p *pass) loadRecords() {
 	p.records = map[string]*api.JobRecord{}
 	p.recordBytes = map[string][]byte{}
 	p.byDevice = map[string][]*api.JobRecord{}
+	for _, f := range sortedKeys(p.req.Unreadable) {
+		if isRecordPath(f) {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+		}
+	}
 	for _, f := range p.req.Files.Paths() {
 		if !isRecordPath(f) {
 			continue

@@ -184,8 +184,9 @@ func VerifySignature(payload, armored []byte) (*Signature, error) {
 	return &Signature{Key: sig.PublicKey, Fingerprint: ssh.FingerprintSHA256(sig.PublicKey)}, nil
 }
 
-// Allows reports whether allowed_signers lets the signature's key sign as principal at time when
-// (a commit's committer time, as git verify-commit checks it).
+// Allows reports whether allowed_signers lets the signature's key sign as principal at time when.
+// git verify-commit passes the committer time, which the signer chooses; a writer accepting a new
+// tip should pass the time it accepts it, so an expired certificate cannot backdate its way in.
 func (a *AllowedSigners) Allows(sig *Signature, principal string, when time.Time) bool {
 	for _, e := range a.entries {
 		if e.permits(sig.Key, principal, when) {

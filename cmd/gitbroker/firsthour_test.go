@@ -36,6 +36,8 @@ func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
 	require.NoError(t, os.Remove(echo))
 	require.NoError(t, os.Symlink(secret, echo))
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "configurations", "zz-pipe.yaml"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "status", "jobs", "plant"), 0o755))
+	require.NoError(t, os.Symlink(secret, filepath.Join(dir, "status", "jobs", "plant", "x-job.yaml")))
 	// And a change elsewhere that must still render: a new PLC on edge-a.
 	inv := filepath.Join(dir, "inventory", "edge-a.yaml")
 	invData, err := os.ReadFile(inv)
@@ -46,6 +48,7 @@ func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
 	require.Equal(t, exitInvalid, code, stderr)
 	require.Contains(t, stdout, "configurations/akri-debug-echo.yaml: a symbolic link; inputs must be regular files")
 	require.Contains(t, stdout, "configurations/zz-pipe.yaml: a named pipe (FIFO)")
+	require.Contains(t, stdout, "status/jobs/plant/x-job.yaml: a symbolic link")
 	require.NotContains(t, stdout+stderr, "hunter2")
 	after := owned(t, dir)
 	for p, b := range before {

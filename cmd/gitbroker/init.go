@@ -37,10 +37,10 @@ gitbroker.yaml with every setting at its documented default, an example Configur
 inventory/ and status/jobs/ folders (with a .gitkeep), and the first render (rendered/, empty
 until agents report devices), so that check passes at once.
 
-With --flux it adds flux/: a GitRepository named gitbroker and a Kustomization that applies
-rendered/flux/ (the rendered Kustomizations build from that GitRepository by default). With --argocd it adds argocd/: an
-ApplicationSet with one Application per configuration folder, and a single Application for small
-fleets. --repo-url and --repo-branch go into those objects.
+With --flux it adds flux/: a GitRepository named gitbroker (the source the rendered
+Kustomizations build from by default) and a Kustomization that applies rendered/flux/. With
+--argocd it adds argocd/: an ApplicationSet with one Application per configuration folder, and
+a single Application for small fleets. --repo-url and --repo-branch go into those objects.
 
 Init never overwrites: it refuses a folder that already holds any file it would write.`,
 		Args: cobra.NoArgs,

@@ -52,7 +52,7 @@ type remoteOptions struct {
 
 func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(cmd.Flags())
-	o.Signing.BindFlags(cmd.Flags(), "OpenSSH private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret); Flux's GitRepository verifies them with its public key.")
+	o.Signing.BindFlags(cmd.Flags(), "OpenSSH private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret).")
 	cmd.Flags().StringVar(&o.PushBranch, flagPushBranch, "", "Commit the render to this branch, kept in step with --branch (it carries the inputs too), instead of to --branch.")
 	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --branch.")
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
@@ -289,28 +289,19 @@ func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
 		return nil
 	}
 	flushOut(cmd)
-	w := cmd.ErrOrStderr()
 	where := " (listed in the plan)"
 	if !listed {
 		where = ""
+		w := cmd.ErrOrStderr()
 		for _, e := range res.Errors {
 			fmt.Fprintln(w, "error:", e.Error())
 		}
-	}
-	for _, h := range res.Held {
-		fmt.Fprintln(w, "held:", h)
+		for _, h := range res.Held {
+			fmt.Fprintln(w, "held:", h)
+		}
 	}
 	if len(res.Errors) == 0 {
-		return &exitError{code: exitRefused, err: fmt.Errorf("%s held by the deletion budget; everything else was rendered", count(len(res.Held), "node"))}
+		return &exitError{code: exitRefused, err: fmt.Errorf("%d node(s) held by the deletion budget%s; everything else was rendered", len(res.Held), where)}
 	}
-	return &exitError{code: exitInvalid, err: fmt.Errorf("%s%s; %s previous output was kept", count(len(res.Errors), "invalid input"), where,
-		map[bool]string{true: "its", false: "their"}[len(res.Errors) == 1])}
-}
-
-// count writes n things, in the singular for one.
-func count(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
+	return &exitError{code: exitInvalid, err: fmt.Errorf("%d invalid input(s)%s; their previous output was kept", len(res.Errors), where)}
 }
