@@ -36,8 +36,11 @@ const (
 type Options struct {
 	// Node is this node's name; it names inventory/<node>.yaml.
 	Node string
-	// Store is the branch (or directory) the inventory is written to.
+	// Store is the node's own ref (or a directory) the inventory is written to.
 	Store gitsync.Store
+	// Source is the branch the Configurations are read from (the people's branch); Store when
+	// nil (a directory holds both).
+	Source gitsync.Store
 	// Handlers finds discovery handlers by name.
 	Handlers Source
 	// Interval is the time between discovery cycles.
@@ -202,9 +205,16 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 	head, err := a.opts.Store.Snapshot(ctx)
 	if err != nil {
 		a.ready.Store(false)
-		return Outcome{}, fmt.Errorf("reading the branch head: %w", err)
+		return Outcome{}, fmt.Errorf("reading the inventory's head: %w", err)
 	}
-	configs, unsure, err := a.configurations(head)
+	src := head
+	if a.opts.Source != nil {
+		if src, err = a.opts.Source.Snapshot(ctx); err != nil {
+			a.ready.Store(false)
+			return Outcome{}, fmt.Errorf("reading the Configurations' branch: %w", err)
+		}
+	}
+	configs, unsure, err := a.configurations(src)
 	if err != nil {
 		a.ready.Store(false)
 		return Outcome{}, err

@@ -292,6 +292,7 @@ func listFiles(root *object.Tree, dir string) ([]string, error) {
 
 // treeSnapshot reads files from a commit's tree in the object store.
 type treeSnapshot struct {
+	c      *object.Commit
 	commit string
 	when   time.Time
 	root   *object.Tree

@@ -46,18 +46,36 @@ type Options struct {
 
 // BindFlags registers the options' flags.
 func (o *Options) BindFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.URL, FlagGit, "", "Git repository URL (https://, http://, ssh:// or git@host:path).")
+	o.bindRemote(fs, "", "Git repository URL (https://, http://, ssh:// or git@host:path).")
 	fs.StringVar(&o.Branch, FlagBranch, "main", "Branch to read and write.")
-	fs.StringVar(&o.Username, FlagUsername, "", "HTTPS user name (for a token used as a password, any name the host accepts).")
-	fs.StringVar(&o.PasswordFile, FlagPasswordFile, "", "File holding the HTTPS password or access token, sent with basic auth.")
-	fs.StringVar(&o.TokenFile, FlagTokenFile, "", "File holding an HTTPS bearer token.")
-	fs.StringVar(&o.SSHKeyFile, FlagSSHKeyFile, "", "File holding the SSH private key (PEM or OpenSSH format).")
-	fs.StringVar(&o.SSHKeyPassphraseFile, FlagSSHKeyPassphraseFile, "", "File holding the SSH key's passphrase, if it has one.")
-	fs.StringVar(&o.SSHKnownHostsFile, FlagSSHKnownHostsFile, "", "known_hosts file the SSH server's key must match (required for SSH).")
 	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
 	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
 	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch over HTTP(S) that would receive more than this many bytes fails instead of reading them into memory.")
 	fs.Int64Var(&o.MaxFileBytes, FlagMaxFileBytes, DefaultMaxFileSize, "Reading a file larger than this from the branch fails instead of reading it into memory.")
+}
+
+// BindRemoteFlags registers a second remote's URL and credentials with every flag name
+// prefixed ("inventory-": --inventory-git, --inventory-git-password-file, ...). Its branch,
+// attempts and limits are the main remote's (Inherit).
+func (o *Options) BindRemoteFlags(fs *pflag.FlagSet, prefix, urlUsage string) {
+	o.bindRemote(fs, prefix, urlUsage)
+}
+
+func (o *Options) bindRemote(fs *pflag.FlagSet, prefix, urlUsage string) {
+	fs.StringVar(&o.URL, prefix+FlagGit, "", urlUsage)
+	fs.StringVar(&o.Username, prefix+FlagUsername, "", "HTTPS user name (for a token used as a password, any name the host accepts).")
+	fs.StringVar(&o.PasswordFile, prefix+FlagPasswordFile, "", "File holding the HTTPS password or access token, sent with basic auth.")
+	fs.StringVar(&o.TokenFile, prefix+FlagTokenFile, "", "File holding an HTTPS bearer token.")
+	fs.StringVar(&o.SSHKeyFile, prefix+FlagSSHKeyFile, "", "File holding the SSH private key (PEM or OpenSSH format).")
+	fs.StringVar(&o.SSHKeyPassphraseFile, prefix+FlagSSHKeyPassphraseFile, "", "File holding the SSH key's passphrase, if it has one.")
+	fs.StringVar(&o.SSHKnownHostsFile, prefix+FlagSSHKnownHostsFile, "", "known_hosts file the SSH server's key must match (required for SSH).")
+}
+
+// Inherit copies the branch, attempts, timeout and limits of main into a second remote's
+// options, so one set of flags governs both.
+func (o *Options) Inherit(main Options) {
+	o.Branch, o.PushAttempts, o.PushTimeout = main.Branch, main.PushAttempts, main.PushTimeout
+	o.MaxFetchBytes, o.MaxFileBytes = main.MaxFetchBytes, main.MaxFileBytes
 }
 
 // Open returns the Repository the options describe.

@@ -263,22 +263,14 @@ func snapshotOf(c *object.Commit, maxFile int64) (Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading tree of %s: %w", c.Hash, err)
 	}
-	return &treeSnapshot{commit: c.Hash.String(), when: c.Committer.When, root: t, maxFile: maxFile}, nil
+	return &treeSnapshot{c: c, commit: c.Hash.String(), when: c.Committer.When, root: t, maxFile: maxFile}, nil
 }
 
 // fetch brings the branch head into the object store. A branch that does
 // not exist yet gives a nil commit.
 func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
-	if r.repo == nil || r.overgrown() {
-		storage := memory.NewStorage()
-		repo, err := git.Init(storage, nil)
-		if err != nil {
-			return nil, fmt.Errorf("creating object store: %w", err)
-		}
-		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
-			return nil, fmt.Errorf("configuring remote: %w", err)
-		}
-		r.repo, r.storage, r.baseline = repo, storage, -1
+	if err := r.ensureStore(); err != nil {
+		return nil, err
 	}
 	spec := config.RefSpec(fmt.Sprintf("+%s:%s", r.branch, r.remoteRef()))
 	// Only the first fetch into a store is shallow. Later fetches name what

@@ -279,7 +279,14 @@ type Metadata struct {
 	// ConfigurationFiles maps each Configuration file to the Configurations it defined, so an
 	// invalid file can keep exactly what it rendered before.
 	ConfigurationFiles map[string][]string `json:"configurationFiles,omitempty"`
+	// Writers are the writer refs' tips the inputs were accepted from, by ref; a later tip must
+	// descend from its ref's entry here.
+	Writers map[string]string `json:"writers,omitempty"`
 }
+
+// ParseMetadata reads rendered/.gitbroker-render.yaml; a missing or unreadable file gives the
+// zero Metadata.
+func ParseMetadata(data []byte) Metadata { return parseMetadata(data) }
 
 func parseMetadata(data []byte) Metadata {
 	var m Metadata

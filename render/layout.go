@@ -3,6 +3,7 @@ package render
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -192,7 +193,14 @@ func (p *pass) writeMetadata() {
 	prevData, hadPrev := p.prev[MetadataPath]
 	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
 		(len(p.prevMeta.ConfigurationFiles) == 0 && len(p.configFiles) == 0)
-	if hadPrev && sameFiles && Equal(withoutMeta(p.out), withoutMeta(p.prev)) {
+	// A render without writers (a work tree, a check of a clone of the rendered branch) keeps
+	// the tips the last verified render recorded.
+	writers := p.req.Writers
+	if writers == nil {
+		writers = p.prevMeta.Writers
+	}
+	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
+	if hadPrev && sameFiles && sameWriters && Equal(withoutMeta(p.out), withoutMeta(p.prev)) {
 		p.out[MetadataPath] = prevData
 		return
 	}
@@ -202,6 +210,7 @@ func (p *pass) writeMetadata() {
 		SourceCommit:       p.req.SourceCommit,
 		InputsDigest:       InputsDigest(p.req.Files),
 		ConfigurationFiles: p.configFiles,
+		Writers:            writers,
 	}
 	p.out[MetadataPath] = marshal(m)
 }

@@ -28,8 +28,12 @@ type Plan struct {
 	// Errors are the invalid inputs whose previous output was kept.
 	Errors []string `json:"errors,omitempty"`
 	// Refused explains why a safety rule refused the render; nothing was written.
-	Refused string  `json:"refused,omitempty"`
-	Summary Summary `json:"summary"`
+	Refused string `json:"refused,omitempty"`
+	// Trust is the guarantee the inputs were verified under; empty for a work tree.
+	Trust string `json:"trust,omitempty"`
+	// Untrusted are the inputs refused for who wrote them; each froze only its writer's part.
+	Untrusted []string `json:"untrusted,omitempty"`
+	Summary   Summary  `json:"summary"`
 }
 
 // ConfigurationPlan is one Configuration's part of the plan.
@@ -252,6 +256,12 @@ func (p *Plan) WriteText(w io.Writer) {
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", printable(warn))
 	}
+	for _, u := range p.Untrusted {
+		fmt.Fprintf(w, "untrusted: %s\n", printable(u))
+	}
+	if p.Trust != "" {
+		fmt.Fprintf(w, "Inputs: %s\n", printable(p.Trust))
+	}
 	fmt.Fprintf(w, "Summary: %s\n", p.Summary.text())
 }
 
@@ -326,6 +336,9 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "> **Refused:** %s\n\n", p.Refused)
 	}
 	fmt.Fprintf(w, "**Summary:** %s\n\n", p.Summary.text())
+	if p.Trust != "" {
+		fmt.Fprintf(w, "**Inputs:** %s\n\n", mdText(p.Trust))
+	}
 	if len(p.Configurations) > 0 {
 		fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
@@ -376,6 +389,14 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		fmt.Fprintln(w)
 		for _, e := range p.Errors {
 			fmt.Fprintf(w, "- %s\n", mdCode(e))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(p.Untrusted) > 0 {
+		fmt.Fprintln(w, "#### Untrusted inputs (not rendered; each writer's previous part is kept)")
+		fmt.Fprintln(w)
+		for _, u := range p.Untrusted {
+			fmt.Fprintf(w, "- %s\n", mdCode(u))
 		}
 		fmt.Fprintln(w)
 	}

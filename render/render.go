@@ -27,6 +27,20 @@ type Request struct {
 	// Unreadable are input files that exist but could not be read as regular files (a symbolic
 	// link, a FIFO), with why. Each is an invalid input like a file that does not parse.
 	Unreadable map[string]string
+	// Writers are the writer refs whose tips this render's inputs were verified from (a node's
+	// gitbroker/inventory/<node>, gitbroker/status), by ref. They are recorded in the metadata
+	// file, so the next render can refuse a tip that does not descend from them.
+	Writers map[string]string
+	// RenderedJobsOnly counts a JobRecord in status/jobs/ only when it names a Job this renderer
+	// rendered (in the previous rendered/ or history/), so a record cannot retire, pre-empt or
+	// release anything else. It is set when the inputs were verified.
+	RenderedJobsOnly bool
+	// Trust says which guarantee the inputs were verified under, for the plan ("" for a work
+	// tree, where there is no writer to verify).
+	Trust string
+	// Untrusted are the inputs the caller refused to render (a forged or replayed tip), each a
+	// sentence naming the writer, the commit and why. They are listed in the plan.
+	Untrusted []string
 }
 
 // Result is the outcome of a render.
@@ -44,6 +58,9 @@ type Result struct {
 	// Held explains, per node, why the deletion budget kept that node's part as it was while
 	// everything else rendered (one node's churn never holds up the fleet).
 	Held []string
+	// Untrusted lists every input refused for who wrote it: the Request's, and JobRecords
+	// ignored under RenderedJobsOnly.
+	Untrusted []string
 }
 
 // Changed reports whether the render changes any file.
@@ -123,6 +140,8 @@ type pass struct {
 	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
 	recordBytes map[string][]byte         // by namespace/job, status/ files only
 	byDevice    map[string][]*api.JobRecord
+	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
+	ignoredRecords []string
 
 	instances       map[string][]*instance // by configuration key
 	instByKey       map[string]*instance   // namespace/configuration/instance
@@ -148,7 +167,8 @@ func (p *pass) run() *Result {
 	if len(errs) > 0 {
 		// Settings shape everything; without them nothing is rendered and nothing is lost.
 		res.Files, res.Errors = p.prev, errs
-		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: errStrings(errs)}
+		res.Untrusted = append([]string(nil), p.req.Untrusted...)
+		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: errStrings(errs), Trust: p.req.Trust, Untrusted: res.Untrusted}
 		return res
 	}
 	p.settings = settings
@@ -175,6 +195,8 @@ func (p *pass) run() *Result {
 	p.planFromDiff()
 	plan := p.plan.finish()
 	plan.Errors = errStrings(p.errs)
+	res.Untrusted = append(append([]string(nil), p.req.Untrusted...), p.ignoredRecords...)
+	plan.Trust, plan.Untrusted = p.req.Trust, res.Untrusted
 	res.Plan = plan
 	res.Files = p.out
 	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
@@ -398,6 +420,10 @@ func (p *pass) loadRecords() {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
 		}
 	}
+	var rendered map[string]bool
+	if p.req.RenderedJobsOnly {
+		rendered = p.renderedJobs()
+	}
 	for _, f := range p.req.Files.Paths() {
 		if !isRecordPath(f) {
 			continue
@@ -412,6 +438,10 @@ func (p *pass) loadRecords() {
 			continue
 		}
 		k := parsed.rec.Namespace + "/" + parsed.rec.Name
+		if p.req.RenderedJobsOnly && !rendered[k] {
+			p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: the Job %s was never rendered here; the record is ignored", f, k))
+			continue
+		}
 		p.records[k] = parsed.rec.JobRecord
 		p.recordBytes[k] = data
 	}
@@ -433,6 +463,30 @@ func (p *pass) loadRecords() {
 		dk := rec.Namespace + "/" + rec.Spec.Configuration + "/" + rec.Spec.DeviceID
 		p.byDevice[dk] = append(p.byDevice[dk], rec)
 	}
+}
+
+// renderedJobs is every Job (namespace/name) in the previous rendered/ and history/.
+func (p *pass) renderedJobs() map[string]bool {
+	out := map[string]bool{}
+	for f, data := range p.prev {
+		if ref, ok := parseObjectPath(f); ok && ref.kind == "job" {
+			h := p.head(f, data)
+			if h.err == nil && h.Metadata.Name != "" {
+				ns := h.Metadata.Namespace
+				if ns == "" {
+					ns = ref.namespace
+				}
+				out[ns+"/"+h.Metadata.Name] = true
+			}
+			continue
+		}
+		if strings.HasPrefix(f, "history/jobs/") {
+			if h := p.history(f); h.err == nil && h.entry != nil {
+				out[h.entry.namespace+"/"+h.entry.job] = true
+			}
+		}
+	}
+	return out
 }
 
 func (p *pass) history(f string) historyParse {

@@ -226,6 +226,17 @@ func (a *AllowedSigners) Principals(sig *Signature, when time.Time) []string {
 	return out
 }
 
+// Enrolled reports whether any line names principal and is valid at when, whatever its key:
+// a node still enrolled keeps its last verified inventory while its ref is missing.
+func (a *AllowedSigners) Enrolled(principal string, when time.Time) bool {
+	for _, e := range a.entries {
+		if matchList(e.principals, principal) && (e.after.IsZero() || !when.Before(e.after)) && (e.before.IsZero() || when.Before(e.before)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *entry) permits(key ssh.PublicKey, principal string, when time.Time) bool {
 	if !matchList(e.principals, principal) {
 		return false

@@ -19,6 +19,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Flag names of the agent.
@@ -41,6 +42,7 @@ const (
 // agentOptions are the agent's flags, one struct per concern.
 type agentOptions struct {
 	Git       gitsync.Options
+	Inventory gitsync.Options
 	Signing   signingOptions
 	Endpoints endpointOptions
 	Log       logger.Options
@@ -63,6 +65,7 @@ type agentOptions struct {
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.Git.BindFlags(fs)
+	o.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix.")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line logged. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
@@ -116,7 +119,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	}
 	log := logger.NewLogger(o.Log).WithValues("node", o.Node)
 
-	var store gitsync.Store
+	var store, source gitsync.Store
 	where := o.Dir
 	if o.Dir != "" {
 		dir, err := gitsync.NewDir(o.Dir)
@@ -133,11 +136,24 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		if o.Once {
 			opts = append(opts, gitsync.WithFailFast())
 		}
-		repo, err := o.Git.Open(opts...)
+		// The Configurations come from the people's branch, which the agent only reads; the
+		// inventory goes to the node's own ref, which its first write creates.
+		src, err := o.Git.Open(opts...)
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}
-		store, where = repo, fmt.Sprintf("%s (branch %s)", repo.URL(), repo.Branch())
+		own := o.Git
+		if o.Inventory.URL != "" {
+			own = o.Inventory
+			own.Inherit(o.Git)
+		}
+		own.Branch = verify.InventoryBranch(o.Node)
+		repo, err := own.Open(append(opts, gitsync.WithCreateBranch())...)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		store, source = repo, src
+		where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -159,6 +175,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	a, err := agent.New(agent.Options{
 		Node:              o.Node,
 		Store:             store,
+		Source:            source,
 		Handlers:          handlers,
 		Interval:          o.Interval,
 		SharedGracePeriod: o.GracePeriod,

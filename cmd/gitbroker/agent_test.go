@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/gitbroker/gitbroker/verify"
 	"net/http"
 	"os"
 	"os/exec"
@@ -131,12 +132,13 @@ func TestAgentDaemon(t *testing.T) {
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
 		"--discovery-handlers-dir", sockDir, "--debug-echo-availability-file", avail)
 	require.Equal(t, "edge-a", d.Node)
+	node := srv.On(verify.InventoryBranch("edge-a"))
 	started, get := d, d.get
 
 	require.Eventually(t, func() bool { code, _ := get(started.HealthAddr, "/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	code, _ := get(started.HealthAddr, "/healthz")
 	require.Equal(t, http.StatusOK, code)
-	inv, ok := srv.File("inventory/edge-a.yaml")
+	inv, ok := node.File("inventory/edge-a.yaml")
 	require.True(t, ok)
 	require.Contains(t, inv, "id: foo0")
 	require.Contains(t, inv, "id: foo1")
@@ -150,13 +152,14 @@ func TestAgentDaemon(t *testing.T) {
 	// The devices go offline; with no grace period they leave at once.
 	require.NoError(t, os.WriteFile(avail, []byte("OFFLINE"), 0o644))
 	require.Eventually(t, func() bool {
-		inv, _ := srv.File("inventory/edge-a.yaml")
+		inv, _ := node.File("inventory/edge-a.yaml")
 		return !strings.Contains(inv, "foo0")
 	}, 30*time.Second, 20*time.Millisecond)
-	commits := len(srv.Log())
+	commits := len(node.Log())
 	time.Sleep(500 * time.Millisecond)
-	require.Len(t, srv.Log(), commits, "no change, no commit")
+	require.Len(t, node.Log(), commits, "no change, no commit")
 
+	require.Equal(t, []string{"configurations/echo.yaml"}, srv.Files(), "the agent never writes the people's branch")
 	d.stop("agent stopped")
 	_, err = os.Stat(filepath.Join(sockDir, "agent-registration.sock"))
 	require.True(t, os.IsNotExist(err), "the registration socket is removed on exit")

@@ -77,7 +77,7 @@ func TestSymlinkAndFIFOAreInvalidInputs(t *testing.T) {
 func TestWorkTreeRenderRefusesRemoteFlags(t *testing.T) {
 	dir := demoRepo(t)
 	for _, args := range [][]string{
-		{"--review-branch"}, {"--branch", "prod"}, {"--interval", "5s"}, {"--push-branch", "rendered"},
+		{"--review-branch"}, {"--branch", "prod"}, {"--interval", "5s"}, {"--rendered-branch", "rendered"},
 		{"--signing-key", "k"}, {"--pr-description", "-"},
 	} {
 		code, _, stderr := gitbroker(t, append([]string{"render", "--dir", dir}, args...)...)

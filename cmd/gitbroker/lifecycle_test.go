@@ -25,6 +25,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // nodeDevices is an agent's discovery handler: the devices this node sees
@@ -78,21 +79,17 @@ func newLoop(t *testing.T) *loop {
 	l := &loop{t: t, srv: gitsynctest.NewServer(t, "main", files), client: fake.NewClientset(),
 		agents: map[string]*agent.Agent{}, nodes: map[string]*nodeDevices{}}
 	backoff := gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 100, MaxElapsed: time.Minute})
-	repo := func() *gitsync.Repository {
-		r, err := gitsync.New(l.srv.URL(), "main", backoff)
-		require.NoError(t, err)
-		return r
-	}
-	l.renderer = &remoteRender{store: repo(), branch: "main", renderer: render.New(),
-		author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now}
+	refs := newLayout(t, l.srv.URL(), backoff)
+	l.renderer = refs.renderer(nil)
 	for _, node := range []string{"edge-a", "edge-b"} {
 		l.nodes[node] = &nodeDevices{devices: map[string][]api.Device{}}
-		a, err := agent.New(agent.Options{Node: node, Store: repo(), Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
+		store, source := refs.agent(node)
+		a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
 			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
 		require.NoError(t, err)
 		l.agents[node] = a
 	}
-	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: repo(), Batch: 10 * time.Millisecond,
+	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: refs.recorder(), Batch: 10 * time.Millisecond,
 		Retry: 10 * time.Millisecond, Log: logr.Discard()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -130,11 +127,12 @@ func (l *loop) render(allowDeletions bool) string {
 func (l *loop) apply() []string {
 	l.t.Helper()
 	var created []string
-	for _, p := range l.srv.Files() {
+	rendered := l.srv.On(verify.RenderedBranch)
+	for _, p := range rendered.Files() {
 		if !strings.HasPrefix(p, render.RenderedDir) || !strings.Contains(p, "/job-") {
 			continue
 		}
-		content, _ := l.srv.File(p)
+		content, _ := rendered.File(p)
 		var job batchv1.Job
 		require.NoError(l.t, yaml.Unmarshal([]byte(content), &job))
 		_, err := l.client.BatchV1().Jobs(job.Namespace).Create(context.Background(), &job, metav1.CreateOptions{})
@@ -165,7 +163,7 @@ func (l *loop) finish(ns, name string, ok bool) {
 	_, err = jobs.UpdateStatus(context.Background(), job, metav1.UpdateOptions{})
 	require.NoError(l.t, err)
 	require.Eventually(l.t, func() bool {
-		_, ok := l.srv.File(api.JobRecordPath(ns, name))
+		_, ok := l.srv.On(verify.StatusBranch).File(api.JobRecordPath(ns, name))
 		return ok
 	}, 20*time.Second, 10*time.Millisecond, "waiting for the record of %s/%s", ns, name)
 }
@@ -173,7 +171,7 @@ func (l *loop) finish(ns, name string, ok bool) {
 // jobs lists the Job names under a folder of the branch (rendered/ or history/) for a Configuration.
 func (l *loop) jobs(dir, cfg string) []string {
 	var names []string
-	for _, p := range l.srv.Files() {
+	for _, p := range l.srv.On(verify.RenderedBranch).Files() {
 		if strings.HasPrefix(p, dir) && strings.Contains(p, "/"+cfg+"/") && strings.HasSuffix(p, "-job.yaml") {
 			names = append(names, strings.TrimPrefix(p[strings.LastIndex(p, "/")+1:], "job-"))
 		}
@@ -182,7 +180,7 @@ func (l *loop) jobs(dir, cfg string) []string {
 }
 
 func (l *loop) has(substr string) bool {
-	for _, p := range l.srv.Files() {
+	for _, p := range l.srv.On(verify.RenderedBranch).Files() {
 		if strings.Contains(p, substr) {
 			return true
 		}
@@ -203,6 +201,7 @@ func (l *loop) editConfig(name, old, new string) {
 // DESIGN.md's Job lifecycle describes it.
 func TestLifecycleAcrossWriters(t *testing.T) {
 	l := newLoop(t)
+	rendered := l.srv.On(verify.RenderedBranch)
 	l.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "shared:foo0")
 	l.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
 	l.nodes["edge-b"].set("default/akri-debug-echo", "shared:foo0")
@@ -232,9 +231,9 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	require.Contains(t, plan, oldJob+" retired")
 	require.Equal(t, []string{firstFirmware[0]}, l.jobs(render.HistoryDir, "plc-firmware"))
 	history := ""
-	for _, p := range l.srv.Files() {
+	for _, p := range rendered.Files() {
 		if strings.HasPrefix(p, render.HistoryDir) && strings.HasSuffix(p, oldJob+".yaml") {
-			history, _ = l.srv.File(p)
+			history, _ = rendered.File(p)
 		}
 	}
 	require.Contains(t, history, "kind: Job")
@@ -244,9 +243,9 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	require.NotEqual(t, firstFirmware, newRun)
 	require.Len(t, l.apply(), 1)
 	// Rendering again, from the renderer's own commit, changes nothing.
-	head := l.srv.Head()
+	head := rendered.Head()
 	l.render(false)
-	require.Equal(t, head, l.srv.Head())
+	require.Equal(t, head, rendered.Head())
 
 	// after: disk-7's format succeeds and its reader Pod appears; disk-8's
 	// fails, so its reader Pod never does, and the plan says why.
@@ -261,7 +260,7 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	plan = l.render(false)
 	require.True(t, l.has("journal-reader-"), "disk-7's reader Pod is rendered after its Job succeeded")
 	readers := 0
-	for _, p := range l.srv.Files() {
+	for _, p := range rendered.Files() {
 		if strings.Contains(p, "/journal-reader/pod-") {
 			readers++
 		}
@@ -292,7 +291,7 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	l.render(false)
 	require.Empty(t, l.jobs(render.RenderedDir, "journal-format"))
 	perInstance := map[string]int{}
-	for _, p := range l.srv.Files() {
+	for _, p := range rendered.Files() {
 		if strings.HasPrefix(p, render.HistoryDir+"jobs/plant/journal-format/") {
 			perInstance[strings.Split(p, "/")[4]]++
 		}
@@ -315,8 +314,8 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	require.Empty(t, l.jobs(render.RenderedDir, "plc-firmware"))
 	require.Len(t, l.jobs(render.HistoryDir, "plc-firmware"), 2)
 
-	// Through all of it, every renderer commit checks.
-	for _, e := range l.srv.Log() {
+	// Through all of it, every renderer commit checks, on a clone of the rendered branch alone.
+	for _, e := range rendered.Log() {
 		if trailer(e.Body, TrailerSourceCommit) == "" {
 			continue
 		}
@@ -324,8 +323,10 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 		require.Equal(t, exitOK, code, "commit %s: %s", e.Hash, stderr)
 	}
 	authors := map[string]int{}
-	for _, e := range l.srv.Log() {
-		authors[e.Author]++
+	for _, branch := range []string{"main", verify.RenderedBranch, verify.StatusBranch, verify.InventoryBranch("edge-a"), verify.InventoryBranch("edge-b")} {
+		for _, e := range l.srv.On(branch).Log() {
+			authors[e.Author]++
+		}
 	}
 	t.Logf("commits by author: %v", fmt.Sprint(authors))
 }

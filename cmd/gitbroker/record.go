@@ -16,6 +16,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Flag names of the cluster-facing daemons.
@@ -99,7 +100,11 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
-	repo, err := o.Git.Open(append(signing, gitsync.WithLogger(log))...)
+	// The recorder writes only its own ref, which its first write creates; --branch names the
+	// people's branch, which it never reads.
+	own := o.Git
+	own.Branch = verify.StatusBranch
+	repo, err := own.Open(append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/templates"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Trailers of the renderer's commits.
@@ -24,18 +26,17 @@ const (
 // in the plan itself.
 const commitPlanLines = 200
 
-// remoteRender renders a branch and commits rendered/ and history/ back to
-// it. A Renderer is kept, so a render recomputed after a conflict (or the
-// next render of a daemon) parses and builds only what changed.
+// remoteRender renders the inputs of every writer's ref and commits rendered/ and history/,
+// with the verified inputs they came from, to the rendered branch. A Renderer is kept, so a
+// render recomputed after a conflict (or the next render of a daemon) parses and builds only
+// what changed.
 type remoteRender struct {
-	// store is the branch the render commits to.
+	// store is the rendered branch the render commits to.
 	store gitsync.Store
-	// source, when set, is the branch the inputs come from, and store is
-	// a rendered branch kept in step with it (--push-branch).
-	source gitsync.Store
-	// review, when set, proposes each render on a new branch named
-	// reviewPrefix + the source commit, on top of the source commit
-	// (--review-branch); store is then unused.
+	// sources are where the inputs are read and verified from.
+	sources verify.Sources
+	// review, when set, proposes each render on a new branch named reviewPrefix + the source
+	// commit, on top of the rendered branch (--review-branch); store is then unused.
 	review         *gitsync.Repository
 	reviewPrefix   string
 	branch         string
@@ -47,14 +48,16 @@ type remoteRender struct {
 
 // remoteOutcome is what one render against the remote did.
 type remoteOutcome struct {
-	// Source is the commit the final attempt rendered, SourceTime its
-	// committer time.
+	// Source is the commit the final attempt rendered; SourceTime is the newest committer
+	// time among it and the writers' tips it rendered.
 	Source     string
 	SourceTime time.Time
 	// Commit is the renderer's commit; "" when there was nothing to do.
 	Commit string
 	// Branch is the review branch, in review mode.
 	Branch string
+	// Inputs are what the final attempt verified.
+	Inputs *verify.Inputs
 	// tree is what the final attempt rendered.
 	tree   render.Tree
 	Result *render.Result
@@ -67,63 +70,56 @@ type errRefused struct{ err error }
 func (e *errRefused) Error() string { return e.err.Error() }
 func (e *errRefused) Unwrap() error { return e.err }
 
-// once renders the head and commits the result. A render with nothing to
-// change, which includes a render of the renderer's own last commit,
-// returns gitsync.ErrNoChanges and commits nothing.
+// once renders the writers' refs and commits the result. A render with nothing to change,
+// which includes a render of the renderer's own last commit, returns gitsync.ErrNoChanges and
+// commits nothing.
 func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	var out remoteOutcome
 	write := func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		// head holds rendered/ and history/; src holds the inputs.
-		src := head
-		if r.source != nil {
-			s, err := r.source.Snapshot(ctx)
-			if err != nil {
-				return nil, err
-			}
-			src = s
-		}
-		tree, err := r.tree(src, head)
+		in, err := verify.Collect(ctx, r.sources, head)
 		if err != nil {
 			return nil, err
 		}
-		result := r.renderer.Render(render.Request{Files: tree, SourceCommit: src.Commit(), AllowDeletions: r.allowDeletions})
-		out.Source, out.SourceTime, out.Result, out.tree = src.Commit(), src.CommitTime(), result, tree
+		tree := in.Tree
+		result := r.renderer.Render(render.Request{
+			Files:            tree,
+			SourceCommit:     in.Source,
+			AllowDeletions:   r.allowDeletions,
+			Writers:          in.Writers,
+			RenderedJobsOnly: in.Verified,
+			Trust:            in.Trust,
+			Untrusted:        in.Untrusted,
+		})
+		out.Source, out.SourceTime, out.Result, out.tree, out.Inputs = in.Source, in.Newest, result, tree, in
 		if result.Refused != nil {
 			return nil, &errRefused{result.Refused}
 		}
-		if !result.Changed() && (r.source == nil || mirrored(tree, head)) {
-			return nil, gitsync.ErrNoChanges
-		}
 		digest := render.InputsDigest(tree)
-		msg, err := r.text(templates.CommitMessageName, tree, digest, src.Commit(), result)
+		msg, err := r.text(templates.CommitMessageName, tree, digest, in.Source, result)
 		if err != nil {
 			return nil, err
 		}
 		author := r.author
 		author.When = r.now()
+		// The rendered branch is the renderer's alone: it carries the inputs it rendered (so it
+		// can be checked on its own) and nothing else; whatever else was pushed there is dropped.
 		change := &gitsync.Change{
-			Owned:   []string{render.RenderedDir, render.HistoryDir},
-			Files:   result.Files,
+			Owned:   ownedPaths(head),
+			Files:   render.Tree{},
 			Message: msg,
 			Trailers: []gitsync.Trailer{
-				{Key: TrailerSourceCommit, Value: src.Commit()},
+				{Key: TrailerSourceCommit, Value: in.Source},
 				{Key: TrailerInputsDigest, Value: digest},
 			},
 			Author: author,
 		}
-		if r.source != nil {
-			// The rendered branch carries the inputs it was rendered from,
-			// so it can be checked on its own.
-			change.Owned = append(change.Owned, mirroredPaths...)
-			change.Files = render.Tree{}
-			for p, b := range tree {
-				if render.IsInput(p) {
-					change.Files[p] = b
-				}
-			}
-			for p, b := range result.Files {
+		for p, b := range tree {
+			if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
 				change.Files[p] = b
 			}
+		}
+		for p, b := range result.Files {
+			change.Files[p] = b
 		}
 		return change, nil
 	}
@@ -131,7 +127,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	var err error
 	if r.review != nil {
 		res, err = r.review.UpdateNewBranch(ctx, func(head gitsync.Snapshot) string {
-			out.Branch = r.reviewBranch(head.Commit())
+			out.Branch = r.reviewBranch(out.Source)
 			return out.Branch
 		}, write)
 	} else {
@@ -141,61 +137,16 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	return out, err
 }
 
-// mirroredPaths are the inputs a rendered branch carries.
-var mirroredPaths = []string{api.SettingsPath, api.ConfigurationsDir + "/", api.InventoryDir + "/", "status/"}
-
-// tree is what the renderer reads: the inputs of src and the owned paths
-// of head.
-func (r *remoteRender) tree(src, head gitsync.Snapshot) (render.Tree, error) {
-	tree := render.Tree{}
-	files, err := src.Files("")
-	if err != nil {
-		return nil, err
-	}
-	for p, b := range files {
-		if render.IsInput(p) || (src == head && render.IsOwned(p)) {
-			tree[p] = b
+// ownedPaths is everything on the rendered branch: the renderer's folders and inputs, and every
+// other top-level entry the head has, so that what was planted there is removed.
+func ownedPaths(head gitsync.Snapshot) []string {
+	owned := []string{render.RenderedDir, render.HistoryDir, api.SettingsPath, api.ConfigurationsDir + "/", api.InventoryDir + "/", "status/", ".gitbroker/"}
+	for _, top := range gitsync.TopLevel(head) {
+		if !slices.Contains(owned, top) {
+			owned = append(owned, top)
 		}
 	}
-	if src != head {
-		for _, dir := range []string{render.RenderedDir, render.HistoryDir} {
-			owned, err := head.Files(strings.TrimSuffix(dir, "/"))
-			if err != nil {
-				return nil, err
-			}
-			for p, b := range owned {
-				tree[p] = b
-			}
-		}
-	}
-	return tree, nil
-}
-
-// mirrored reports whether head already carries tree's inputs.
-func mirrored(tree render.Tree, head gitsync.Snapshot) bool {
-	n := 0
-	for p, b := range tree {
-		if !render.IsInput(p) {
-			continue
-		}
-		n++
-		have, err := head.ReadFile(p)
-		if err != nil || !bytes.Equal(have, b) {
-			return false
-		}
-	}
-	for _, dir := range mirroredPaths {
-		files, err := head.Files(strings.TrimSuffix(dir, "/"))
-		if err != nil {
-			return false
-		}
-		for p := range files {
-			if render.IsInput(p) {
-				n--
-			}
-		}
-	}
-	return n == 0
+	return owned
 }
 
 func (r *remoteRender) reviewBranch(source string) string {

@@ -14,21 +14,45 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
-// demoServer serves the demo repository's inputs.
+// demoServer serves the demo repository's inputs in the layout of DESIGN.md: the people's
+// files on main, each node's inventory on its own ref gitbroker/inventory/<node>.
 func demoServer(t *testing.T) *gitsynctest.Server {
 	t.Helper()
 	tree, err := readFS(fixtures.Demo())
 	require.NoError(t, err)
 	files := map[string]string{}
+	nodes := map[string]string{}
 	for p, b := range tree {
-		files[p] = string(b)
+		switch {
+		case api.IsInventoryPath(p):
+			nodes[p] = string(b)
+		case render.IsOwned(p):
+		default:
+			files[p] = string(b)
+		}
 	}
-	return gitsynctest.NewServer(t, "main", files)
+	srv := gitsynctest.NewServer(t, "main", files)
+	for p, b := range nodes {
+		node := strings.TrimSuffix(strings.TrimPrefix(p, api.InventoryDir+"/"), ".yaml")
+		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{p: b}, nil, "inventory: "+node)
+	}
+	return srv
+}
+
+// nodeCommit commits node's inventory on its ref, as its agent would, replacing old by new.
+func nodeCommit(t *testing.T, srv *gitsynctest.Server, node, old, new string) string {
+	t.Helper()
+	ref := srv.On(verify.InventoryBranch(node))
+	inv, ok := ref.File(api.InventoryPath(node))
+	require.True(t, ok, node)
+	return ref.Commit(map[string]string{api.InventoryPath(node): strings.ReplaceAll(inv, old, new)}, nil, "inventory: "+node)
 }
 
 // export writes the branch's tree at commit into a new directory.
@@ -54,50 +78,62 @@ func trailer(body, key string) string {
 func TestRemoteRender(t *testing.T) {
 	srv := demoServer(t)
 	seed := srv.Head()
+	rendered := srv.On(verify.RenderedBranch)
 
 	code, stdout, stderr := gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "Configuration default/akri-debug-echo")
+	require.Contains(t, stdout, "Inputs: unverified: main has no .gitbroker/allowed_signers")
 	require.Contains(t, stderr, "committed ")
+	require.Equal(t, seed, srv.Head(), "the people's branch is never written")
 
-	log := srv.Log()
-	require.Len(t, log, 2)
+	log := rendered.Log()
+	require.Len(t, log, 1)
 	c := log[0]
 	require.Equal(t, "gitbroker-renderer <renderer@gitbroker.dev>", c.Author)
 	require.True(t, strings.HasPrefix(c.Subject, "render: "), c.Subject)
 	require.Equal(t, seed, trailer(c.Body, TrailerSourceCommit))
 	require.True(t, strings.HasPrefix(trailer(c.Body, TrailerInputsDigest), "sha256:"))
 	for _, p := range c.Paths {
-		require.True(t, render.IsOwned(p), "the renderer wrote %s", p)
+		require.True(t, render.IsOwned(p) || render.IsInput(p), "the renderer wrote %s", p)
 	}
 
-	// What landed is exactly what a work-tree render of the source gives.
-	dir := export(t, srv, seed)
-	code, _, stderr = gitbroker(t, "render", "--dir", dir, "--source-commit", seed)
+	// What landed is exactly what a work-tree render of the same inputs gives, and the
+	// rendered branch alone checks.
+	dir := export(t, srv, rendered.Head())
+	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
-	want := owned(t, dir)
-	got := owned(t, export(t, srv, srv.Head()))
-	require.Equal(t, want.Paths(), got.Paths())
-	for p := range want {
-		require.Equal(t, string(want[p]), string(got[p]), p)
+	got, _, err := readTree(dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, got.Owned())
+	for p, b := range got {
+		if api.IsInventoryPath(p) {
+			node := strings.TrimSuffix(strings.TrimPrefix(p, api.InventoryDir+"/"), ".yaml")
+			want, _ := srv.On(verify.InventoryBranch(node)).File(p)
+			require.Equal(t, want, string(b), "the node's file is mirrored as its ref holds it")
+		}
 	}
+	meta := render.ParseMetadata(got[render.MetadataPath])
+	require.Len(t, meta.Writers, 2, "each node's accepted tip is recorded")
+	require.Equal(t, srv.On(verify.InventoryBranch("edge-a")).Head(), meta.Writers[verify.InventoryBranch("edge-a")])
 
 	// Rendering the renderer's own commit changes nothing: no commit loop.
-	head := srv.Head()
+	head := rendered.Head()
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, stderr, "up to date with "+head)
-	require.Equal(t, head, srv.Head())
+	require.Contains(t, stderr, "up to date with "+seed)
+	require.Equal(t, head, rendered.Head())
 
-	// The agent of edge-b stops seeing foo0: the next render commits on
-	// top of the agent's commit and names it as its source.
-	inv, _ := srv.File("inventory/edge-b.yaml")
-	agentCommit := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo9", -1)}, nil, "inventory: edge-b")
+	// The agent of edge-b stops seeing foo0 and commits on its own ref: the next render
+	// renders it and records the new tip.
+	agentCommit := nodeCommit(t, srv, "edge-b", "foo0", "foo9")
 	code, stdout, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "foo9")
-	require.Equal(t, agentCommit, trailer(srv.Log()[0].Body, TrailerSourceCommit))
-	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, srv.Head()))
+	require.Equal(t, seed, trailer(rendered.Log()[0].Body, TrailerSourceCommit))
+	dir = export(t, srv, rendered.Head())
+	require.Equal(t, agentCommit, render.ParseMetadata(owned(t, dir)[render.MetadataPath]).Writers[verify.InventoryBranch("edge-b")])
+	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
 }
 
@@ -105,36 +141,47 @@ func TestRemoteRender(t *testing.T) {
 // is recomputed on the new head, which it then names as its source.
 func TestRemoteRenderRecomputesOnConflict(t *testing.T) {
 	srv := demoServer(t)
+	rendered := srv.On(verify.RenderedBranch)
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL())
+	require.Equal(t, exitOK, code, stderr)
 	var personCommit string
 	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
 	srv.BeforeNextPush(func() {
 		personCommit = srv.Commit(map[string]string{
 			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1),
 		}, nil, "bump the broker image")
+		// A second renderer lands its render first: the push is refused and recomputed,
+		// and finds a node's newer change to render.
+		code, _, stderr := gitbroker(t, "render", "--git", srv.URL())
+		require.Equal(t, exitOK, code, stderr)
+		nodeCommit(t, srv, "edge-a", "bar2", "bar3")
 	})
-	code, _, stderr := gitbroker(t, "render", "--git", srv.URL())
+	nodeCommit(t, srv, "edge-a", "bar0", "bar2")
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stderr, "2 attempt(s)")
-	log := srv.Log()
+	log := rendered.Log()
 	require.Len(t, log, 3)
 	require.Equal(t, personCommit, trailer(log[0].Body, TrailerSourceCommit))
-	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, srv.Head()))
+	dir := export(t, srv, rendered.Head())
+	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
 	pod := ""
-	for _, p := range owned(t, export(t, srv, srv.Head())).Paths() {
+	for _, p := range owned(t, dir).Paths() {
 		if strings.Contains(p, "akri-debug-echo/pod-") {
 			pod = p
 		}
 	}
-	got, _ := srv.File(pod)
+	got, _ := rendered.File(pod)
 	require.Contains(t, got, "nginx:1.27-alpine")
 }
 
 func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	srv := demoServer(t)
+	renderedBranch := srv.On(verify.RenderedBranch)
 	code, _, stderr := gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
-	rendered := srv.Head()
+	rendered := renderedBranch.Head()
 
 	// An invalid Configuration: the rest renders, its output stays, exit 2.
 	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
@@ -143,7 +190,7 @@ func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	require.Equal(t, exitInvalid, code, stderr)
 	require.Contains(t, stdout, "configurations/akri-debug-echo.yaml:")
 	require.Contains(t, stdout, "imagee: unknown field")
-	before, after := owned(t, export(t, srv, rendered)), owned(t, export(t, srv, srv.Head()))
+	before, after := owned(t, export(t, srv, rendered)), owned(t, export(t, srv, renderedBranch.Head()))
 	for p, b := range before {
 		if strings.Contains(p, "akri-debug-echo") {
 			require.Equal(t, string(b), string(after[p]), p)
@@ -153,10 +200,10 @@ func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	// Removing every Configuration would empty rendered/: refused, exit 1,
 	// nothing committed.
 	srv.Commit(nil, []string{"configurations"}, "remove everything")
-	head := srv.Head()
+	head := renderedBranch.Head()
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitRefused, code, stderr)
-	require.Equal(t, head, srv.Head())
+	require.Equal(t, head, renderedBranch.Head())
 
 	// gitbroker.yaml replaces the commit message.
 	srv.Commit(map[string]string{
@@ -166,8 +213,8 @@ func TestRemoteRenderInvalidRefusedAndTemplates(t *testing.T) {
 	source := srv.Head()
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--allow-deletions")
 	require.Equal(t, exitOK, code, stderr)
-	require.Equal(t, "chore(brokers): ", srv.Log()[0].Subject[:len("chore(brokers): ")])
-	require.True(t, strings.HasSuffix(srv.Log()[0].Subject, "["+source[:12]+"]"), srv.Log()[0].Subject)
+	require.Equal(t, "chore(brokers): ", renderedBranch.Log()[0].Subject[:len("chore(brokers): ")])
+	require.True(t, strings.HasSuffix(renderedBranch.Log()[0].Subject, "["+source[:12]+"]"), renderedBranch.Log()[0].Subject)
 
 	// A template that does not parse is an input error with file, line and field.
 	srv.Commit(map[string]string{
@@ -193,15 +240,15 @@ func TestRemoteRenderSurvivesKill9(t *testing.T) {
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	cycles := envInt("GITBROKER_KILL_CYCLES", 50)
 	killed, finished := 0, 0
-	inv, _ := srv.File("inventory/edge-a.yaml")
+	nodeRef := srv.On(verify.InventoryBranch("edge-a"))
+	inv, _ := nodeRef.File("inventory/edge-a.yaml")
 	cfg, _ := srv.File("configurations/plc-firmware.yaml")
 	for i := 0; i < cycles; i++ {
 		// An input changes (a device, or the firmware every few cycles).
-		changes := map[string]string{"inventory/edge-a.yaml": strings.Replace(inv, "bar0", fmt.Sprintf("bar%d", i), -1)}
+		nodeRef.Commit(map[string]string{"inventory/edge-a.yaml": strings.Replace(inv, "bar0", fmt.Sprintf("bar%d", i), -1)}, nil, fmt.Sprintf("device change %d", i))
 		if i%5 == 0 {
-			changes["configurations/plc-firmware.yaml"] = strings.Replace(cfg, `"4.2.0"`, fmt.Sprintf(`"4.2.%d"`, i), 1)
+			srv.Commit(map[string]string{"configurations/plc-firmware.yaml": strings.Replace(cfg, `"4.2.0"`, fmt.Sprintf(`"4.2.%d"`, i), 1)}, nil, fmt.Sprintf("firmware change %d", i))
 		}
-		srv.Commit(changes, nil, fmt.Sprintf("input change %d", i))
 
 		cmd := exec.Command(bin, "render", "--git", srv.URL(), "--allow-deletions")
 		require.NoError(t, cmd.Start())
@@ -224,7 +271,7 @@ func TestRemoteRenderSurvivesKill9(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 
 	renders, bad := 0, 0
-	for _, e := range srv.Log() {
+	for _, e := range srv.On(verify.RenderedBranch).Log() {
 		if trailer(e.Body, TrailerSourceCommit) == "" {
 			continue
 		}
@@ -247,38 +294,20 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func TestRemoteRenderPushBranch(t *testing.T) {
+func TestRemoteRenderRenderedBranch(t *testing.T) {
 	srv := demoServer(t)
 	source := srv.Head()
-	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--rendered-branch", "rendered")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stderr, "to rendered (rendered from "+source)
 	require.Equal(t, source, srv.Head(), "the source branch is untouched")
-	require.ElementsMatch(t, []string{"main", "rendered"}, srv.Branches())
-	body := gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%B", "rendered")
-	require.Equal(t, source, trailer(body, TrailerSourceCommit))
+	require.ElementsMatch(t, []string{"main", "rendered", "gitbroker/inventory/edge-a", "gitbroker/inventory/edge-b"}, srv.Branches())
 	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, "rendered"))
 	require.Equal(t, exitOK, code, "the rendered branch carries its inputs and checks on its own: %s", stderr)
 
-	// Nothing changed: nothing committed.
-	before := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "rendered"))
-	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
-	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, stderr, "up to date")
-	require.Equal(t, before, strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "rendered")))
-
-	// An input changes on the source branch: the rendered branch follows.
-	inv, _ := srv.File("inventory/edge-b.yaml")
-	agent := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo7", -1)}, nil, "inventory: edge-b")
-	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--push-branch", "rendered")
-	require.Equal(t, exitOK, code, stderr)
-	body = gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%B", "rendered")
-	require.Equal(t, agent, trailer(body, TrailerSourceCommit))
-	mirrored, _ := srv.FileAt("rendered", "inventory/edge-b.yaml")
-	require.Contains(t, mirrored, "foo7")
-	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, "rendered"))
-	require.Equal(t, exitOK, code, stderr)
-	require.Equal(t, agent, srv.Head())
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--rendered-branch", "main")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "must differ from --branch")
 }
 
 func TestRemoteRenderReviewBranch(t *testing.T) {
@@ -292,8 +321,7 @@ func TestRemoteRenderReviewBranch(t *testing.T) {
 	branch := "gitbroker/render-" + source[:12]
 	require.Contains(t, stderr, "on review branch "+branch)
 	require.Equal(t, source, srv.Head(), "the source branch is untouched")
-	require.ElementsMatch(t, []string{"main", branch}, srv.Branches())
-	require.Equal(t, source, strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", branch+"^")))
+	require.ElementsMatch(t, []string{"main", branch, "gitbroker/inventory/edge-a", "gitbroker/inventory/edge-b"}, srv.Branches())
 	require.Equal(t, []string{"merge_request.create=true", "merge_request.target=main"}, srv.PushOptions())
 	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, branch))
 	require.Equal(t, exitOK, code, stderr)
@@ -315,7 +343,11 @@ func TestRemoteRenderReviewBranch(t *testing.T) {
 	require.Equal(t, md, stdout)
 	require.Len(t, srv.PushOptions(), 2)
 
-	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--review-branch", "--push-branch", "x")
-	require.Equal(t, exitInvalid, code)
-	require.Contains(t, stderr, "at most one of")
+	// Once gitbroker/rendered exists, a review branch is proposed on top of it.
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
+	require.Equal(t, exitOK, code, stderr)
+	nodeCommit(t, srv, "edge-a", "bar0", "bar5")
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--review-branch", "--review-branch-prefix", "review-")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, srv.On(verify.RenderedBranch).Head(), strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "review-"+source[:12]+"^")))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 	"github.com/go-logr/logr"
 
 	"github.com/gitbroker/gitbroker/render"
@@ -30,7 +31,9 @@ type renderOptions struct {
 
 // Flag names of render against a remote.
 const (
-	flagPushBranch         = "push-branch"
+	flagRenderedBranch     = "rendered-branch"
+	flagInventoryPrefix    = "inventory-"
+	flagAdoptRendered      = "adopt-rendered"
 	flagReviewBranch       = "review-branch"
 	flagReviewBranchPrefix = "review-branch-prefix"
 	flagPRDescription      = "pr-description"
@@ -43,7 +46,9 @@ type remoteOptions struct {
 	Signing            signingOptions
 	AuthorName         string
 	AuthorEmail        string
-	PushBranch         string
+	Inventory          gitsync.Options
+	RenderedBranch     string
+	AdoptRendered      string
 	ReviewBranch       bool
 	ReviewBranchPrefix string
 	PRDescription      string
@@ -53,7 +58,9 @@ type remoteOptions struct {
 func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(cmd.Flags())
 	o.Signing.BindFlags(cmd.Flags(), "OpenSSH private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret).")
-	cmd.Flags().StringVar(&o.PushBranch, flagPushBranch, "", "Commit the render to this branch, kept in step with --branch (it carries the inputs too), instead of to --branch.")
+	o.Inventory.BindRemoteFlags(cmd.Flags(), flagInventoryPrefix, "Repository holding the node refs (gitbroker/inventory/<node>), when they are kept apart from --git so that agents need no credential for it; its credentials take the same flags with the inventory- prefix.")
+	cmd.Flags().StringVar(&o.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch, which Flux or Argo CD syncs: each render commits rendered/ and history/ there with the verified inputs they came from.")
+	cmd.Flags().StringVar(&o.AdoptRendered, flagAdoptRendered, "", "With .gitbroker/allowed_signers, start from this commit of the rendered branch although this renderer's key did not sign it (the first render after verification is turned on, or after a new key); check it first.")
 	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --branch.")
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
 	cmd.Flags().StringVar(&o.PRDescription, flagPRDescription, "", "With --review-branch, write the pull-request description (markdown) to this file; - is stdout.")
@@ -159,9 +166,6 @@ render of its own last commit, commits nothing.`,
 }
 
 func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions, watch *watchOptions) error {
-	if remote.PushBranch != "" && remote.ReviewBranch {
-		return exitf(exitInvalid, "give at most one of --%s and --%s", flagPushBranch, flagReviewBranch)
-	}
 	if remote.PRDescription != "" && !remote.ReviewBranch {
 		return exitf(exitInvalid, "--%s needs --%s", flagPRDescription, flagReviewBranch)
 	}
@@ -173,9 +177,13 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		}
 		pushOptions[k] = v
 	}
-	extra, err := remote.Signing.options(logr.Discard(), trust.PrincipalRenderer, false)
+	signer, err := remote.Signing.load(logr.Discard(), trust.PrincipalRenderer, false)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
+	}
+	var extra []gitsync.Option
+	if signer != nil {
+		extra = append(extra, gitsync.WithSigner(signer))
 	}
 	if len(pushOptions) > 0 {
 		extra = append(extra, gitsync.WithPushOptions(pushOptions))
@@ -187,33 +195,44 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		// recomputed.
 		extra = append(extra, gitsync.WithFailFast())
 	}
-	repo, err := remote.Git.Open(extra...)
+	if remote.RenderedBranch == remote.Git.Branch {
+		return exitf(exitInvalid, "--%s must differ from --%s: people own the source branch, the renderer its own", flagRenderedBranch, gitsync.FlagBranch)
+	}
+	// The source branch is read, never written, by the renderer.
+	source, err := remote.Git.Open(extra...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
+	renderedOpts := remote.Git
+	renderedOpts.Branch = remote.RenderedBranch
+	// The rendered branch is the renderer's own: its first render creates it.
+	repo, err := renderedOpts.Open(append(extra, gitsync.WithCreateBranch())...)
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered}
+	if signer != nil {
+		sources.RendererKey = signer.PublicKey()
+	}
+	if remote.Inventory.URL != "" {
+		remote.Inventory.Inherit(remote.Git)
+		inv, err := remote.Inventory.Open(extra...)
+		if err != nil {
+			return exitf(exitInvalid, "--%s%s: %v", flagInventoryPrefix, gitsync.FlagGit, err)
+		}
+		sources.Inventory = inv
+	}
 	r := &remoteRender{
 		store:          repo,
-		branch:         repo.Branch(),
+		sources:        sources,
+		branch:         remote.Git.Branch,
 		renderer:       render.New(),
 		allowDeletions: o.AllowDeletions,
 		author:         gitsync.Signature{Name: remote.AuthorName, Email: remote.AuthorEmail},
 		now:            time.Now,
 	}
-	target := repo.Branch()
-	switch {
-	case remote.PushBranch != "":
-		pushOpts := remote.Git
-		pushOpts.Branch = remote.PushBranch
-		if pushOpts.Branch == remote.Git.Branch {
-			return exitf(exitInvalid, "--%s must differ from --%s", flagPushBranch, gitsync.FlagBranch)
-		}
-		// The rendered branch is the renderer's own: its first render creates it.
-		pushRepo, err := pushOpts.Open(append(extra, gitsync.WithCreateBranch())...)
-		if err != nil {
-			return exitf(exitInvalid, "%v", err)
-		}
-		r.store, r.source, target = pushRepo, repo, remote.PushBranch
-	case remote.ReviewBranch:
+	target := remote.RenderedBranch
+	if remote.ReviewBranch {
 		r.review, r.reviewPrefix = repo, remote.ReviewBranchPrefix
 	}
 	if watch.Watch {
@@ -285,7 +304,7 @@ func flushOut(cmd *cobra.Command) {
 // safety rule refused their part) into exit code 1. Each is listed on stderr unless listed says
 // the plan on stdout already did, so nothing is printed twice.
 func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
-	if len(res.Errors) == 0 && len(res.Held) == 0 {
+	if len(res.Errors) == 0 && len(res.Held) == 0 && len(res.Untrusted) == 0 {
 		return nil
 	}
 	flushOut(cmd)
@@ -299,6 +318,12 @@ func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
 		for _, h := range res.Held {
 			fmt.Fprintln(w, "held:", h)
 		}
+		for _, u := range res.Untrusted {
+			fmt.Fprintln(w, "untrusted:", u)
+		}
+	}
+	if len(res.Errors) == 0 && len(res.Held) == 0 {
+		return &exitError{code: exitRefused, err: fmt.Errorf("%d untrusted input(s)%s; each writer's previous part was kept, everything else was rendered", len(res.Untrusted), where)}
 	}
 	if len(res.Errors) == 0 {
 		return &exitError{code: exitRefused, err: fmt.Errorf("%d node(s) held by the deletion budget%s; everything else was rendered", len(res.Held), where)}

@@ -26,6 +26,15 @@ func (o *signingOptions) BindFlags(fs *pflag.FlagSet, usage string) {
 // create, made on first start) once at start. principal is the allowed_signers principal the
 // writer signs as; the line that enrolls a new key is logged for a person to commit.
 func (o *signingOptions) options(log logr.Logger, principal string, create bool) ([]gitsync.Option, error) {
+	s, err := o.load(log, principal, create)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	return []gitsync.Option{gitsync.WithSigner(s)}, nil
+}
+
+// load returns the signer, or nil without --signing-key.
+func (o *signingOptions) load(log logr.Logger, principal string, create bool) (*trust.Signer, error) {
 	if o.Key == "" {
 		return nil, nil
 	}
@@ -44,5 +53,5 @@ func (o *signingOptions) options(log logr.Logger, principal string, create bool)
 		log.Info("made a new signing key; enroll it by adding this line to .gitbroker/allowed_signers on the source branch",
 			"key", o.Key, "allowedSigners", s.AllowedSignersLine(principal))
 	}
-	return []gitsync.Option{gitsync.WithSigner(s)}, nil
+	return s, nil
 }

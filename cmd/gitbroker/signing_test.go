@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 func enrolled(t *testing.T, principal, pubFile string) string {
@@ -28,7 +30,7 @@ func TestWritersSign(t *testing.T) {
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "committed")
-	agentCommit := srv.Head()
+	agentCommit := srv.On(verify.InventoryBranch("edge-z")).Head()
 	node := enrolled(t, "node:edge-z", key+".pub")
 	out, err := srv.VerifyCommit(agentCommit, node)
 	require.NoError(t, err, out)
@@ -39,7 +41,7 @@ func TestWritersSign(t *testing.T) {
 	require.NoError(t, err, string(out2))
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey)
 	require.Equal(t, exitOK, code, stderr)
-	renderCommit := srv.Head()
+	renderCommit := srv.On(verify.RenderedBranch).Head()
 	require.NotEqual(t, agentCommit, renderCommit)
 	renderer := enrolled(t, "renderer", rendererKey+".pub")
 	out, err = srv.VerifyCommit(renderCommit, node+renderer)

@@ -69,6 +69,7 @@ type renderMetrics struct {
 	invalid      prometheus.Gauge
 	refused      prometheus.Gauge
 	heldNodes    prometheus.Gauge
+	untrusted    prometheus.Gauge
 	sourceToPush prometheus.Histogram
 	duration     prometheus.Histogram
 	leader       prometheus.Gauge
@@ -92,6 +93,10 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Name: "gitbroker_renderer_held_nodes",
 			Help: "Nodes whose part the last render kept as it was, because their inventory alone would have removed more than maxDeletionPercent of their objects.",
 		}),
+		untrusted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_untrusted_inputs",
+			Help: "Inputs the last render refused for who wrote them (a forged, replayed or rolled-back tip, an unsigned source commit, a record of a Job it never rendered); each froze only its writer's part.",
+		}),
 		sourceToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gitbroker_renderer_source_to_push_seconds",
 			Help:    "Time from a source commit to the pushed render of it.",
@@ -107,7 +112,7 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Help: "1 while this replica holds the leader election Lease (or runs without election).",
 		}),
 	}
-	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.sourceToPush, m.duration, m.leader)
+	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.sourceToPush, m.duration, m.leader)
 	return m
 }
 
@@ -120,11 +125,12 @@ type renderDaemon struct {
 	// timeout bounds one render; 0 means none.
 	timeout time.Duration
 
-	last     atomic.Int64
-	ready    atomic.Bool
-	renders  atomic.Int64
-	lastBad  string
-	lastHeld string
+	last          atomic.Int64
+	ready         atomic.Bool
+	renders       atomic.Int64
+	lastBad       string
+	lastHeld      string
+	lastUntrusted string
 }
 
 // run renders until ctx ends.
@@ -170,6 +176,12 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 			d.log.Error(errors.New(msg), "deletion budget: nodes held as they were; the rest rendered", "source", out.Source, "count", len(held))
 		}
 		d.lastHeld = strings.Join(held, "\n")
+		untrusted := out.Result.Untrusted
+		d.metrics.untrusted.Set(float64(len(untrusted)))
+		if msg := strings.Join(untrusted, "\n"); len(untrusted) > 0 && msg != d.lastUntrusted {
+			d.log.Error(errors.New(msg), "untrusted inputs: each writer's previous part is kept", "source", out.Source, "count", len(untrusted))
+		}
+		d.lastUntrusted = strings.Join(untrusted, "\n")
 	}
 	d.metrics.refused.Set(0)
 	switch {

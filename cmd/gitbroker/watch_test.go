@@ -16,8 +16,16 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
+
+// nodeTip is the tip of node's ref that the rendered branch's head accepted.
+func nodeTip(t *testing.T, srv *gitsynctest.Server, node string) string {
+	meta, _ := srv.On(verify.RenderedBranch).File(render.MetadataPath)
+	return render.ParseMetadata([]byte(meta)).Writers[verify.InventoryBranch(node)]
+}
 
 // countingStore counts the writes in flight across replicas, to prove
 // that two never write at once.
@@ -57,11 +65,11 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 		done   chan error
 	}
 	start := func() *replica {
-		repo, err := gitsync.New(srv.URL(), "main")
-		require.NoError(t, err)
-		store := &countingStore{Store: repo, inFlight: &inFlight, maxInFlight: &maxInFlight}
+		r := newLayout(t, srv.URL()).renderer(nil)
+		store := &countingStore{Store: r.store, inFlight: &inFlight, maxInFlight: &maxInFlight}
+		r.store = store
 		d := &renderDaemon{
-			r:        &remoteRender{store: store, branch: "main", renderer: render.New(), author: gitsync.Signature{Name: "r", Email: "r@example.com"}, now: time.Now},
+			r:        r,
 			interval: 50 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -82,10 +90,9 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	// over and renders what comes next.
 	a.cancel()
 	require.NoError(t, <-a.done)
-	inv, _ := srv.File("inventory/edge-b.yaml")
-	change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo5", -1)}, nil, "inventory: edge-b")
+	change := nodeCommit(t, srv, "edge-b", "foo0", "foo5")
 	require.Eventually(t, func() bool {
-		return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+		return nodeTip(t, srv, "edge-b") == change
 	}, 20*time.Second, 10*time.Millisecond, "the new leader renders the change")
 	// The render is counted after its push returns, which is after the
 	// server has the commit.
@@ -99,35 +106,37 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 // then renders again, and no source commit is rendered twice.
 func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
 	srv := demoServer(t)
-	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Second}))
-	require.NoError(t, err)
+	rendered := srv.On(verify.RenderedBranch)
+	r := newLayout(t, srv.URL(), gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Second})).renderer(nil)
 	d := &renderDaemon{
-		r:        &remoteRender{store: repo, branch: "main", renderer: render.New(), author: gitsync.Signature{Name: "r", Email: "r@example.com"}, now: time.Now},
+		r:        r,
 		interval: 30 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	require.Eventually(t, func() bool { return d.ready.Load() && len(srv.Log()) == 2 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return d.ready.Load() && len(rendered.Log()) == 1 }, 20*time.Second, 10*time.Millisecond)
 
-	inv, _ := srv.File("inventory/edge-b.yaml")
+	prev := "foo0"
 	for i, dev := range []string{"foo1", "foo2", "foo3"} {
-		change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", dev, -1)}, nil, "inventory: edge-b")
+		change := nodeCommit(t, srv, "edge-b", prev, dev)
+		prev = dev
 		if i == 1 {
 			srv.SetDown(true)
 			require.Eventually(t, func() bool { return !d.ready.Load() }, 20*time.Second, 5*time.Millisecond, "a failed render shows as not ready")
 			srv.SetDown(false)
 		}
 		require.Eventually(t, func() bool {
-			return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+			return nodeTip(t, srv, "edge-b") == change
 		}, 20*time.Second, 10*time.Millisecond)
 	}
 	sources := map[string]int{}
-	for _, e := range srv.Log() {
-		if s := trailer(e.Body, TrailerSourceCommit); s != "" {
+	for _, e := range rendered.Log() {
+		meta, _ := rendered.FileAt(e.Hash, render.MetadataPath)
+		if s := render.ParseMetadata([]byte(meta)).Writers[verify.InventoryBranch("edge-b")]; s != "" {
 			sources[s]++
-			require.Equal(t, 1, sources[s], "source %s rendered twice", s)
+			require.Equal(t, 1, sources[s], "edge-b's tip %s rendered twice", s)
 		}
 	}
 	require.Len(t, sources, 4)
@@ -141,17 +150,19 @@ func TestRenderDaemonProcess(t *testing.T) {
 	d := startDaemon(t, "renderer started", "render", "--git", srv.URL(), "--watch", "--interval", "100ms",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	started, get := d, d.get
-	require.Eventually(t, func() bool { return len(srv.Log()) == 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(srv.On(verify.RenderedBranch).Log()) == 1 }, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { code, _ := get(started.HealthAddr, "/readyz"); return code == http.StatusOK }, 30*time.Second, 10*time.Millisecond)
 
-	// Source commits arrive; each is rendered and pushed.
-	inv, _ := srv.File("inventory/edge-b.yaml")
+	// Nodes' commits arrive; each is rendered and pushed.
 	var latencies []time.Duration
+	prev := "foo0"
 	for i := 0; i < 5; i++ {
 		t0 := time.Now()
-		change := srv.Commit(map[string]string{"inventory/edge-b.yaml": strings.Replace(inv, "foo0", "foo"+strconv.Itoa(10+i), -1)}, nil, "inventory: edge-b")
+		dev := "foo" + strconv.Itoa(10+i)
+		change := nodeCommit(t, srv, "edge-b", prev, dev)
+		prev = dev
 		require.Eventually(t, func() bool {
-			return trailer(srv.Log()[0].Body, TrailerSourceCommit) == change
+			return nodeTip(t, srv, "edge-b") == change
 		}, 30*time.Second, 5*time.Millisecond)
 		latencies = append(latencies, time.Since(t0))
 	}

@@ -23,35 +23,31 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
-// Agents, the renderer and the recorder all write to one branch at once,
-// while a stand-in for Flux creates the rendered Jobs and finishes them.
-// Every write lands, each writer's paths hold exactly its last state, and
-// no commit touches another writer's paths.
-func TestAllWritersOnOneBranch(t *testing.T) {
+// Agents, the renderer and the recorder all write at once, each to its own ref, while a
+// stand-in for Flux creates the rendered Jobs and finishes them. Every write lands, each
+// writer's ref holds exactly its last state, and no commit touches another writer's paths.
+func TestAllWritersAtOnce(t *testing.T) {
 	const nodes, updates = 8, 8
 	srv := demoServer(t)
-	// Only the Configurations: the agents write the inventories.
-	srv.Commit(nil, []string{"inventory"}, "the agents write the inventory")
+	// The demo's two nodes stay; these agents write eight more.
 	client := fake.NewClientset()
 	backoff := gitsync.WithBackoff(gitsync.Backoff{Initial: 5 * time.Millisecond, Max: time.Second, MaxAttempts: 1000, MaxElapsed: 5 * time.Minute})
-	repo := func() *gitsync.Repository {
-		r, err := gitsync.New(srv.URL(), "main", backoff)
-		require.NoError(t, err)
-		return r
-	}
+	refs := newLayout(t, srv.URL(), backoff)
+	rendered, status := srv.On(verify.RenderedBranch), srv.On(verify.StatusBranch)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var background sync.WaitGroup
 
-	rec, err := recorder.New(recorder.Options{Client: client, Store: repo(), Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: funcr.New(func(p, a string) { t.Log("recorder:", a) }, funcr.Options{})})
+	rec, err := recorder.New(recorder.Options{Client: client, Store: refs.recorder(), Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: funcr.New(func(p, a string) { t.Log("recorder:", a) }, funcr.Options{})})
 	require.NoError(t, err)
 	background.Add(1)
 	go func() { defer background.Done(); _ = rec.Run(ctx) }()
 
 	daemon := &renderDaemon{
-		r:        &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true, author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now},
+		r:        allowingDeletions(refs.renderer(nil)),
 		interval: 20 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
 	}
 	daemonCtx, stopDaemon := context.WithCancel(ctx)
@@ -81,7 +77,8 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 			defer agents.Done()
 			node := fmt.Sprintf("edge-%02d", n)
 			devices := &nodeDevices{devices: map[string][]api.Device{}}
-			a, err := agent.New(agent.Options{Node: node, Store: repo(), Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+			store, source := refs.agent(node)
+			a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
 			if err != nil {
 				errs <- err
 				return
@@ -113,13 +110,12 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 	flux.Wait()
 	stopDaemon()
 	daemonDone.Wait()
-	settle := &remoteRender{store: repo(), branch: "main", renderer: render.New(), allowDeletions: true,
-		author: gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}, now: time.Now}
+	settle := allowingDeletions(refs.renderer(nil))
 	recorded := func() bool {
 		jobs, err := client.BatchV1().Jobs("plant").List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		for _, j := range jobs.Items {
-			if _, ok := srv.File(api.JobRecordPath("plant", j.Name)); !ok {
+			if _, ok := status.File(api.JobRecordPath("plant", j.Name)); !ok {
 				return false
 			}
 		}
@@ -145,7 +141,7 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 	// Each agent's file holds its last state.
 	for n := 0; n < nodes; n++ {
 		node := fmt.Sprintf("edge-%02d", n)
-		inv, ok := srv.File(api.InventoryPath(node))
+		inv, ok := srv.On(verify.InventoryBranch(node)).File(api.InventoryPath(node))
 		require.True(t, ok, node)
 		require.Contains(t, inv, "id: "+last[n], node)
 		require.NotContains(t, inv, fmt.Sprintf("%s-cam-%d\n", node, updates-2), node)
@@ -155,10 +151,10 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, jobs.Items)
 	for _, j := range jobs.Items {
-		_, ok := srv.File(api.JobRecordPath("plant", j.Name))
+		_, ok := status.File(api.JobRecordPath("plant", j.Name))
 		require.True(t, ok, "record of %s", j.Name)
 	}
-	dir := export(t, srv, srv.Head())
+	dir := export(t, srv, rendered.Head())
 	code, stdout, stderr := gitbroker(t, "check", "--dir", dir)
 	if code != exitOK {
 		// Show what differs, to tell a stale tree from a renderer that
@@ -168,18 +164,27 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 	}
 	require.Equal(t, exitOK, code, stderr)
 
-	// No writer touched another's paths.
+	// No writer touched another's paths: each ref holds only its writer's files, and the
+	// renderer's commits carry the inputs it rendered.
 	counts := map[string]int{}
-	for _, e := range srv.Log() {
-		counts[e.Author]++
-		for _, p := range e.Paths {
-			switch e.Author {
-			case "gitbroker-agent <agent@gitbroker.dev>":
-				require.True(t, api.IsInventoryPath(p), "agent commit %s touched %s", e.Hash, p)
-			case "gitbroker-recorder <recorder@gitbroker.dev>":
-				require.True(t, strings.HasPrefix(p, "status/jobs/"), "recorder commit %s touched %s", e.Hash, p)
-			case "gitbroker-renderer <renderer@gitbroker.dev>":
-				require.True(t, render.IsOwned(p), "renderer commit %s touched %s", e.Hash, p)
+	branches := []string{verify.RenderedBranch, verify.StatusBranch}
+	for n := 0; n < nodes; n++ {
+		branches = append(branches, verify.InventoryBranch(fmt.Sprintf("edge-%02d", n)))
+	}
+	for _, b := range branches {
+		for _, e := range srv.On(b).Log() {
+			counts[e.Author]++
+			for _, p := range e.Paths {
+				switch e.Author {
+				case "gitbroker-agent <agent@gitbroker.dev>":
+					require.Equal(t, api.InventoryPath(strings.TrimPrefix(b, verify.InventoryPrefix)), p, "agent commit %s on %s", e.Hash, b)
+				case "gitbroker-recorder <recorder@gitbroker.dev>":
+					require.True(t, strings.HasPrefix(p, "status/jobs/") && b == verify.StatusBranch, "recorder commit %s touched %s on %s", e.Hash, p, b)
+				case "gitbroker-renderer <renderer@gitbroker.dev>":
+					require.True(t, b == verify.RenderedBranch && (render.IsOwned(p) || render.IsInput(p)), "renderer commit %s touched %s on %s", e.Hash, p, b)
+				default:
+					t.Fatalf("commit %s on %s by %s", e.Hash, b, e.Author)
+				}
 			}
 		}
 	}
@@ -193,11 +198,12 @@ func TestAllWritersOnOneBranch(t *testing.T) {
 // many it changed.
 func (l *loop) applyAndFinish() int {
 	changed := 0
-	for _, p := range l.srv.Files() {
+	rendered := l.srv.On(verify.RenderedBranch)
+	for _, p := range rendered.Files() {
 		if !strings.HasPrefix(p, render.RenderedDir) || !strings.Contains(p, "/job-") {
 			continue
 		}
-		content, ok := l.srv.File(p)
+		content, ok := rendered.File(p)
 		var job batchv1.Job
 		if !ok || yaml.Unmarshal([]byte(content), &job) != nil || job.Name == "" {
 			continue // rendered away meanwhile

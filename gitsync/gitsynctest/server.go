@@ -36,10 +36,22 @@ type Server struct {
 	password string
 	token    string
 
+	*state
+}
+
+// state is what every view of one Server (On) shares.
+type state struct {
 	down        atomic.Bool
 	dropPushes  atomic.Int32
 	receivePost atomic.Int64
 	onPush      atomic.Pointer[func()]
+}
+
+// On returns a view of the server whose branch methods (Commit, Head, File, Files, Log) work
+// on branch instead: a writer's own ref, such as gitbroker/rendered.
+func (s *Server) On(branch string) *Server {
+	c := &Server{t: s.t, branch: branch, root: s.root, http: s.http, user: s.user, password: s.password, token: s.token, state: s.state}
+	return c
 }
 
 // Option configures a Server before it starts.
@@ -60,7 +72,7 @@ func WithToken(token string) Option {
 // the test ends.
 func NewServer(t testing.TB, branch string, files map[string]string, opts ...Option) *Server {
 	t.Helper()
-	s := &Server{t: t, branch: branch, root: t.TempDir()}
+	s := &Server{t: t, branch: branch, root: t.TempDir(), state: &state{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -271,6 +283,9 @@ func (s *Server) File(name string) (string, bool) {
 
 // Files lists the paths at the branch head.
 func (s *Server) Files() []string {
+	if s.Head() == "" {
+		return nil
+	}
 	out := Git(s.t, s.Bare(), "ls-tree", "-r", "--name-only", s.branch)
 	return strings.Fields(out)
 }
@@ -288,6 +303,9 @@ type LogEntry struct {
 // changed relative to its first parent.
 func (s *Server) Log() []LogEntry {
 	s.t.Helper()
+	if s.Head() == "" {
+		return nil
+	}
 	out := Git(s.t, s.Bare(), "log", "--first-parent", "--name-only", "--format=%x00%H%x01%an <%ae>%x01%s%x01%b%x01", s.branch)
 	var log []LogEntry
 	for _, rec := range strings.Split(out, "\x00")[1:] {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// layout opens each writer's ref of one remote, as the commands do: the people's branch main,
+// each node's gitbroker/inventory/<node>, gitbroker/status and gitbroker/rendered.
+type layout struct {
+	t    testing.TB
+	url  string
+	opts []gitsync.Option
+}
+
+func newLayout(t testing.TB, url string, opts ...gitsync.Option) layout {
+	return layout{t: t, url: url, opts: opts}
+}
+
+func (l layout) open(branch string, extra ...gitsync.Option) *gitsync.Repository {
+	l.t.Helper()
+	r, err := gitsync.New(l.url, branch, append(append([]gitsync.Option(nil), l.opts...), extra...)...)
+	require.NoError(l.t, err)
+	return r
+}
+
+// agent returns the store and source of node's agent.
+func (l layout) agent(node string, extra ...gitsync.Option) (store, source *gitsync.Repository) {
+	return l.open(verify.InventoryBranch(node), append(extra, gitsync.WithCreateBranch())...), l.open("main")
+}
+
+// recorder returns the recorder's store.
+func (l layout) recorder(extra ...gitsync.Option) *gitsync.Repository {
+	return l.open(verify.StatusBranch, append(extra, gitsync.WithCreateBranch())...)
+}
+
+// renderer returns a renderer of main onto gitbroker/rendered, signing with signer when given.
+func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *remoteRender {
+	if signer != nil {
+		extra = append(extra, gitsync.WithSigner(signer))
+	}
+	r := &remoteRender{
+		store:    l.open(verify.RenderedBranch, append(extra, gitsync.WithCreateBranch())...),
+		sources:  verify.Sources{Main: l.open("main", extra...), SourceBranch: "main"},
+		branch:   "main",
+		renderer: render.New(),
+		author:   gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"},
+		now:      time.Now,
+	}
+	if signer != nil {
+		r.sources.RendererKey = signer.PublicKey()
+	}
+	return r
+}
+
+func allowingDeletions(r *remoteRender) *remoteRender {
+	r.allowDeletions = true
+	return r
+}

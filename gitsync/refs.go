@@ -1,0 +1,374 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// Commit is one commit as the server stores it: Raw is the encoded object (headers, the gpgsig
+// signature among them, and the message), which is what a signature is checked against.
+type Commit struct {
+	Hash    string
+	Parents []string
+	When    time.Time
+	Raw     []byte
+}
+
+// Branches fetches, in one request, the named branches and every branch under each name that
+// ends in "/" (gitbroker/inventory/ for the node refs), and returns each branch's head by its
+// short name. A branch that does not exist is absent; one deleted on the server since the last
+// call is gone. The Repository's own branch need not be among them.
+func (r *Repository) Branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.ensureStore(); err != nil {
+		return nil, err
+	}
+	specs := make([]config.RefSpec, 0, len(names))
+	for _, n := range names {
+		src := plumbing.NewBranchReferenceName(n)
+		if strings.HasSuffix(n, "/") {
+			specs = append(specs, config.RefSpec(fmt.Sprintf("+%s*:%s*", src, plumbing.NewRemoteReferenceName("origin", n))))
+			continue
+		}
+		specs = append(specs, config.RefSpec(fmt.Sprintf("+%s:%s", src, plumbing.NewRemoteReferenceName("origin", n))))
+	}
+	depth := r.depth
+	if has, _ := r.hasRemoteRefs(); has {
+		depth = 0
+	}
+	for len(specs) > 0 {
+		err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
+			RemoteName: "origin",
+			RefSpecs:   specs,
+			Depth:      depth,
+			Auth:       r.auth,
+			Tags:       git.NoTags,
+			Force:      true,
+			Prune:      true,
+		})
+		var noRef git.NoMatchingRefSpecError
+		switch {
+		case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+		case errors.Is(err, transport.ErrEmptyRemoteRepository):
+			return map[string]Snapshot{}, nil
+		case errors.As(err, &noRef):
+			// A named branch that does not exist yet (a first render, a recorder that never
+			// wrote): fetch the others without it, and forget any copy of it.
+			missing := missingSpec(specs, err)
+			if missing < 0 {
+				return nil, r.redact.wrap(fmt.Errorf("fetching from %s: %w", r.URL(), err))
+			}
+			_ = r.repo.Storer.RemoveReference(specs[missing].Dst(""))
+			specs = append(specs[:missing:missing], specs[missing+1:]...)
+			continue
+		default:
+			return nil, r.redact.wrap(fmt.Errorf("fetching from %s: %w", r.URL(), err))
+		}
+		break
+	}
+	if r.baseline < 0 {
+		r.baseline = len(r.storage.Objects)
+	}
+	refs, err := r.repo.References()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Snapshot{}
+	err = refs.ForEach(func(ref *plumbing.Reference) error {
+		if !ref.Name().IsRemote() || ref.Type() != plumbing.HashReference {
+			return nil
+		}
+		short := strings.TrimPrefix(ref.Name().String(), "refs/remotes/origin/")
+		if !wanted(short, names) {
+			return nil
+		}
+		c, err := r.repo.CommitObject(ref.Hash())
+		if err != nil {
+			return fmt.Errorf("reading commit %s of %s: %w", ref.Hash(), short, err)
+		}
+		s, err := snapshotOf(c, r.maxFile)
+		if err != nil {
+			return err
+		}
+		out[short] = s
+		return nil
+	})
+	if err != nil {
+		return nil, r.redact.wrap(err)
+	}
+	return out, nil
+}
+
+func wanted(short string, names []string) bool {
+	for _, n := range names {
+		if short == n || (strings.HasSuffix(n, "/") && strings.HasPrefix(short, n) && len(short) > len(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// missingSpec finds the refspec a NoMatchingRefSpecError names.
+func missingSpec(specs []config.RefSpec, err error) int {
+	for i, s := range specs {
+		if !s.IsWildcard() && strings.Contains(err.Error(), fmt.Sprintf("%q", s.Src())) {
+			return i
+		}
+	}
+	return -1
+}
+
+// ensureStore creates the object store on first use, or anew once it has grown too much.
+func (r *Repository) ensureStore() error {
+	if r.repo != nil && !r.overgrown() {
+		return nil
+	}
+	storage := memory.NewStorage()
+	repo, err := git.Init(storage, nil)
+	if err != nil {
+		return fmt.Errorf("creating object store: %w", err)
+	}
+	if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
+		return fmt.Errorf("configuring remote: %w", err)
+	}
+	r.repo, r.storage, r.baseline = repo, storage, -1
+	return nil
+}
+
+func (r *Repository) hasRemoteRefs() (bool, error) {
+	refs, err := r.repo.References()
+	if err != nil {
+		return false, err
+	}
+	found := false
+	_ = refs.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Name().IsRemote() {
+			found = true
+			return io.EOF
+		}
+		return nil
+	})
+	return found, nil
+}
+
+// CommitOf returns one commit of branch from the object store. A commit beyond a shallow fetch's
+// boundary is fetched with the branch's whole history first; one that is not in that history
+// either is an error wrapping plumbing.ErrObjectNotFound.
+func (r *Repository) CommitOf(ctx context.Context, branch, hash string) (*Commit, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.commitOf(ctx, branch, hash, true)
+}
+
+func (r *Repository) commitOf(ctx context.Context, branch, hash string, deepen bool) (*Commit, error) {
+	h := plumbing.NewHash(hash)
+	if len(hash) != 40 || h.String() != strings.ToLower(hash) {
+		return nil, fmt.Errorf("%q is not a full commit hash", hash)
+	}
+	if err := r.ensureStore(); err != nil {
+		return nil, err
+	}
+	obj, err := r.repo.Storer.EncodedObject(plumbing.CommitObject, h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) && deepen {
+		if err := r.deepenBranch(ctx, branch); err != nil {
+			return nil, err
+		}
+		obj, err = r.repo.Storer.EncodedObject(plumbing.CommitObject, h)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s of %s: %w", hash, branch, err)
+	}
+	c, err := object.DecodeCommit(r.repo.Storer, obj)
+	if err != nil {
+		return nil, fmt.Errorf("decoding commit %s: %w", hash, err)
+	}
+	rd, err := obj.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	raw, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, err
+	}
+	out := &Commit{Hash: c.Hash.String(), When: c.Committer.When, Raw: raw}
+	for _, p := range c.ParentHashes {
+		out.Parents = append(out.Parents, p.String())
+	}
+	return out, nil
+}
+
+// deepenBranch fetches branch's whole history into the store.
+func (r *Repository) deepenBranch(ctx context.Context, branch string) error {
+	spec := config.RefSpec(fmt.Sprintf("+%s:%s", plumbing.NewBranchReferenceName(branch), plumbing.NewRemoteReferenceName("origin", branch)))
+	err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{spec},
+		Depth:      math.MaxInt32,
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return r.redact.wrap(fmt.Errorf("fetching the history of %s from %s: %w", branch, r.URL(), err))
+	}
+	return nil
+}
+
+// IsAncestor reports whether ancestor is tip or one of its ancestors on branch, deepening the
+// branch's history once if the walk reaches a shallow boundary.
+func (r *Repository) IsAncestor(ctx context.Context, branch, ancestor, tip string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ancestor == tip {
+		return true, nil
+	}
+	deepened := false
+	seen := map[string]bool{tip: true}
+	queue := []string{tip}
+	for len(queue) > 0 {
+		h := queue[0]
+		queue = queue[1:]
+		c, err := r.commitOf(ctx, branch, h, false)
+		if errors.Is(err, plumbing.ErrObjectNotFound) && !deepened {
+			deepened = true
+			if err := r.deepenBranch(ctx, branch); err != nil {
+				return false, err
+			}
+			c, err = r.commitOf(ctx, branch, h, false)
+		}
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			continue // the root of a shallow history the server would not deepen
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, p := range c.Parents {
+			if p == ancestor {
+				return true, nil
+			}
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	return false, nil
+}
+
+// FirstParents returns the commits from tip back along first parents to stop, newest first,
+// stop excluded; found says whether stop was reached. At most max commits are returned.
+func (r *Repository) FirstParents(ctx context.Context, branch, tip, stop string, max int) (commits []*Commit, found bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	deepened := false
+	for h := tip; h != "" && len(commits) < max; {
+		if h == stop {
+			return commits, true, nil
+		}
+		c, err := r.commitOf(ctx, branch, h, false)
+		if errors.Is(err, plumbing.ErrObjectNotFound) && !deepened {
+			deepened = true
+			if err := r.deepenBranch(ctx, branch); err != nil {
+				return nil, false, err
+			}
+			c, err = r.commitOf(ctx, branch, h, false)
+		}
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			return commits, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		commits = append(commits, c)
+		h = ""
+		if len(c.Parents) > 0 {
+			h = c.Parents[0]
+		}
+	}
+	return commits, stop == "" && len(commits) < max, nil
+}
+
+// SnapshotOf returns the files at one commit of branch (deepening its history if needed).
+func (r *Repository) SnapshotOf(ctx context.Context, branch, hash string) (Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, err := r.commitOf(ctx, branch, hash, true); err != nil {
+		return nil, err
+	}
+	c, err := r.repo.CommitObject(plumbing.NewHash(hash))
+	if err != nil {
+		return nil, err
+	}
+	return snapshotOf(c, r.maxFile)
+}
+
+// HeadCommit returns the commit a Snapshot from a Repository shows, with its raw object, or
+// nil for a snapshot of no commit or of a directory.
+func HeadCommit(s Snapshot) *Commit {
+	t, ok := s.(*treeSnapshot)
+	if !ok || t.c == nil {
+		return nil
+	}
+	obj := t.c
+	c := &Commit{Hash: obj.Hash.String(), When: obj.Committer.When}
+	for _, p := range obj.ParentHashes {
+		c.Parents = append(c.Parents, p.String())
+	}
+	enc := &plumbing.MemoryObject{}
+	if err := obj.Encode(enc); err != nil {
+		return nil
+	}
+	rd, err := enc.Reader()
+	if err != nil {
+		return nil
+	}
+	defer rd.Close()
+	c.Raw, _ = io.ReadAll(rd)
+	return c
+}
+
+// TopLevel lists the names at the root of a Snapshot's tree; a folder's name ends in "/".
+func TopLevel(s Snapshot) []string {
+	if t, ok := s.(*treeSnapshot); ok {
+		if t.root == nil {
+			return nil
+		}
+		var out []string
+		for _, e := range t.root.Entries {
+			if e.Mode.IsFile() {
+				out = append(out, e.Name)
+			} else {
+				out = append(out, e.Name+"/")
+			}
+		}
+		return out
+	}
+	files, _ := s.Files("")
+	seen := map[string]bool{}
+	var out []string
+	for p := range files {
+		top, _, dir := strings.Cut(p, "/")
+		if dir {
+			top += "/"
+		}
+		if !seen[top] {
+			seen[top] = true
+			out = append(out, top)
+		}
+	}
+	return out
+}

@@ -1,0 +1,614 @@
+// Package verify gathers the renderer's inputs from every writer's ref and keeps only what it
+// verified (DESIGN.md, "Trust"): the source branch along first parents, each commit signed by a
+// person; each node's inventory from a tip that node signed, holding only its own file and
+// descending from the tip accepted last; the recorder's records from a tip it signed; and the
+// previous rendered/ and history/ from the renderer's own last signed commit. A rejected input
+// freezes only its writer's part: the part the renderer accepted before is used instead.
+//
+// Without .gitbroker/allowed_signers on the source branch nothing is verified but the layout
+// (a node's ref holds only that node's file), and Inputs.Trust says so.
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+)
+
+// The refs of a repository (DESIGN.md, "The GitOps repository").
+const (
+	InventoryPrefix = "gitbroker/inventory/"
+	StatusBranch    = "gitbroker/status"
+	RenderedBranch  = "gitbroker/rendered"
+)
+
+// Files on the source branch that say who is trusted.
+const (
+	AllowedSignersPath = ".gitbroker/allowed_signers"
+	TrustPath          = ".gitbroker/trust.yaml"
+	TrustedKeysDir     = ".gitbroker/trusted-keys"
+)
+
+// InventoryBranch is the ref the agent of node writes.
+func InventoryBranch(node string) string { return InventoryPrefix + node }
+
+// maxSourceWalk bounds the first-parent walk of the source branch in one render.
+const maxSourceWalk = 10000
+
+// maxRenderedWalk bounds the search for the renderer's own last commit.
+const maxRenderedWalk = 1000
+
+// Reader reads refs and commits of a remote; *gitsync.Repository implements it.
+type Reader interface {
+	Branches(ctx context.Context, names ...string) (map[string]gitsync.Snapshot, error)
+	CommitOf(ctx context.Context, branch, hash string) (*gitsync.Commit, error)
+	IsAncestor(ctx context.Context, branch, ancestor, tip string) (bool, error)
+	FirstParents(ctx context.Context, branch, tip, stop string, max int) ([]*gitsync.Commit, bool, error)
+	SnapshotOf(ctx context.Context, branch, hash string) (gitsync.Snapshot, error)
+}
+
+// Sources are where the inputs come from.
+type Sources struct {
+	// Main holds the source branch, gitbroker/status and gitbroker/rendered.
+	Main Reader
+	// Inventory holds the node refs (--inventory-git); Main when nil.
+	Inventory Reader
+	// SourceBranch is the people's branch (--branch).
+	SourceBranch string
+	// RenderedBranch is the renderer's own branch; RenderedBranch when empty.
+	RenderedBranch string
+	// RendererKey is the public key of the renderer's --signing-key: a commit on the rendered
+	// branch is the renderer's own when this key signed it. Required when allowed_signers exists.
+	RendererKey ssh.PublicKey
+	// Adopt, when set, is a commit of the rendered branch to start from although this key did
+	// not sign it (the first render with verification on an existing branch, or a new key).
+	Adopt string
+	// Now is the clock certificates are checked against.
+	Now func() time.Time
+}
+
+// Inputs are the verified inputs of one render.
+type Inputs struct {
+	// Tree holds the inputs (gitbroker.yaml, configurations/, .gitbroker/, inventory/, status/)
+	// and the previous rendered/ and history/.
+	Tree render.Tree
+	// Source is the source commit rendered, SourceTime its committer time; SourceTip is the
+	// branch's head, which differs when an unsigned commit stopped the source.
+	Source     string
+	SourceTime time.Time
+	SourceTip  string
+	// Newest is the newest committer time among the commits rendered: the source and every
+	// accepted tip. The time from it to the pushed render is what a writer waits.
+	Newest time.Time
+	// Writers are the accepted tips, by ref, for the metadata.
+	Writers map[string]string
+	// Untrusted lists each refused input with why.
+	Untrusted []string
+	// Trust is the guarantee in force, for the plan.
+	Trust string
+	// Verified is true when allowed_signers governed this render.
+	Verified bool
+	// Previous is the rendered branch's commit the previous rendered/ and history/ came from;
+	// Overwrite says the branch's head is not that commit (something else was pushed there),
+	// so the render must commit over it even when nothing else changed.
+	Previous  string
+	Overwrite bool
+}
+
+// mode is how the source branch is trusted at one commit.
+type mode struct {
+	allowed   *trust.AllowedSigners // nil: no allowed_signers, nothing verified
+	protected bool                  // the host protects the branch; people's commits need no signature
+	err       error                 // allowed_signers or trust.yaml does not parse
+}
+
+// trustSettings is .gitbroker/trust.yaml.
+type trustSettings struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Spec       struct {
+		// SourceBranch is "signed" (every first-parent commit signed by a person, the default)
+		// or "protected" (the git host requires reviews and refuses direct pushes).
+		SourceBranch string `json:"sourceBranch"`
+	} `json:"spec"`
+}
+
+func modeAt(s gitsync.Snapshot) mode {
+	data, err := s.ReadFile(AllowedSignersPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return mode{}
+	}
+	if err != nil {
+		return mode{err: err}
+	}
+	if len(data) > trust.MaxAllowedSignersSize {
+		return mode{err: fmt.Errorf("%s: larger than %d bytes", AllowedSignersPath, trust.MaxAllowedSignersSize)}
+	}
+	a, err := trust.ParseAllowedSigners(AllowedSignersPath, data)
+	if err != nil {
+		return mode{err: err}
+	}
+	m := mode{allowed: a}
+	if data, err := s.ReadFile(TrustPath); err == nil {
+		var ts trustSettings
+		if err := yaml.UnmarshalStrict(data, &ts); err != nil {
+			return mode{err: fmt.Errorf("%s: %v", TrustPath, err)}
+		}
+		switch ts.Spec.SourceBranch {
+		case "", "signed":
+		case "protected":
+			m.protected = true
+		default:
+			return mode{err: fmt.Errorf("%s: spec.sourceBranch: %q is not signed or protected", TrustPath, ts.Spec.SourceBranch)}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return mode{err: err}
+	}
+	return m
+}
+
+// signers returns the principals that signed the commit, or why none did.
+func signers(a *trust.AllowedSigners, c *gitsync.Commit, when time.Time) ([]string, error) {
+	payload, armored := trust.SplitSignedCommit(c.Raw)
+	sig, err := trust.VerifySignature(payload, armored)
+	if err != nil {
+		return nil, err
+	}
+	ps := a.Principals(sig, when)
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("signed by %s, a key %s does not list", sig.Fingerprint, AllowedSignersPath)
+	}
+	return ps, nil
+}
+
+func signedBy(a *trust.AllowedSigners, c *gitsync.Commit, principal string, when time.Time) error {
+	payload, armored := trust.SplitSignedCommit(c.Raw)
+	sig, err := trust.VerifySignature(payload, armored)
+	if err != nil {
+		return err
+	}
+	if a.Allows(sig, principal, when) {
+		return nil
+	}
+	if ps := a.Principals(sig, when); len(ps) > 0 {
+		return fmt.Errorf("signed by %s (%s), not by %s", sig.Fingerprint, strings.Join(ps, ", "), principal)
+	}
+	return fmt.Errorf("signed by %s, which %s does not list as %s", sig.Fingerprint, AllowedSignersPath, principal)
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// Collect fetches every writer's ref and returns the inputs of the next render. rendered is
+// the rendered branch's head as the caller's write will see it.
+func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs, error) {
+	if s.Inventory == nil {
+		s.Inventory = s.Main
+	}
+	if s.RenderedBranch == "" {
+		s.RenderedBranch = RenderedBranch
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	now := s.Now()
+	names := []string{s.SourceBranch, StatusBranch}
+	if s.Inventory == s.Main {
+		names = append(names, InventoryPrefix)
+	}
+	refs, err := s.Main.Branches(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	nodeRefs := refs
+	if s.Inventory != s.Main {
+		if nodeRefs, err = s.Inventory.Branches(ctx, InventoryPrefix); err != nil {
+			return nil, err
+		}
+	}
+	tip, ok := refs[s.SourceBranch]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", gitsync.ErrNoBranch, s.SourceBranch)
+	}
+	in := &Inputs{Tree: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
+
+	// The mode at the source tip decides whether the renderer's own commits must be found; the
+	// mode that governs the walk is the one at the last rendered source commit.
+	tipMode := modeAt(tip)
+	prev, err := previous(ctx, s, rendered, tipMode.allowed != nil || tipMode.err != nil, in)
+	if err != nil {
+		return nil, err
+	}
+	meta := render.ParseMetadata(prev[render.MetadataPath])
+	for p, b := range prev {
+		if render.IsOwned(p) {
+			in.Tree[p] = b
+		}
+	}
+
+	src, m, err := source(ctx, s, tip, tipMode, meta.SourceCommit, prev, in)
+	if err != nil {
+		return nil, err
+	}
+	in.Source, in.SourceTime = src.Commit(), src.CommitTime()
+	files, err := src.Files("")
+	if err != nil {
+		return nil, err
+	}
+	for p, b := range files {
+		if p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/") {
+			in.Tree[p] = b
+		}
+	}
+	in.Verified = m.allowed != nil
+	switch {
+	case m.allowed == nil:
+		in.Trust = fmt.Sprintf("unverified: %s has no %s, so every writer's commits are rendered as they are", s.SourceBranch, AllowedSignersPath)
+	case m.protected:
+		in.Trust = fmt.Sprintf("verified: node, recorder and renderer signatures checked against %s; people's commits on %s are trusted because %s declares the branch protected by its host", AllowedSignersPath, s.SourceBranch, TrustPath)
+	default:
+		in.Trust = fmt.Sprintf("verified: every commit on %s signed by a person, and node, recorder and renderer signatures checked against %s", s.SourceBranch, AllowedSignersPath)
+	}
+
+	if err := nodes(ctx, s, nodeRefs, m, meta, prev, now, in); err != nil {
+		return nil, err
+	}
+	if err := status(ctx, s, refs[StatusBranch], m, meta, prev, now, in); err != nil {
+		return nil, err
+	}
+	in.Newest = in.SourceTime
+	for ref, hash := range in.Writers {
+		snap := nodeRefs[ref]
+		if ref == StatusBranch {
+			snap = refs[StatusBranch]
+		}
+		if snap != nil && snap.Commit() == hash && snap.CommitTime().After(in.Newest) {
+			in.Newest = snap.CommitTime()
+		}
+	}
+	slices.Sort(in.Untrusted)
+	return in, nil
+}
+
+// previous finds the rendered branch's commit to render on top of: the head, or with
+// verification the newest first-parent commit the renderer's own key signed.
+func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, verifying bool, in *Inputs) (map[string][]byte, error) {
+	head := rendered.Commit()
+	if head == "" {
+		return map[string][]byte{}, nil
+	}
+	if !verifying {
+		in.Previous = head
+		return rendered.Files("")
+	}
+	if s.RendererKey == nil {
+		return nil, fmt.Errorf("%s exists on %s, so the renderer must sign: give it --signing-key", AllowedSignersPath, s.SourceBranch)
+	}
+	want := ssh.FingerprintSHA256(s.RendererKey)
+	own := func(c *gitsync.Commit) bool {
+		if c.Hash == s.Adopt {
+			return true
+		}
+		payload, armored := trust.SplitSignedCommit(c.Raw)
+		sig, err := trust.VerifySignature(payload, armored)
+		return err == nil && sig.Fingerprint == want
+	}
+	if c := gitsync.HeadCommit(rendered); c != nil && own(c) {
+		in.Previous = head
+		return rendered.Files("")
+	}
+	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range commits {
+		if !own(c) {
+			continue
+		}
+		if c.Hash != head {
+			in.Overwrite = true
+			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: %s is not signed by this renderer; everything after its own commit %s is dropped and rendered over",
+				s.RenderedBranch, short(head), short(c.Hash)))
+		}
+		in.Previous = c.Hash
+		snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, c.Hash)
+		if err != nil {
+			return nil, err
+		}
+		return snap.Files("")
+	}
+	return nil, fmt.Errorf("no commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
+		s.RenderedBranch, want, AllowedSignersPath)
+}
+
+// source walks the source branch from the last rendered source commit and returns the newest
+// commit every step to which is trusted, with the mode in force there.
+func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, last string, prev map[string][]byte, in *Inputs) (gitsync.Snapshot, mode, error) {
+	reject := func(c, why string) {
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: commit %s %s; rendering stops at the commit before it", s.SourceBranch, short(c), why))
+	}
+	if last == "" || last == tip.Commit() {
+		// The first render: the tip is taken on its own allowed_signers.
+		if tipMode.err != nil {
+			return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(tip.Commit()), tipMode.err)
+		}
+		if tipMode.allowed != nil && !tipMode.protected && last == "" {
+			c, err := s.Main.CommitOf(ctx, s.SourceBranch, tip.Commit())
+			if err != nil {
+				return nil, mode{}, err
+			}
+			if err := person(tipMode.allowed, c); err != nil {
+				return nil, mode{}, fmt.Errorf("%s: the first verified render needs its head %s signed by a person in its own %s: %v", s.SourceBranch, short(tip.Commit()), AllowedSignersPath, err)
+			}
+		}
+		return tip, tipMode, nil
+	}
+	commits, found, err := s.Main.FirstParents(ctx, s.SourceBranch, tip.Commit(), last, maxSourceWalk)
+	if err != nil {
+		return nil, mode{}, err
+	}
+	lastSnap, err := s.Main.SnapshotOf(ctx, s.SourceBranch, last)
+	if err != nil && !found {
+		// The last rendered commit is gone from the branch (history rewritten): keep rendering
+		// the inputs the renderer mirrored from it.
+		reject(tip.Commit(), fmt.Sprintf("does not descend from the last rendered source commit %s", short(last)))
+		return treeSnapshot(last, prev), modeOfTree(prev), nil
+	}
+	if err != nil {
+		return nil, mode{}, err
+	}
+	cur, curMode := lastSnap, modeAt(lastSnap)
+	if !found {
+		reject(tip.Commit(), fmt.Sprintf("does not descend from the last rendered source commit %s (or is more than %d commits after it)", short(last), maxSourceWalk))
+		return cur, curMode, nil
+	}
+	for i := len(commits) - 1; i >= 0; i-- {
+		c := commits[i]
+		if curMode.err != nil {
+			reject(c.Hash, fmt.Sprintf("follows a commit whose trust files do not parse (%v)", curMode.err))
+			return cur, curMode, nil
+		}
+		if curMode.allowed != nil && !curMode.protected {
+			if err := person(curMode.allowed, c); err != nil {
+				reject(c.Hash, "is not signed by a person: "+err.Error())
+				return cur, curMode, nil
+			}
+		}
+		next := tip
+		if c.Hash != tip.Commit() {
+			if next, err = s.Main.SnapshotOf(ctx, s.SourceBranch, c.Hash); err != nil {
+				return nil, mode{}, err
+			}
+		}
+		cur, curMode = next, modeAt(next)
+	}
+	if curMode.err != nil {
+		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(cur.Commit()), curMode.err)
+	}
+	return cur, curMode, nil
+}
+
+// person checks that a person signed c. A commit's own time is the signer's claim; a source
+// commit is checked at that time, as git verify-commit does, since people's keys are listed
+// without certificates that expire.
+func person(a *trust.AllowedSigners, c *gitsync.Commit) error {
+	ps, err := signers(a, c, c.When)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if trust.IsPerson(p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("signed as %s, which is not a person", strings.Join(ps, ", "))
+}
+
+// nodes takes each node's inventory from its ref.
+func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, now time.Time, in *Inputs) error {
+	keep := func(ref, node string) {
+		p := api.InventoryPath(node)
+		if b, ok := prev[p]; ok {
+			in.Tree[p] = b
+		}
+		if t := meta.Writers[ref]; t != "" {
+			in.Writers[ref] = t
+		}
+	}
+	seen := map[string]bool{}
+	for _, ref := range slices.Sorted(maps.Keys(refs)) {
+		if !strings.HasPrefix(ref, InventoryPrefix) {
+			continue
+		}
+		node := strings.TrimPrefix(ref, InventoryPrefix)
+		if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: %q is not a node name: %s", ref, node, strings.Join(msgs, "; ")))
+			continue
+		}
+		seen[node] = true
+		snap := refs[ref]
+		why, err := nodeTip(ctx, s, ref, node, snap, m, meta.Writers[ref], now)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: commit %s %s; the node's last verified inventory is kept", ref, short(snap.Commit()), why))
+			keep(ref, node)
+			continue
+		}
+		p := api.InventoryPath(node)
+		b, err := snap.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		in.Tree[p] = b
+		in.Writers[ref] = snap.Commit()
+	}
+	// A node whose ref is gone keeps its last verified inventory while it is enrolled: deleting
+	// a ref needs no signature. Unverified, a gone ref is a gone node.
+	for p := range prev {
+		if !api.IsInventoryPath(p) {
+			continue
+		}
+		node := strings.TrimSuffix(strings.TrimPrefix(p, api.InventoryDir+"/"), ".yaml")
+		ref := InventoryBranch(node)
+		if seen[node] || m.allowed == nil {
+			continue
+		}
+		if !m.allowed.Enrolled(trust.NodePrincipal(node), now) {
+			continue // removed from allowed_signers by a person: decommissioned
+		}
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: the ref is gone, but node %s is still enrolled; its last verified inventory is kept (remove its line from %s to decommission it)", ref, node, AllowedSignersPath))
+		keep(ref, node)
+	}
+	return nil
+}
+
+// nodeTip says why a node ref's tip may not be rendered, or "" when it may.
+func nodeTip(ctx context.Context, s Sources, ref, node string, snap gitsync.Snapshot, m mode, accepted string, now time.Time) (string, error) {
+	files, err := snap.Files("")
+	if err != nil {
+		return fmt.Sprintf("cannot be read (%v)", err), nil
+	}
+	want := api.InventoryPath(node)
+	for p := range files {
+		if p != want {
+			return fmt.Sprintf("holds %s; a node's ref may hold only %s", p, want), nil
+		}
+	}
+	if _, ok := files[want]; !ok {
+		return "holds no " + want, nil
+	}
+	if m.allowed == nil {
+		return "", nil
+	}
+	c, err := s.Inventory.CommitOf(ctx, ref, snap.Commit())
+	if err != nil {
+		return "", err
+	}
+	if err := signedBy(m.allowed, c, trust.NodePrincipal(node), now); err != nil {
+		return err.Error(), nil
+	}
+	if accepted != "" && accepted != snap.Commit() {
+		ok, err := s.Inventory.IsAncestor(ctx, ref, accepted, snap.Commit())
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(accepted)), nil
+		}
+	}
+	return "", nil
+}
+
+// status takes the JobRecords from the recorder's ref.
+func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, now time.Time, in *Inputs) error {
+	keep := func() {
+		for p, b := range prev {
+			if strings.HasPrefix(p, "status/") {
+				in.Tree[p] = b
+			}
+		}
+		if t := meta.Writers[StatusBranch]; t != "" {
+			in.Writers[StatusBranch] = t
+		}
+	}
+	if snap == nil {
+		if m.allowed != nil {
+			keep()
+		}
+		return nil
+	}
+	why := ""
+	files, err := snap.Files("")
+	if err != nil {
+		why = fmt.Sprintf("cannot be read (%v)", err)
+	}
+	for p := range files {
+		if !strings.HasPrefix(p, "status/jobs/") && why == "" {
+			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/", p)
+		}
+	}
+	if why == "" && m.allowed != nil {
+		c, err := s.Main.CommitOf(ctx, StatusBranch, snap.Commit())
+		if err != nil {
+			return err
+		}
+		if err := signedBy(m.allowed, c, trust.PrincipalRecorder, now); err != nil {
+			why = err.Error()
+		} else if a := meta.Writers[StatusBranch]; a != "" && a != snap.Commit() {
+			ok, err := s.Main.IsAncestor(ctx, StatusBranch, a, snap.Commit())
+			if err != nil {
+				return err
+			}
+			if !ok {
+				why = fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(a))
+			}
+		}
+	}
+	if why != "" {
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: commit %s %s; the records verified before are kept", StatusBranch, short(snap.Commit()), why))
+		keep()
+		return nil
+	}
+	for p, b := range files {
+		in.Tree[p] = b
+	}
+	in.Writers[StatusBranch] = snap.Commit()
+	return nil
+}
+
+// treeSnap is a Snapshot of files held in memory: the source inputs the renderer mirrored.
+type treeSnap struct {
+	commit string
+	files  map[string][]byte
+}
+
+func treeSnapshot(commit string, prev map[string][]byte) *treeSnap {
+	files := map[string][]byte{}
+	for p, b := range prev {
+		if p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/") {
+			files[p] = b
+		}
+	}
+	return &treeSnap{commit: commit, files: files}
+}
+
+func modeOfTree(prev map[string][]byte) mode { return modeAt(treeSnapshot("", prev)) }
+
+func (t *treeSnap) Commit() string        { return t.commit }
+func (t *treeSnap) CommitTime() time.Time { return time.Time{} }
+func (t *treeSnap) ReadFile(name string) ([]byte, error) {
+	b, ok := t.files[name]
+	if !ok {
+		return nil, fmt.Errorf("reading %s: %w", name, fs.ErrNotExist)
+	}
+	return b, nil
+}
+func (t *treeSnap) Files(dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for p, b := range t.files {
+		if dir == "" || strings.HasPrefix(p, dir+"/") {
+			out[p] = b
+		}
+	}
+	return out, nil
+}
