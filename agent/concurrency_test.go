@@ -6,7 +6,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,12 +17,13 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
-// Fifty agents in one process each push twenty inventory changes at once
-// to one branch. Every update must land exactly once, no commit may touch
-// another agent's file, and every final file must equal its agent's last
-// state. GITBROKER_AGENTS and GITBROKER_UPDATES change the size.
+// Fifty agents in one process each push twenty inventory changes at once, each to its own
+// ref gitbroker/inventory/<node>, reading the Configurations from main. Every update must land
+// exactly once, no commit may touch another agent's file, and every final file must equal its
+// agent's last state. GITBROKER_AGENTS and GITBROKER_UPDATES change the size.
 func TestConcurrentAgents(t *testing.T) {
 	agents, updates := envInt("GITBROKER_AGENTS", 50), envInt("GITBROKER_UPDATES", 20)
 	if testing.Short() {
@@ -49,14 +49,19 @@ func TestConcurrentAgents(t *testing.T) {
 			defer wg.Done()
 			res := &results[i]
 			node := fmt.Sprintf("edge-%02d", i)
-			repo, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(backoff))
+			repo, err := gitsync.New(srv.URL(), verify.InventoryBranch(node), gitsync.WithBackoff(backoff), gitsync.WithCreateBranch())
+			if err != nil {
+				res.err = err
+				return
+			}
+			source, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(backoff))
 			if err != nil {
 				res.err = err
 				return
 			}
 			echo := &scripted{}
 			a, err := agent.New(agent.Options{
-				Node: node, Store: repo, Handlers: agent.Builtin{"debugEcho": echo}, Log: logr.Discard(),
+				Node: node, Store: repo, Source: source, Handlers: agent.Builtin{"debugEcho": echo}, Log: logr.Discard(),
 				SharedGracePeriod: 0, LocalGracePeriod: 0,
 			})
 			if err != nil {
@@ -101,21 +106,22 @@ func TestConcurrentAgents(t *testing.T) {
 	// Every final file is its agent's last state.
 	for i, r := range results {
 		node := fmt.Sprintf("edge-%02d", i)
-		got, ok := srv.File(api.InventoryPath(node))
+		got, ok := srv.On(verify.InventoryBranch(node)).File(api.InventoryPath(node))
 		require.True(t, ok, node)
 		require.Equal(t, map[string][]string{"default/akri-debug-echo": {r.last}}, idsOf(t, node, got), node)
 	}
 
-	// Every update is one commit that touches only its own agent's file.
+	// Every update is one commit on the node's own ref that touches only its file; main is
+	// never written.
+	require.Len(t, srv.Log(), 1, "only the seed is on main")
 	perNode := map[string]int{}
-	for _, e := range srv.Log() {
-		if e.Subject == "seed" {
-			continue
+	for i := 0; i < agents; i++ {
+		node := fmt.Sprintf("edge-%02d", i)
+		for _, e := range srv.On(verify.InventoryBranch(node)).Log() {
+			require.Equal(t, []string{api.InventoryPath(node)}, e.Paths, e.Subject)
+			require.Contains(t, e.Body, "Gitbroker-Node: "+node, "commit %s", e.Hash)
+			perNode[node]++
 		}
-		require.Len(t, e.Paths, 1, e.Subject)
-		node := strings.TrimSuffix(strings.TrimPrefix(e.Paths[0], "inventory/"), ".yaml")
-		require.Contains(t, e.Body, "Gitbroker-Node: "+node, "commit %s touched %s", e.Hash, e.Paths[0])
-		perNode[node]++
 	}
 	landed := 0
 	for i := 0; i < agents; i++ {
