@@ -35,6 +35,8 @@ type Server struct {
 	user     string
 	password string
 	token    string
+	// sign is the SSH key a person's commits are signed with; "" for none.
+	sign string
 
 	*state
 }
@@ -233,6 +235,15 @@ func (s *Server) Commit(files map[string]string, remove []string, message string
 	}
 }
 
+// CommitSigned is Commit by a person who signs with an SSH key (git's gpg.format=ssh), as a
+// reviewed merge would be.
+func (s *Server) CommitSigned(signingKey string, files map[string]string, remove []string, message string) string {
+	s.t.Helper()
+	c := *s
+	c.sign = signingKey
+	return c.Commit(files, remove, message)
+}
+
 func (s *Server) tryCommit(files map[string]string, remove []string, message string) error {
 	work := s.t.TempDir()
 	if s.Head() == "" {
@@ -253,8 +264,11 @@ func (s *Server) tryCommit(files map[string]string, remove []string, message str
 		Git(s.t, work, "rm", "-r", "--quiet", name)
 	}
 	Git(s.t, work, "add", "-A")
-	Git(s.t, work, "-c", "user.name=A Person", "-c", "user.email=person@example.com",
-		"commit", "--quiet", "--allow-empty", "-m", message)
+	args := []string{"-c", "user.name=A Person", "-c", "user.email=person@example.com"}
+	if s.sign != "" {
+		args = append(args, "-c", "gpg.format=ssh", "-c", "user.signingkey="+s.sign, "-c", "commit.gpgsign=true")
+	}
+	Git(s.t, work, append(args, "commit", "--quiet", "--allow-empty", "-m", message)...)
 	cmd := exec.Command("git", "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
 	cmd.Dir = work
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -357,4 +371,15 @@ func (s *Server) VerifyCommit(commit, allowedSigners string) (string, error) {
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+s.t.TempDir())
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// SetRef points branch at commit in the server's repository, as a force push of that commit
+// would: a replay or a rollback by someone holding a credential. An empty commit deletes it.
+func (s *Server) SetRef(branch, commit string) {
+	s.t.Helper()
+	if commit == "" {
+		Git(s.t, s.Bare(), "update-ref", "-d", "refs/heads/"+branch)
+		return
+	}
+	Git(s.t, s.Bare(), "update-ref", "refs/heads/"+branch, commit)
 }

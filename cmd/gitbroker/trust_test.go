@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/recorder"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// signedLoop is the write side with every writer signing, and .gitbroker/allowed_signers on
+// main enrolling them: two nodes, the recorder, the renderer and a person.
+type signedLoop struct {
+	*loop
+	keys     map[string]*trust.Signer // by principal
+	keyFiles map[string]string
+	allowed  string
+	refs     layout
+}
+
+func newSignedLoop(t *testing.T) *signedLoop {
+	t.Helper()
+	_, err := exec.LookPath("ssh-keygen")
+	require.NoError(t, err, "git signs and verifies SSH signatures with ssh-keygen: apt-get install openssh-client (.ci/run does)")
+	demo, err := readFS(fixtures.Demo())
+	require.NoError(t, err)
+	files := map[string]string{}
+	for p, b := range demo {
+		if api.IsConfigurationPath(p) {
+			files[p] = string(b)
+		}
+	}
+	s := &signedLoop{keys: map[string]*trust.Signer{}, keyFiles: map[string]string{}}
+	dir := t.TempDir()
+	for _, p := range []string{"node:edge-a", "node:edge-b", "recorder", "renderer", "alice@example.com"} {
+		f := filepath.Join(dir, strings.ReplaceAll(p, ":", "-"))
+		k, _, err := trust.LoadOrCreateSigner(f, p)
+		require.NoError(t, err)
+		s.keys[p], s.keyFiles[p] = k, f
+		s.allowed += k.AllowedSignersLine(p) + "\n"
+	}
+	srv := gitsynctest.NewServer(t, "main", files)
+	// The person enrolls everyone in a signed commit.
+	srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the writers")
+
+	l := &loop{t: t, srv: srv, client: fake.NewClientset(), agents: map[string]*agent.Agent{}, nodes: map[string]*nodeDevices{}}
+	backoff := gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 100, MaxElapsed: time.Minute})
+	s.refs = newLayout(t, srv.URL(), backoff)
+	l.renderer = s.refs.renderer(s.keys["renderer"])
+	for _, node := range []string{"edge-a", "edge-b"} {
+		l.nodes[node] = &nodeDevices{devices: map[string][]api.Device{}}
+		store, source := s.refs.agent(node, gitsync.WithSigner(s.keys["node:"+node]))
+		a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
+			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
+		require.NoError(t, err)
+		l.agents[node] = a
+	}
+	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"])),
+		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.rec.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	s.loop = l
+	return s
+}
+
+// as returns a writer holding principal's key and the shared credential, writing branch.
+func (s *signedLoop) as(principal, branch string) *gitsync.Repository {
+	return s.refs.open(branch, gitsync.WithSigner(s.keys[principal]), gitsync.WithCreateBranch())
+}
+
+// forge commits files on branch with principal's key, owning exactly those paths.
+func (s *signedLoop) forge(principal, branch string, files map[string][]byte, owned ...string) string {
+	s.t.Helper()
+	if owned == nil {
+		for p := range files {
+			owned = append(owned, p)
+		}
+	}
+	res, err := s.as(principal, branch).Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		return &gitsync.Change{Owned: owned, Files: files, Message: "forged by " + principal,
+			Author: gitsync.Signature{Name: "mallory", Email: "mallory@example.com", When: time.Now()}}, nil
+	})
+	require.NoError(s.t, err)
+	return res.Commit
+}
+
+// renderTrust renders once and returns the outcome; untrusted inputs are not an error here.
+func (s *signedLoop) renderTrust() remoteOutcome {
+	s.t.Helper()
+	out, err := s.renderer.once(context.Background())
+	if err != nil {
+		require.ErrorIs(s.t, err, gitsync.ErrNoChanges)
+	}
+	require.Empty(s.t, out.Result.Errors)
+	return out
+}
+
+func (s *signedLoop) plan(out remoteOutcome) string {
+	var b bytes.Buffer
+	out.Result.Plan.WriteText(&b)
+	return b.String()
+}
+
+func (s *signedLoop) rendered() *gitsynctest.Server { return s.srv.On(verify.RenderedBranch) }
+
+func (s *signedLoop) renderedFile(p string) string {
+	c, _ := s.rendered().File(p)
+	return c
+}
+
+// With edge-a's key and the shared git credential, an attacker tries everything the trust
+// issue lists. None of it is rendered; each is reported; what was verified before stays.
+func TestStolenNodeCredential(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.plan(out), "Inputs: verified: every commit on main signed by a person")
+	require.Len(t, s.apply(), 1, "plc-1's firmware Job")
+	firmware := s.jobs(render.RenderedDir, "plc-firmware")
+	require.Len(t, firmware, 1)
+	edgeB := s.renderedFile(api.InventoryPath("edge-b"))
+	require.Contains(t, edgeB, "baz0")
+
+	// git's own verify-commit accepts the renderer's commit for renderer, and each node's.
+	msg, err := s.srv.VerifyCommit(s.rendered().Head(), s.allowed)
+	require.NoError(t, err, msg)
+	require.Contains(t, msg, `Good "git" signature for renderer`)
+	msg, err = s.srv.VerifyCommit(s.srv.On(verify.InventoryBranch("edge-b")).Head(), s.allowed)
+	require.NoError(t, err, msg)
+	require.Contains(t, msg, `Good "git" signature for node:edge-b`)
+
+	untrusted := func(out remoteOutcome, ref, why string) {
+		t.Helper()
+		for _, u := range out.Result.Untrusted {
+			if strings.HasPrefix(u, ref+":") && strings.Contains(u, why) {
+				return
+			}
+		}
+		t.Fatalf("no untrusted input for %s saying %q in:\n%s", ref, why, s.plan(out))
+	}
+
+	// 1. Writing edge-b's inventory with edge-a's key.
+	goodB := s.srv.On(verify.InventoryBranch("edge-b")).Head()
+	s.forge("node:edge-a", verify.InventoryBranch("edge-b"), map[string][]byte{
+		api.InventoryPath("edge-b"): []byte(strings.ReplaceAll(edgeB, "baz0", "evil0")),
+	})
+	out = s.renderTrust()
+	untrusted(out, verify.InventoryBranch("edge-b"), "not by node:edge-b")
+	require.Equal(t, edgeB, s.renderedFile(api.InventoryPath("edge-b")), "edge-b's verified inventory is kept")
+	require.False(t, s.has("evil0"))
+	require.Contains(t, s.plan(out), "untrusted: gitbroker/inventory/edge-b")
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), goodB)
+
+	// 2. Replaying an old edge-b commit after edge-b moved on.
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.True(t, s.has("baz1") || strings.Contains(s.renderedFile(api.InventoryPath("edge-b")), "baz1"))
+	newB := s.srv.On(verify.InventoryBranch("edge-b")).Head()
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), goodB)
+	out = s.renderTrust()
+	untrusted(out, verify.InventoryBranch("edge-b"), "does not descend from "+newB[:12])
+	require.Contains(t, s.renderedFile(api.InventoryPath("edge-b")), "baz1", "the replay is not rendered")
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), newB)
+
+	// 3. Rolling edge-a's own ref back.
+	oldA := s.srv.On(verify.InventoryBranch("edge-a")).Head()
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
+	s.discover()
+	s.renderTrust()
+	newA := s.srv.On(verify.InventoryBranch("edge-a")).Head()
+	s.srv.SetRef(verify.InventoryBranch("edge-a"), oldA)
+	out = s.renderTrust()
+	untrusted(out, verify.InventoryBranch("edge-a"), "a replay or a rollback")
+	require.Contains(t, s.renderedFile(api.InventoryPath("edge-a")), "bar1")
+	s.srv.SetRef(verify.InventoryBranch("edge-a"), newA)
+
+	// 4. Forging and replaying JobRecords: one signed by edge-a retiring the running Job, one
+	// signed by the recorder's ref rolled back, one naming a Job that was never rendered.
+	job := strings.TrimSuffix(firmware[0], ".yaml")
+	var instance string
+	for _, p := range s.rendered().Files() {
+		if strings.HasSuffix(p, "/job-"+job+".yaml") {
+			_, rest, _ := strings.Cut(s.renderedFile(p), "akri.sh/instance: ")
+			instance, _, _ = strings.Cut(rest, "\n")
+		}
+	}
+	require.NotEmpty(t, instance)
+	record := []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + job + "\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: " + instance + "\n  deviceID: plc-1\n  outcome: Succeeded\n  succeeded: 1\n  failed: 0\n")
+	s.forge("node:edge-a", verify.StatusBranch, map[string][]byte{api.JobRecordPath("plant", job): record})
+	out = s.renderTrust()
+	untrusted(out, verify.StatusBranch, "not by recorder")
+	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"), "the running Job is not retired by a forged record")
+	s.srv.SetRef(verify.StatusBranch, "") // the recorder had written nothing yet
+	never := strings.Replace(string(record), job, "plc-firmware-never-rendered", 1)
+	s.forge("recorder", verify.StatusBranch, map[string][]byte{api.JobRecordPath("plant", "plc-firmware-never-rendered"): []byte(never)})
+	out = s.renderTrust()
+	found := false
+	for _, u := range out.Result.Untrusted {
+		found = found || strings.Contains(u, "was never rendered here")
+	}
+	require.True(t, found, s.plan(out))
+
+	// The real record retires the Job.
+	s.finish("plant", job, true)
+	out = s.renderTrust()
+	require.Contains(t, s.plan(out), job+" retired")
+	statusTip := s.srv.On(verify.StatusBranch).Head()
+	statusLog := s.srv.On(verify.StatusBranch).Log()
+	s.srv.SetRef(verify.StatusBranch, statusLog[len(statusLog)-1].Hash)
+	out = s.renderTrust()
+	untrusted(out, verify.StatusBranch, "a replay or a rollback")
+	s.srv.SetRef(verify.StatusBranch, statusTip)
+
+	// 5. Committing a Configuration to the source branch with edge-a's key: rendering stops at
+	// its parent, while nodes' changes still render.
+	evil := strings.Replace(string(s.mustFile("configurations/akri-debug-echo.yaml")), "nginx:stable-alpine", "attacker/miner:latest", 1)
+	bad := s.forge("node:edge-a", "main", map[string][]byte{"configurations/akri-debug-echo.yaml": []byte(evil)})
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+	s.discover()
+	out = s.renderTrust()
+	untrusted(out, "main", "commit "+bad[:12]+" is not signed by a person")
+	require.False(t, s.has("miner") || strings.Contains(s.podsText(), "attacker/miner"), "the Configuration is not rendered")
+	require.Contains(t, s.renderedFile(api.InventoryPath("edge-b")), "baz2", "nodes' changes still render on the trusted source")
+	require.NotEqual(t, bad, out.Source)
+
+	// 6. Planting files on gitbroker/rendered: a privileged Pod Flux would apply, and a file
+	// outside rendered/. The next render drops them and commits over them.
+	own := s.rendered().Head()
+	s.forge("node:edge-a", verify.RenderedBranch, map[string][]byte{
+		"rendered/default/akri-debug-echo/pod-planted.yaml": []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: planted\n  namespace: default\nspec:\n  hostPID: true\n  containers:\n  - name: x\n    image: attacker/root\n"),
+		"planted.yaml": []byte("x: 1\n"),
+	})
+	out = s.renderTrust()
+	untrusted(out, verify.RenderedBranch, "is not signed by this renderer")
+	require.NotEmpty(t, out.Commit, "the render commits over the planted commit although nothing else changed")
+	for _, p := range s.rendered().Files() {
+		require.NotContains(t, p, "planted", "planted files are dropped")
+	}
+	ownFiles, _ := gitsynctest.Git(t, s.srv.Bare(), "ls-tree", "-r", "--name-only", own), ""
+	require.Equal(t, strings.Fields(ownFiles), s.rendered().Files(), "the tree is the renderer's own again")
+	msg, err = s.srv.VerifyCommit(s.rendered().Head(), s.allowed)
+	require.NoError(t, err, msg)
+}
+
+func (s *signedLoop) mustFile(p string) []byte {
+	s.t.Helper()
+	c, ok := s.srv.File(p)
+	require.True(s.t, ok, p)
+	return []byte(c)
+}
+
+// podsText is every rendered Pod's content.
+func (s *signedLoop) podsText() string {
+	var b strings.Builder
+	for _, p := range s.rendered().Files() {
+		if strings.Contains(p, "/pod-") {
+			c, _ := s.rendered().File(p)
+			b.WriteString(c)
+		}
+	}
+	return b.String()
+}
