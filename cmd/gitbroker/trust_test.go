@@ -285,3 +285,74 @@ func (s *signedLoop) podsText() string {
 	}
 	return b.String()
 }
+
+// An unenrolled node is not rendered; a renderer without a key cannot render a verified
+// repository; a repository that declares its branch protected needs no signed people's commits;
+// and a rendered branch from before verification is adopted only when told.
+func TestVerificationModes(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+
+	// An agent whose key is not in allowed_signers.
+	dir := t.TempDir()
+	stranger, _, err := trust.LoadOrCreateSigner(filepath.Join(dir, "edge-c"), "node:edge-c")
+	require.NoError(t, err)
+	store, source := s.refs.agent("edge-c", gitsync.WithSigner(stranger))
+	devices := &nodeDevices{devices: map[string][]api.Device{}}
+	devices.set("default/akri-debug-echo", "cam0")
+	c, err := agent.New(agent.Options{Node: "edge-c", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+	require.NoError(t, err)
+	_, err = c.Sync(context.Background())
+	require.NoError(t, err)
+	out := s.renderTrust()
+	require.Len(t, out.Result.Untrusted, 1, s.plan(out))
+	require.Contains(t, out.Result.Untrusted[0], "gitbroker/inventory/edge-c: commit")
+	require.Contains(t, out.Result.Untrusted[0], "does not list")
+	require.NotContains(t, s.podsText(), "cam0")
+	require.Contains(t, s.podsText(), "bar0")
+
+	// Enrolling it (a person's signed commit) renders it.
+	s.allowed += stranger.AllowedSignersLine("node:edge-c") + "\n"
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll edge-c")
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.podsText(), "cam0")
+
+	// Without its key the renderer refuses a verified repository.
+	unsigned := s.refs.renderer(nil)
+	_, err = unsigned.once(context.Background())
+	require.ErrorContains(t, err, "the renderer must sign: give it --signing-key")
+
+	// A new renderer key finds none of its own commits: it starts only from an adopted one.
+	other, _, err := trust.LoadOrCreateSigner(filepath.Join(dir, "renderer-2"), "renderer")
+	require.NoError(t, err)
+	rotated := s.refs.renderer(other)
+	_, err = rotated.once(context.Background())
+	require.ErrorContains(t, err, "give --adopt-rendered <commit>")
+	rotated.sources.Adopt = s.rendered().Head()
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
+	s.discover()
+	_, err = rotated.once(context.Background())
+	require.NoError(t, err)
+	require.Contains(t, s.podsText(), "bar1")
+
+	// A person's unsigned commit stops the source, unless the branch is declared protected
+	// (by a signed commit).
+	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
+	unsignedCommit := s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "unsigned bump")
+	out, err = rotated.once(context.Background())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "main: commit "+unsignedCommit[:12]+" is not signed by a person")
+	require.NotContains(t, s.podsText(), "nginx:1.27-alpine")
+	s.srv.SetRef("main", s.srv.Log()[1].Hash)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.TrustPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Trust\nspec:\n  sourceBranch: protected\n"}, nil, "the host protects main")
+	s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "a reviewed merge")
+	out, err = rotated.once(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.plan(out), "declares the branch protected by its host")
+	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+}
