@@ -19,7 +19,7 @@ var files embed.FS
 // PlaceholderURL is the repository URL the manifests carry until it is set.
 const PlaceholderURL = "https://git.example.com/fleet/edge.git"
 
-var branchField = regexp.MustCompile(`(?m)^(\s*(?:branch|revision|targetRevision): )main$`)
+var branchField = regexp.MustCompile(`(?m)^(\s*(?:branch|revision|targetRevision): )gitbroker/rendered$`)
 
 // Objects returns the files of folder ("flux" or "argocd"), keyed by their
 // name in it, with the repository URL and branch set (quoted, so any value

@@ -18,7 +18,7 @@ func TestObjectsSetURLAndBranch(t *testing.T) {
 		for name, data := range objs {
 			text := string(data)
 			require.NotContains(t, text, PlaceholderURL, "%s/%s", folder, name)
-			require.NotRegexp(t, `(?m)^\s*(branch|revision|targetRevision): main$`, text, "%s/%s", folder, name)
+			require.NotRegexp(t, `(?m)^\s*(branch|revision|targetRevision): gitbroker/rendered$`, text, "%s/%s", folder, name)
 			// Quoted values stay one YAML string, whatever they hold.
 			var doc map[string]any
 			require.NoError(t, yaml.Unmarshal(data, &doc), "%s/%s", folder, name)

@@ -226,6 +226,9 @@ func (a *AllowedSigners) Principals(sig *Signature, when time.Time) []string {
 	return out
 }
 
+// Empty reports whether the file enrolls nobody (only comments and blank lines).
+func (a *AllowedSigners) Empty() bool { return len(a.entries) == 0 }
+
 // Enrolled reports whether any line names principal and is valid at when, whatever its key:
 // a node still enrolled keeps its last verified inventory while its ref is missing.
 func (a *AllowedSigners) Enrolled(principal string, when time.Time) bool {

@@ -142,6 +142,9 @@ func modeAt(s gitsync.Snapshot) mode {
 	if err != nil {
 		return mode{err: err}
 	}
+	if a.Empty() {
+		return mode{} // enrolls nobody yet: nothing to verify against
+	}
 	m := mode{allowed: a}
 	if data, err := s.ReadFile(TrustPath); err == nil {
 		var ts trustSettings
@@ -261,7 +264,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	in.Verified = m.allowed != nil
 	switch {
 	case m.allowed == nil:
-		in.Trust = fmt.Sprintf("unverified: %s has no %s, so every writer's commits are rendered as they are", s.SourceBranch, AllowedSignersPath)
+		in.Trust = fmt.Sprintf("unverified: %s has no %s that enrolls anyone, so every writer's commits are rendered as they are", s.SourceBranch, AllowedSignersPath)
 	case m.protected:
 		in.Trust = fmt.Sprintf("verified: node, recorder and renderer signatures checked against %s; people's commits on %s are trusted because %s declares the branch protected by its host", AllowedSignersPath, s.SourceBranch, TrustPath)
 	default:

@@ -12,6 +12,7 @@ import (
 	"github.com/gitbroker/gitbroker/deploy"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/templates"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 const (
@@ -82,7 +83,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.Flux, flagFlux, false, "add flux/: the Flux GitRepository and Kustomization for this repository")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, deploy.PlaceholderURL, "the repository's URL, as Flux or Argo CD will fetch it")
-	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, "main", "the branch Flux or Argo CD applies")
+	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }
 

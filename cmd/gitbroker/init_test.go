@@ -21,7 +21,7 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stderr, "cd "+dir+" && git init -b main && git add -A", "init says how the folder becomes a repository")
 	for _, p := range []string{"README.md", "gitbroker.yaml", "configurations/akri-debug-echo.yaml", "rendered/kustomization.yaml",
-		"inventory/.gitkeep", "status/jobs/.gitkeep",
+		"inventory/.gitkeep", "status/jobs/.gitkeep", ".gitbroker/allowed_signers",
 		"flux/kustomization.yaml", "flux/gitrepository.yaml", "flux/rendered.yaml", "argocd/applicationset.yaml", "argocd/application.yaml"} {
 		require.FileExists(t, filepath.Join(dir, p))
 		require.Contains(t, out, "wrote "+p)
