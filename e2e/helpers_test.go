@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 var (
@@ -160,9 +161,13 @@ func waitFluxApplied(t *testing.T, srv *gitsynctest.Server) {
 func waitFluxAppliedIn(t *testing.T, srv *gitsynctest.Server, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, 4*time.Minute, "Flux to apply the branch head", func() (bool, string) {
+	srv = srv.On(verify.RenderedBranch)
+	eventually(t, 4*time.Minute, "Flux to apply the rendered branch's head", func() (bool, string) {
 		head := srv.Head()
-		rev := "main@sha1:" + head
+		if head == "" {
+			return false, "nothing rendered yet"
+		}
+		rev := verify.RenderedBranch + "@sha1:" + head
 		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Get(ctx, "gitbroker", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -20,6 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // The scenario's timing: every interval the loop waits on. A device's
@@ -45,8 +48,11 @@ const (
 // loop is the running system: the git server, the agents, the renderer
 // and (once started) the recorder.
 type loop struct {
-	t        *testing.T
-	srv      *gitsynctest.Server
+	t   *testing.T
+	srv *gitsynctest.Server
+	// keys are the writers' signing keys by principal; person signs people's commits.
+	keys     map[string]string
+	allowed  string
 	avail    map[string]string // node -> debugEcho availability file
 	renderer *gbProcess        // the replica holding the Lease
 	standby  *gbProcess
@@ -54,13 +60,32 @@ type loop struct {
 }
 
 // TestLoop runs the whole loop on the cluster: people's Configurations,
-// three nodes' agents, the renderer and the recorder writing to one
-// repository, and Flux applying it, with each step observed in the cluster.
+// three nodes' agents, the renderer and the recorder each writing its own ref
+// of one repository and signing, .gitbroker/allowed_signers enrolling them,
+// and Flux applying gitbroker/rendered, with each step observed in the cluster.
 func TestLoop(t *testing.T) {
 	ctx := context.Background()
 	l := startLoop(t)
 
 	var formatJobs, firstFirmware map[string]types.UID
+
+	t.Run("every writer signs and the renderer verified every input", func(t *testing.T) {
+		rendered := l.srv.On(verify.RenderedBranch)
+		eventually(t, time.Minute, "a render of all three nodes", func() (bool, string) {
+			meta, _ := rendered.File(render.MetadataPath)
+			w := render.ParseMetadata([]byte(meta)).Writers
+			return len(w) == len(nodes), fmt.Sprintf("accepted tips: %v", w)
+		})
+		require.Zero(t, l.renderer.metric(t, "gitbroker_renderer_untrusted_inputs"))
+		out, err := l.srv.VerifyCommit(rendered.Head(), l.allowed)
+		require.NoError(t, err, out)
+		require.Contains(t, out, `Good "git" signature for renderer`)
+		for _, n := range nodes {
+			out, err := l.srv.VerifyCommit(l.srv.On(verify.InventoryBranch(n)).Head(), l.allowed)
+			require.NoError(t, err, out)
+			require.Contains(t, out, `Good "git" signature for node:`+n)
+		}
+	})
 
 	t.Run("broker Pods and Services", func(t *testing.T) {
 		eventually(t, 3*time.Minute, "a running broker Pod per node and device", func() (bool, string) {
@@ -129,7 +154,7 @@ func TestLoop(t *testing.T) {
 	t.Run("a changed Configuration waits for the previous runs to be recorded", func(t *testing.T) {
 		cfg := l.file(t, "configurations/plc-firmware.yaml")
 		require.Contains(t, cfg, `FIRMWARE_VERSION: "4.2.0"`)
-		changed = l.srv.Commit(map[string]string{
+		changed = l.commit(map[string]string{
 			"configurations/plc-firmware.yaml": strings.Replace(cfg, `"4.2.0"`, `"4.3.0"`, 1),
 		}, nil, "plc-firmware: 4.3.0")
 		l.waitRendered(t, changed)
@@ -143,7 +168,7 @@ func TestLoop(t *testing.T) {
 		// Jobs to history/ and starts what waited on them.
 		eventually(t, 3*time.Minute, "the first runs recorded and moved to history/", func() (bool, string) {
 			for name := range merge(formatJobs, firstFirmware) {
-				if _, ok := l.srv.File("status/jobs/plant/" + name + ".yaml"); !ok {
+				if _, ok := l.srv.On(verify.StatusBranch).File("status/jobs/plant/" + name + ".yaml"); !ok {
 					return false, name + " not recorded"
 				}
 				if l.historyFile(name) == "" {
@@ -155,7 +180,7 @@ func TestLoop(t *testing.T) {
 			}
 			return true, ""
 		})
-		record, _ := l.srv.File("status/jobs/plant/" + firstKey(formatJobs) + ".yaml")
+		record, _ := l.srv.On(verify.StatusBranch).File("status/jobs/plant/" + firstKey(formatJobs) + ".yaml")
 		require.Contains(t, record, "outcome: Succeeded")
 		require.Contains(t, record, "renderedFrom: ")
 
@@ -236,7 +261,7 @@ func TestLoop(t *testing.T) {
 			}
 			return true, ""
 		})
-		inv, _ := l.srv.File("inventory/edge-3.yaml")
+		inv, _ := l.srv.On(verify.InventoryBranch("edge-3")).File("inventory/edge-3.yaml")
 		require.NotContains(t, inv, "id: ", "edge-3's inventory lists no device")
 		waitFluxApplied(t, l.srv)
 		require.Equal(t, before, merge(uids(l.jobs(ctx, firmware)), uids(l.jobs(ctx, format))), "finished Jobs stay")
@@ -249,7 +274,7 @@ func TestLoop(t *testing.T) {
 		var inInventory, rendered time.Duration
 		eventually(t, 3*time.Minute, "edge-3's Pods back", func() (bool, string) {
 			if inInventory == 0 {
-				if inv, _ := l.srv.File("inventory/edge-3.yaml"); strings.Contains(inv, "id: foo0") {
+				if inv, _ := l.srv.On(verify.InventoryBranch("edge-3")).File("inventory/edge-3.yaml"); strings.Contains(inv, "id: foo0") {
 					inInventory = time.Since(start)
 				}
 			}
@@ -290,7 +315,7 @@ func TestLoop(t *testing.T) {
 		for _, p := range l.pods(ctx, "default", echoConfig) {
 			old[p.Name] = p.UID
 		}
-		l.srv.Commit(map[string]string{
+		l.commit(map[string]string{
 			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "  capacity: 2", "  capacity: 2\n  brokerProperties:\n    RESOLUTION: 1080p", 1),
 		}, nil, "akri-debug-echo: 1080p")
 		eventually(t, 3*time.Minute, "every broker Pod re-created with the new env, running", func() (bool, string) {
@@ -310,7 +335,7 @@ func TestLoop(t *testing.T) {
 		before := l.settled(t)
 		cfg := l.file(t, "configurations/akri-debug-echo.yaml")
 		seen := len(logLines(t, l.renderer.Log))
-		l.srv.Commit(map[string]string{
+		l.commit(map[string]string{
 			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "image: ", "imagePulPolicy: Always\n        image: ", 1),
 		}, nil, "akri-debug-echo: a typo")
 		line := l.waitInvalid(t, seen, "configurations/akri-debug-echo.yaml")
@@ -319,7 +344,7 @@ func TestLoop(t *testing.T) {
 		waitFluxApplied(t, l.srv)
 		require.Equal(t, before, l.state(ctx))
 		// Restore it, so later steps start from valid inputs.
-		l.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": cfg}, nil, "akri-debug-echo: fix the typo")
+		l.commit(map[string]string{"configurations/akri-debug-echo.yaml": cfg}, nil, "akri-debug-echo: fix the typo")
 	})
 
 	t.Run("ttlSecondsAfterFinished is refused", func(t *testing.T) {
@@ -329,13 +354,13 @@ func TestLoop(t *testing.T) {
 		ttl := strings.NewReplacer("name: plc-firmware", "name: plc-firmware-ttl", "backoffLimit: 2", "backoffLimit: 2\n      ttlSecondsAfterFinished: 600").Replace(cfg)
 		require.Contains(t, ttl, "ttlSecondsAfterFinished")
 		seen := len(logLines(t, l.renderer.Log))
-		l.srv.Commit(map[string]string{"configurations/plc-firmware-ttl.yaml": ttl}, nil, "plc-firmware-ttl")
+		l.commit(map[string]string{"configurations/plc-firmware-ttl.yaml": ttl}, nil, "plc-firmware-ttl")
 		line := l.waitInvalid(t, seen, "configurations/plc-firmware-ttl.yaml")
 		require.Contains(t, line, "configurations/plc-firmware-ttl.yaml")
 		require.Contains(t, line, "ttlSecondsAfterFinished")
 		waitFluxApplied(t, l.srv)
 		require.Empty(t, l.jobs(ctx, "plc-firmware-ttl"))
-		for _, f := range l.srv.Files() {
+		for _, f := range l.srv.On(verify.RenderedBranch).Files() {
 			if strings.HasPrefix(f, "rendered/") || strings.HasPrefix(f, "history/") {
 				require.NotContains(t, f, "plc-firmware-ttl", "nothing rendered for the refused Configuration")
 			}
@@ -351,7 +376,7 @@ func TestLoop(t *testing.T) {
 		require.NoError(t, err, "the leader stops cleanly on SIGTERM")
 		cfg := l.file(t, "configurations/akri-debug-echo.yaml")
 		require.Contains(t, cfg, "RESOLUTION: 1080p")
-		l.srv.Commit(map[string]string{
+		l.commit(map[string]string{
 			"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "\n  brokerProperties:\n    RESOLUTION: 1080p", "", 1),
 		}, nil, "akri-debug-echo: back to the default resolution")
 		eventually(t, time.Minute, "the standby to lead and render", func() (bool, string) {
@@ -408,7 +433,17 @@ func startLoop(t *testing.T) *loop {
 	settings, err := os.ReadFile("testdata/gitbroker.yaml")
 	require.NoError(t, err)
 	files["gitbroker.yaml"] = string(settings)
-	l := &loop{t: t, srv: gitsynctest.NewServer(t, "main", files), avail: map[string]string{}}
+	l := &loop{t: t, srv: gitsynctest.NewServer(t, "main", files), avail: map[string]string{}, keys: map[string]string{}}
+	// Every writer and a person get a key; a person's signed commit enrolls them all.
+	keys := t.TempDir()
+	for _, p := range append([]string{"renderer", "recorder", "alice@example.com"}, nodePrincipals(nodes)...) {
+		f := filepath.Join(keys, strings.ReplaceAll(p, ":", "-"), "signing-key")
+		k, _, err := trust.LoadOrCreateSigner(f, p)
+		require.NoError(t, err)
+		l.keys[p] = f
+		l.allowed += k.AllowedSignersLine(p) + "\n"
+	}
+	l.commit(map[string]string{".gitbroker/allowed_signers": l.allowed}, nil, "enroll the writers")
 
 	// Flux's objects are deploy/flux's, pointed at this server and fetching
 	// often.
@@ -424,7 +459,7 @@ func startLoop(t *testing.T) *loop {
 		require.NoError(t, cluster.AddNode(ctx, n))
 		l.avail[n] = filepath.Join(t.TempDir(), "availability")
 		startGitbroker(t, "agent-"+n, "agent started", "agent",
-			"--git", l.srv.URL(), "--branch", "main", "--node", n,
+			"--git", l.srv.URL(), "--branch", "main", "--node", n, "--signing-key", l.keys[trust.NodePrincipal(n)],
 			"--interval", agentInterval.String(),
 			"--grace-period", graceVanished.String(), "--local-grace-period", graceVanished.String(),
 			"--debug-echo-shared=false", "--debug-echo-availability-file", l.avail[n],
@@ -438,7 +473,7 @@ func startLoop(t *testing.T) *loop {
 	var replicas []*gbProcess
 	for _, name := range []string{"renderer-a", "renderer-b"} {
 		replicas = append(replicas, startGitbroker(t, name, "renderer started", "render",
-			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
+			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", l.keys["renderer"],
 			"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
 			"--leader-election-lease-duration", "15s", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "1s",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"))
@@ -462,8 +497,21 @@ func (l *loop) startRecorder(t *testing.T) {
 	kubeconfig, err := cluster.ServiceAccountKubeconfig(context.Background(), fleetSystem, "gitbroker-recorder")
 	require.NoError(t, err)
 	l.recorder = startGitbroker(l.t, "recorder", "recorder started", "record",
-		"--git", l.srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms",
+		"--git", l.srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms", "--signing-key", l.keys["recorder"],
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+}
+
+// commit is a person's signed commit on main.
+func (l *loop) commit(files map[string]string, remove []string, message string) string {
+	return l.srv.CommitSigned(l.keys["alice@example.com"], files, remove, message)
+}
+
+func nodePrincipals(nodes []string) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, trust.NodePrincipal(n))
+	}
+	return out
 }
 
 // file is a file at the branch head, which must exist.
@@ -479,7 +527,7 @@ func (l *loop) historyFile(name string) string  { return l.find("history/", name
 func (l *loop) renderedFile(name string) string { return l.find("rendered/", name) }
 
 func (l *loop) find(prefix, name string) string {
-	for _, f := range l.srv.Files() {
+	for _, f := range l.srv.On(verify.RenderedBranch).Files() {
 		if strings.HasPrefix(f, prefix) && strings.Contains(filepath.Base(f), name) {
 			return f
 		}

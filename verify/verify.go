@@ -453,7 +453,11 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 			return err
 		}
 		if why != "" {
-			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: commit %s %s; the node's last verified inventory is kept", ref, short(snap.Commit()), why))
+			kept := "the node's last verified inventory is kept"
+			if _, ok := prev[api.InventoryPath(node)]; !ok {
+				kept = "nothing of this node is rendered"
+			}
+			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: commit %s %s; %s", ref, short(snap.Commit()), why, kept))
 			keep(ref, node)
 			continue
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -24,7 +25,9 @@ func newDemoCommand() *cobra.Command {
 the first render; a Configuration change whose new Job is held behind the running one; Job
 records arriving, which retire Jobs to history/, start the next run and release a Pod waiting
 with after:; and devices vanishing. The agent's and the recorder's writes are simulated by
-editing the repository's files between renders.`,
+editing the repository's files between renders. The last step runs on a real repository in a
+temporary folder (git's file transport): every writer signs, and the renderer renders an
+enrolled node but neither an unenrolled one nor a forgery.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			repo, err := readFS(fixtures.Demo())
@@ -89,7 +92,7 @@ func (d *demo) run() error {
 	for _, p := range d.repo.Owned().Paths() {
 		fmt.Fprintf(d.w, "  %s\n", p)
 	}
-	return nil
+	return d.trustStep(context.Background())
 }
 
 func (d *demo) say(format string, args ...any) {

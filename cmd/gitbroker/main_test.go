@@ -275,9 +275,15 @@ func TestDemo(t *testing.T) {
 		"+ Pod journal-reader-0542ca-pod started",
 		"- Pod akri-debug-echo-3f431e-pod removed",
 		"kept: its device is gone",
+		"== Step 5: Trust",
+		"+ Pod edge-a-akri-debug-echo-8120fe-pod started",
+		"(node:edge-a), not by node:edge-b; nothing of this node is rendered",
+		"which .gitbroker/allowed_signers does not list as node:edge-x",
+		"Inputs: verified",
 	} {
 		require.Contains(t, stdout, want)
 	}
+	require.NotContains(t, stdout, "forged0", "the forged device is never rendered")
 	code, _, _ = gitbroker(t, "check", "--dir", out)
 	require.Equal(t, exitOK, code, "the demo's result is a consistent repository")
 }
