@@ -4,7 +4,9 @@
 // and pushes it with a compare-and-swap on the branch. When the branch moved
 // underneath, it fetches again and calls the writer back to recompute its
 // files on the new head ("recompute, don't rebase"), with jittered
-// exponential backoff bounded in attempts and time.
+// exponential backoff bounded in attempts and time. It also reads many refs
+// in one fetch (the renderer reads every writer's ref) and walks their
+// history with the raw commits a signature is checked against.
 //
 // Nothing here walks a work tree: a commit touches only the trees on the
 // paths it changes, so its cost does not grow with the size of the
