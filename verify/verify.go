@@ -112,6 +112,7 @@ type Inputs struct {
 // mode is how the source branch is trusted at one commit.
 type mode struct {
 	allowed   *trust.AllowedSigners // nil: no allowed_signers, nothing verified
+	people    *trust.KeyRing        // people's OpenPGP keys, for merges a git host signs
 	protected bool                  // the host protects the branch; people's commits need no signature
 	err       error                 // allowed_signers or trust.yaml does not parse
 }
@@ -146,6 +147,18 @@ func modeAt(s gitsync.Snapshot) mode {
 		return mode{} // enrolls nobody yet: nothing to verify against
 	}
 	m := mode{allowed: a}
+	keys, err := s.Files(TrustedKeysDir)
+	if err != nil {
+		return mode{err: err}
+	}
+	for p := range keys {
+		if !strings.HasSuffix(p, ".asc") {
+			delete(keys, p)
+		}
+	}
+	if m.people, err = trust.ParseKeyRing(keys); err != nil {
+		return mode{err: err}
+	}
 	if data, err := s.ReadFile(TrustPath); err == nil {
 		var ts trustSettings
 		if err := yaml.UnmarshalStrict(data, &ts); err != nil {
@@ -358,7 +371,7 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			if err != nil {
 				return nil, mode{}, err
 			}
-			if err := person(tipMode.allowed, c); err != nil {
+			if err := person(tipMode, c); err != nil {
 				return nil, mode{}, fmt.Errorf("%s: the first verified render needs its head %s signed by a person in its own %s: %v", s.SourceBranch, short(tip.Commit()), AllowedSignersPath, err)
 			}
 		}
@@ -390,7 +403,7 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			return cur, curMode, nil
 		}
 		if curMode.allowed != nil && !curMode.protected {
-			if err := person(curMode.allowed, c); err != nil {
+			if err := person(curMode, c); err != nil {
 				reject(c.Hash, "is not signed by a person: "+err.Error())
 				return cur, curMode, nil
 			}
@@ -409,10 +422,17 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 	return cur, curMode, nil
 }
 
-// person checks that a person signed c. A commit's own time is the signer's claim; a source
-// commit is checked at that time, as git verify-commit does, since people's keys are listed
-// without certificates that expire.
-func person(a *trust.AllowedSigners, c *gitsync.Commit) error {
+// person checks that a person signed c: with an SSH key allowed_signers lists as a person, or
+// with an OpenPGP key of .gitbroker/trusted-keys/ (git hosts sign the merges they make so). A
+// commit's own time is the signer's claim; a source commit is checked at that time, as git
+// verify-commit does, since people's keys are listed without certificates that expire.
+func person(m mode, c *gitsync.Commit) error {
+	payload, armored := trust.SplitSignedCommit(c.Raw)
+	if trust.IsOpenPGP(armored) {
+		_, err := m.people.Verify(payload, armored, c.When)
+		return err
+	}
+	a := m.allowed
 	ps, err := signers(a, c, c.When)
 	if err != nil {
 		return err

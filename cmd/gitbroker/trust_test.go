@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes/fake"
@@ -355,4 +357,62 @@ func TestVerificationModes(t *testing.T) {
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Contains(t, s.plan(out), "declares the branch protected by its host")
 	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+}
+
+// pgpSigner signs commits with an OpenPGP key, as a git host signs the merges it makes.
+type pgpSigner struct{ e *openpgp.Entity }
+
+func (p pgpSigner) Sign(payload []byte) ([]byte, error) {
+	var b bytes.Buffer
+	if err := openpgp.ArmoredDetachSign(&b, p.e, bytes.NewReader(payload), nil); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func armoredPublic(t *testing.T, e *openpgp.Entity) string {
+	var b bytes.Buffer
+	w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Serialize(w))
+	require.NoError(t, w.Close())
+	return b.String()
+}
+
+// A merge the git host signed with its OpenPGP key is a person's commit when the key is in
+// .gitbroker/trusted-keys/; one signed by any other OpenPGP key stops the source.
+func TestOpenPGPMerges(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+
+	host, err := openpgp.NewEntity("GitHub", "web-flow commit signing", "noreply@github.com", nil)
+	require.NoError(t, err)
+	other, err := openpgp.NewEntity("Mallory", "", "mallory@example.com", nil)
+	require.NoError(t, err)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.TrustedKeysDir + "/github.asc": armoredPublic(t, host)}, nil, "trust the host's merges")
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+
+	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
+	merge := func(signer *openpgp.Entity, image string) string {
+		r := s.refs.open("main", gitsync.WithSigner(pgpSigner{signer}))
+		res, err := r.Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+			return &gitsync.Change{Owned: []string{"configurations/akri-debug-echo.yaml"},
+				Files:   map[string][]byte{"configurations/akri-debug-echo.yaml": []byte(strings.Replace(cfg, "nginx:stable-alpine", image, 1))},
+				Message: "Merge pull request #7", Author: gitsync.Signature{Name: "GitHub", Email: "noreply@github.com", When: time.Now()}}, nil
+		})
+		require.NoError(t, err)
+		return res.Commit
+	}
+	merge(host, "nginx:1.27-alpine")
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+
+	bad := merge(other, "attacker/miner:latest")
+	out = s.renderTrust()
+	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "main: commit "+bad[:12]+" is not signed by a person: OpenPGP signature does not verify")
+	require.NotContains(t, s.podsText(), "attacker/miner")
 }
