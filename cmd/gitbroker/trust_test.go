@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -415,4 +416,29 @@ func TestOpenPGPMerges(t *testing.T) {
 	out = s.renderTrust()
 	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "main: commit "+bad[:12]+" is not signed by a person: OpenPGP signature does not verify")
 	require.NotContains(t, s.podsText(), "attacker/miner")
+}
+
+// With --inventory-git the node refs live in a repository of their own: the agent needs no
+// credential that writes the main one, and the renderer reads the nodes from there.
+func TestInventoryRepository(t *testing.T) {
+	main := gitsynctest.NewServer(t, "main", map[string]string{"configurations/echo.yaml": echoConfiguration})
+	inv := gitsynctest.NewServer(t, "unused", nil, gitsynctest.WithAuth(agentUser, agentPassword))
+	pw := filepath.Join(t.TempDir(), "password")
+	require.NoError(t, os.WriteFile(pw, []byte(agentPassword), 0o600))
+	code, stdout, stderr := gitbroker(t, "agent", "--git", main.URL(), "--inventory-git", inv.URL(),
+		"--inventory-git-username", agentUser, "--inventory-git-password-file", pw,
+		"--node", "edge-a", "--once", "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "committed")
+	require.ElementsMatch(t, []string{"main"}, main.Branches(), "nothing is written to the main repository")
+	require.ElementsMatch(t, []string{verify.InventoryBranch("edge-a")}, inv.Branches())
+
+	code, stdout, stderr = gitbroker(t, "render", "--git", main.URL(), "--inventory-git", inv.URL(),
+		"--inventory-git-username", agentUser, "--inventory-git-password-file", pw)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "Pod edge-a-")
+	file, ok := main.On(verify.RenderedBranch).File(api.InventoryPath("edge-a"))
+	require.True(t, ok)
+	require.Contains(t, file, "foo0")
+	require.NotContains(t, stderr, agentPassword)
 }
