@@ -62,6 +62,10 @@ const (
 	// that it never replaces the flux-system GitRepository that Flux's bootstrap creates.
 	DefaultFluxNamespace = "flux-system"
 	DefaultFluxSource    = "gitbroker"
+	// DefaultFluxServiceAccount is the account every rendered Flux Kustomization applies as:
+	// deploy/flux's, which may touch only Pods, Jobs and Services in the broker namespaces an
+	// administrator granted it (deploy/applier).
+	DefaultFluxServiceAccount = "gitbroker-applier"
 )
 
 // Configuration is Akri's Configuration (akri.sh/v0), accepted unchanged, or gitbroker's
@@ -239,6 +243,10 @@ type FluxSettings struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// Wait for the applied objects to become ready (default false: Jobs may run for long).
 	Wait bool `json:"wait,omitempty"`
+	// ServiceAccountName is the ServiceAccount, in Namespace, that kustomize-controller
+	// impersonates to apply each folder (default gitbroker-applier): what a rendered folder may
+	// create is what its Roles allow, not what the controller may.
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // FluxSourceRef names the Flux source the Kustomizations build from.

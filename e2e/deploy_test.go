@@ -68,8 +68,15 @@ func TestDeployManifests(t *testing.T) {
 	})
 	t.Run("flux", func(t *testing.T) {
 		objs := build(t, "../deploy/flux")
-		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1}, kinds(objs))
+		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 2, "Role": 1, "RoleBinding": 1, "ClusterRole": 1}, kinds(objs))
 		dryRun(t, objs)
+		applier, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
+		require.NoError(t, err)
+		binding, err := Objects(applier)
+		require.NoError(t, err)
+		require.Len(t, binding, 1)
+		binding[0].SetNamespace("gitbroker-system")
+		dryRun(t, binding)
 	})
 	t.Run("argocd", func(t *testing.T) {
 		dryRunFiles(t, "../deploy/argocd/applicationset.yaml", "../deploy/argocd/application.yaml")

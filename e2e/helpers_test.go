@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/blake2b"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -201,4 +202,54 @@ func readyCondition(obj *unstructured.Unstructured) (bool, string) {
 		}
 	}
 	return false, "no Ready condition"
+}
+
+// applyFlux applies deploy/flux's objects in the Flux namespace ns, with the GitRepository on
+// url, fetching every sourceInterval, and verifying the renderer's commits with the public key
+// in rendererPub; and binds its gitbroker-applier in each broker namespace with
+// deploy/applier's RoleBinding, as an administrator would.
+func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...string) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := os.ReadFile(rendererPub)
+	require.NoError(t, err)
+	_, err = cluster.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-verify", Namespace: ns},
+		Data:       map[string][]byte{"renderer.sshpub": pub},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, obj := range build(t, "../deploy/flux") {
+		if obj.GetNamespace() != "" {
+			obj.SetNamespace(ns)
+		}
+		switch obj.GetKind() {
+		case "GitRepository":
+			obj.Object["spec"].(map[string]any)["url"] = url
+			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
+		case "RoleBinding":
+			retarget(obj, ns)
+		}
+		require.NoError(t, cluster.ApplyObject(ctx, obj))
+	}
+	data, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
+	require.NoError(t, err)
+	for _, bns := range brokerNamespaces {
+		objs, err := Objects(data)
+		require.NoError(t, err)
+		require.Len(t, objs, 1)
+		objs[0].SetNamespace(bns)
+		retarget(objs[0], ns)
+		require.NoError(t, cluster.ApplyObject(ctx, objs[0]))
+	}
+}
+
+// retarget moves a RoleBinding's ServiceAccount subjects to the Flux namespace ns.
+func retarget(obj *unstructured.Unstructured, ns string) {
+	subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+	for _, s := range subjects {
+		if m, ok := s.(map[string]any); ok && m["kind"] == "ServiceAccount" {
+			m["namespace"] = ns
+		}
+	}
+	_ = unstructured.SetNestedSlice(obj.Object, subjects, "subjects")
 }

@@ -445,15 +445,9 @@ func startLoop(t *testing.T) *loop {
 	}
 	l.commit(map[string]string{".gitbroker/allowed_signers": l.allowed}, nil, "enroll the writers")
 
-	// Flux's objects are deploy/flux's, pointed at this server and fetching
-	// often.
-	for _, obj := range build(t, "../deploy/flux") {
-		if obj.GetKind() == "GitRepository" {
-			obj.Object["spec"].(map[string]any)["url"] = l.srv.URL()
-			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
-		}
-		require.NoError(t, cluster.ApplyObject(ctx, obj))
-	}
+	// Flux's objects are deploy/flux's, pointed at this server, fetching often, and verifying
+	// the renderer's signature; its applier is granted the two broker namespaces.
+	applyFlux(t, FluxNamespace, l.srv.URL(), l.keys["renderer"]+".pub", "default", "plant")
 
 	for _, n := range nodes {
 		require.NoError(t, cluster.AddNode(ctx, n))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
 )
 
 // Two nodes that both see one device: a Job broker and a Pod broker on it.
@@ -95,15 +97,11 @@ spec:
     - {name: http, port: 80, targetPort: 80}
 `,
 	})
-	// deploy/flux's objects, in a Flux namespace of this test's.
-	for _, obj := range build(t, "../deploy/flux") {
-		obj.SetNamespace(sharedFluxNamespace)
-		if obj.GetKind() == "GitRepository" {
-			obj.Object["spec"].(map[string]any)["url"] = srv.URL()
-			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
-		}
-		require.NoError(t, cluster.ApplyObject(ctx, obj))
-	}
+	// deploy/flux's objects, in a Flux namespace of this test's, verifying the renderer's key.
+	key := filepath.Join(t.TempDir(), "renderer")
+	_, _, err := trust.LoadOrCreateSigner(key, "renderer")
+	require.NoError(t, err)
+	applyFlux(t, sharedFluxNamespace, srv.URL(), key+".pub", sharedNamespace)
 	for _, n := range sharedNodes {
 		require.NoError(t, cluster.AddNode(ctx, n))
 		startGitbroker(t, "agent-"+n, "agent started", "agent",
@@ -112,7 +110,7 @@ spec:
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	}
 	startGitbroker(t, "renderer-shared", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(),
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", key,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 
 	t.Run("the Job is created and runs on one of the nodes", func(t *testing.T) {

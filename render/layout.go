@@ -73,6 +73,8 @@ type fluxSpec struct {
 	Prune         bool          `json:"prune"`
 	Wait          bool          `json:"wait"`
 	SourceRef     fluxSourceRef `json:"sourceRef"`
+	// ServiceAccountName is the account kustomize-controller impersonates to apply the folder.
+	ServiceAccountName string `json:"serviceAccountName"`
 }
 
 type fluxSourceRef struct {
@@ -149,13 +151,14 @@ func (p *pass) layout() {
 			Metadata: metav1.ObjectMeta{Name: name, Namespace: f.Namespace, Labels: map[string]string{
 				LabelManagedBy: ManagedByGitbroker, LabelConfiguration: parts[1]}},
 			Spec: fluxSpec{
-				Interval:      durationOr(f.Interval, 10*time.Minute),
-				RetryInterval: durationOr(f.RetryInterval, 2*time.Minute),
-				Timeout:       durationOr(f.Timeout, 5*time.Minute),
-				Path:          "./" + d,
-				Prune:         true,
-				Wait:          f.Wait,
-				SourceRef:     fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
+				Interval:           durationOr(f.Interval, 10*time.Minute),
+				RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
+				Timeout:            durationOr(f.Timeout, 5*time.Minute),
+				Path:               "./" + d,
+				Prune:              true,
+				Wait:               f.Wait,
+				SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
+				ServiceAccountName: f.ServiceAccountName,
 			},
 		}
 		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
