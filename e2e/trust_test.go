@@ -134,7 +134,7 @@ func TestClusterTrust(t *testing.T) {
 	t.Run("a head pushed with a node's key is not applied", func(t *testing.T) {
 		good := rendered.Head()
 		bad := push(node, map[string]string{
-			folder("cam-a") + "pod-planted.yaml":  plantPod("planted"),
+			folder("cam-a") + "pod-planted.yaml":   plantPod("planted"),
 			folder("cam-a") + "kustomization.yaml": withResource(kustomization("cam-a"), "pod-planted.yaml"),
 		})
 		eventually(t, 2*time.Minute, "the GitRepository to refuse the node's commit", func() (bool, string) {

@@ -43,8 +43,9 @@ var Selector = render.LabelManagedBy + "=" + render.ManagedByGitbroker
 type Options struct {
 	Client kubernetes.Interface
 	Store  gitsync.Store
-	// Namespace limits the watch to one namespace; "" watches all.
-	Namespace string
+	// Namespaces limits the watch to these namespaces (the broker namespaces), so the recorder
+	// needs a Role in each instead of a ClusterRole; empty watches all.
+	Namespaces []string
 	// Batch is how long the recorder waits after a Job finishes for others
 	// to finish too, so Jobs finishing together land in one commit.
 	Batch time.Duration
@@ -107,22 +108,30 @@ func (r *Recorder) Pending() int {
 
 // Run watches Jobs and writes records until ctx ends.
 func (r *Recorder) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(r.opts.Client, 0,
-		informers.WithNamespace(r.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Selector }))
-	inf := factory.Batch().V1().Jobs().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { r.observe(obj) },
-		UpdateFunc: func(_, obj any) { r.observe(obj) },
-	}); err != nil {
-		return fmt.Errorf("watching Jobs: %w", err)
+	namespaces := r.opts.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	var synced []cache.InformerSynced
+	for _, ns := range namespaces {
+		factory := informers.NewSharedInformerFactoryWithOptions(r.opts.Client, 0,
+			informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Selector }))
+		inf := factory.Batch().V1().Jobs().Informer()
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { r.observe(obj) },
+			UpdateFunc: func(_, obj any) { r.observe(obj) },
+		}); err != nil {
+			return fmt.Errorf("watching Jobs: %w", err)
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
-	r.opts.Log.Info("watching broker Jobs", "selector", Selector, "namespace", r.opts.Namespace)
+	r.opts.Log.Info("watching broker Jobs", "selector", Selector, "namespaces", r.opts.Namespaces)
 	for {
 		if err := r.Flush(ctx); err != nil {
 			if ctx.Err() != nil {

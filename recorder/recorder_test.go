@@ -218,3 +218,29 @@ func TestUnrecordableJobDoesNotBlock(t *testing.T) {
 	_, ok := srv.File("status/jobs/plant/fw-odd-job.yaml")
 	require.False(t, ok)
 }
+
+// With Namespaces the recorder watches only those namespaces, so it needs a Role in each and no
+// ClusterRole; a broker Job elsewhere is not its business.
+func TestRecordsOnlyItsNamespaces(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
+	elsewhere := succeeded(job("fw-elsewhere-job"))
+	elsewhere.Namespace = "other"
+	kitchen := succeeded(job("fw-kitchen-job"))
+	kitchen.Namespace = "kitchen"
+	client := fake.NewClientset(succeeded(job("fw-a-job")), elsewhere, kitchen)
+	repo, err := gitsync.New(srv.URL(), "main")
+	require.NoError(t, err)
+	r, err := recorder.New(recorder.Options{Client: client, Store: repo, Namespaces: []string{"plant", "kitchen"},
+		Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFile(t, srv, api.JobRecordPath("plant", "fw-a-job"))
+	waitFile(t, srv, api.JobRecordPath("kitchen", "fw-kitchen-job"))
+	require.Eventually(t, r.Ready, 20*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	_, ok := srv.File(api.JobRecordPath("other", "fw-elsewhere-job"))
+	require.False(t, ok, "a namespace it was not given")
+}

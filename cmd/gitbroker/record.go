@@ -55,7 +55,7 @@ type recordOptions struct {
 	Endpoints   endpointOptions
 	Log         logger.Options
 	Kube        kubeOptions
-	Namespace   string
+	Namespaces  []string
 	Batch       time.Duration
 	AuthorName  string
 	AuthorEmail string
@@ -68,7 +68,7 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
-	fs.StringVar(&o.Namespace, flagNamespace, "", "Watch Jobs in this namespace only; default all namespaces.")
+	fs.StringSliceVar(&o.Namespaces, flagNamespace, nil, "Watch Jobs in these namespaces only (the broker namespaces; repeatable or comma-separated), so a Role in each replaces the ClusterRole; default all namespaces.")
 	fs.DurationVar(&o.Batch, flagBatch, 2*time.Second, "After a Job finishes, wait this long for others, so Jobs finishing together land in one commit.")
 	fs.StringVar(&o.AuthorName, flagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
 	fs.StringVar(&o.AuthorEmail, flagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
@@ -114,14 +114,14 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	}
 	reg := prometheus.NewRegistry()
 	r, err := recorder.New(recorder.Options{
-		Client:    client,
-		Store:     repo,
-		Namespace: o.Namespace,
-		Batch:     o.Batch,
-		Timeout:   o.Git.PushTimeout + time.Minute,
-		Author:    gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
-		Log:       log,
-		Metrics:   recorder.NewMetrics(reg),
+		Client:     client,
+		Store:      repo,
+		Namespaces: o.Namespaces,
+		Batch:      o.Batch,
+		Timeout:    o.Git.PushTimeout + time.Minute,
+		Author:     gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
+		Log:        log,
+		Metrics:    recorder.NewMetrics(reg),
 	})
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
