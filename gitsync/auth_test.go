@@ -242,3 +242,32 @@ func TestSSHWithKnownHosts(t *testing.T) {
 		require.NotContains(t, err.Error(), "n0t-the-Passphrase")
 	})
 }
+
+// An SSH fetch is bounded like an HTTP one: past --git-max-fetch-bytes it fails with
+// ErrTooLarge instead of reading the pack into memory.
+func TestSSHFetchLimit(t *testing.T) {
+	pub, key := newKey(t, "")
+	url, knownHosts := sshServer(t, pub)
+	auth := gitsync.Auth{SSHKey: key, SSHKnownHosts: knownHosts}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := gitsync.New(url, "main", gitsync.WithAuth(auth), fastBackoff(), gitsync.WithCreateBranch())
+	require.NoError(t, err)
+	big := make([]byte, 256<<10)
+	_, _ = rand.Read(big)
+	_, err = r.Update(ctx, write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": fmt.Sprintf("%x", big)}))
+	require.NoError(t, err)
+
+	small, err := gitsync.New(url, "main", gitsync.WithAuth(auth), fastBackoff(), gitsync.WithLimits(64<<10, 0))
+	require.NoError(t, err)
+	_, err = small.Snapshot(ctx)
+	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+
+	enough, err := gitsync.New(url, "main", gitsync.WithAuth(auth), fastBackoff(), gitsync.WithLimits(4<<20, 0))
+	require.NoError(t, err)
+	snap, err := enough.Snapshot(ctx)
+	require.NoError(t, err)
+	b, err := snap.ReadFile("inventory/edge-a.yaml")
+	require.NoError(t, err)
+	require.Len(t, b, 512<<10)
+}

@@ -50,7 +50,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Branch, FlagBranch, "main", "Branch to read and write.")
 	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
 	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
-	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch over HTTP(S) that would receive more than this many bytes fails instead of reading them into memory.")
+	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch (HTTP(S) or SSH) that would receive more than this many bytes fails instead of reading them into memory.")
 	fs.Int64Var(&o.MaxFileBytes, FlagMaxFileBytes, DefaultMaxFileSize, "Reading a file larger than this from the branch fails instead of reading it into memory.")
 }
 

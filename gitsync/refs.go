@@ -50,7 +50,7 @@ func (r *Repository) Branches(ctx context.Context, names ...string) (map[string]
 		depth = 0
 	}
 	for len(specs) > 0 {
-		err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
+		err := r.fetchContext(ctx, &git.FetchOptions{
 			RemoteName: "origin",
 			RefSpecs:   specs,
 			Depth:      depth,
@@ -214,7 +214,7 @@ func (r *Repository) commitOf(ctx context.Context, branch, hash string, deepen b
 // deepenBranch fetches branch's whole history into the store.
 func (r *Repository) deepenBranch(ctx context.Context, branch string) error {
 	spec := config.RefSpec(fmt.Sprintf("+%s:%s", plumbing.NewBranchReferenceName(branch), plumbing.NewRemoteReferenceName("origin", branch)))
-	err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
+	err := r.fetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
 		Depth:      math.MaxInt32,

@@ -285,7 +285,7 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	if r.deepen {
 		depth = math.MaxInt32
 	}
-	err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), &git.FetchOptions{
+	err := r.fetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
 		Depth:      depth,
