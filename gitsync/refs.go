@@ -372,3 +372,47 @@ func TopLevel(s Snapshot) []string {
 	}
 	return out
 }
+
+// Ref fetches one ref that need not be a branch, such as a pull request's head
+// (refs/pull/7/head on GitHub, refs/merge-requests/7/head on GitLab), and returns its files. A
+// name without "refs/" is a branch.
+func (r *Repository) Ref(ctx context.Context, name string) (Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.ensureStore(); err != nil {
+		return nil, err
+	}
+	src := plumbing.ReferenceName(name)
+	if !strings.HasPrefix(name, "refs/") {
+		src = plumbing.NewBranchReferenceName(name)
+	}
+	if err := src.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid ref %q: %w", name, err)
+	}
+	dst := plumbing.ReferenceName("refs/gitbroker/fetched/" + strings.TrimPrefix(src.String(), "refs/"))
+	err := r.fetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", src, dst))},
+		Depth:      r.depth,
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+	})
+	var noRef git.NoMatchingRefSpecError
+	switch {
+	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+	case errors.As(err, &noRef), errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return nil, fmt.Errorf("%w: %s at %s", ErrNoBranch, name, r.URL())
+	default:
+		return nil, r.redact.wrap(fmt.Errorf("fetching %s from %s: %w", name, r.URL(), err))
+	}
+	ref, err := r.repo.Reference(dst, true)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", name, err)
+	}
+	c, err := r.repo.CommitObject(ref.Hash())
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s of %s: %w", ref.Hash(), name, err)
+	}
+	return snapshotOf(c, r.maxFile)
+}

@@ -74,6 +74,9 @@ type Sources struct {
 	// RendererKey is the public key of the renderer's --signing-key: a commit on the rendered
 	// branch is the renderer's own when this key signed it. Required when allowed_signers exists.
 	RendererKey ssh.PublicKey
+	// AnyListedRenderer, for a plan that holds no renderer key, takes a commit signed by any key
+	// allowed_signers lists as renderer as the renderer's own. A plan writes nothing.
+	AnyListedRenderer bool
 	// Adopt, when set, is a commit of the rendered branch to start from although this key did
 	// not sign it (the first render with verification on an existing branch, or a new key).
 	Adopt string
@@ -249,7 +252,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	// The mode at the source tip decides whether the renderer's own commits must be found; the
 	// mode that governs the walk is the one at the last rendered source commit.
 	tipMode := modeAt(tip)
-	prev, err := previous(ctx, s, rendered, tipMode.allowed != nil || tipMode.err != nil, in)
+	prev, err := previous(ctx, s, rendered, tipMode, in)
 	if err != nil {
 		return nil, err
 	}
@@ -306,26 +309,37 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 
 // previous finds the rendered branch's commit to render on top of: the head, or with
 // verification the newest first-parent commit the renderer's own key signed.
-func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, verifying bool, in *Inputs) (map[string][]byte, error) {
+func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (map[string][]byte, error) {
 	head := rendered.Commit()
 	if head == "" {
 		return map[string][]byte{}, nil
 	}
-	if !verifying {
+	if tip.allowed == nil && tip.err == nil {
 		in.Previous = head
 		return rendered.Files("")
 	}
-	if s.RendererKey == nil {
+	want := ""
+	switch {
+	case s.RendererKey != nil:
+		want = ssh.FingerprintSHA256(s.RendererKey)
+	case s.AnyListedRenderer && tip.allowed != nil:
+		want = "a key " + AllowedSignersPath + " lists as renderer"
+	default:
 		return nil, fmt.Errorf("%s exists on %s, so the renderer must sign: give it --signing-key", AllowedSignersPath, s.SourceBranch)
 	}
-	want := ssh.FingerprintSHA256(s.RendererKey)
 	own := func(c *gitsync.Commit) bool {
 		if c.Hash == s.Adopt {
 			return true
 		}
 		payload, armored := trust.SplitSignedCommit(c.Raw)
 		sig, err := trust.VerifySignature(payload, armored)
-		return err == nil && sig.Fingerprint == want
+		if err != nil {
+			return false
+		}
+		if s.RendererKey == nil {
+			return tip.allowed.Allows(sig, trust.PrincipalRenderer, c.When)
+		}
+		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
 	}
 	if c := gitsync.HeadCommit(rendered); c != nil && own(c) {
 		in.Previous = head

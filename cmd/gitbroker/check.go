@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+
+	"github.com/gitbroker/gitbroker/gitsync"
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
@@ -24,16 +27,36 @@ type checkedFile struct {
 
 func newCheckCommand() *cobra.Command {
 	o := &renderOptions{}
+	ro := &readOptions{}
 	var format string
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Exit 1 when rendered/ or history/ do not match their inputs (a CI gate against hand edits)",
-		Args:  cobra.NoArgs,
+		Long: `Check renders the work tree's inputs in memory and exits 1 when rendered/ or history/ differ
+from what they render to, listing the files. With --git it checks the head of the rendered
+branch (gitbroker/rendered), which carries the inputs it was rendered from: the gate for a
+branch nobody but the renderer should write.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != formatText && format != formatJSON {
 				return exitf(exitInvalid, "--%s must be %s or %s, got %q", flagOutput, formatText, formatJSON, format)
 			}
-			res, err := o.render()
+			renderIt := o.render
+			if ro.remote.Git.URL != "" {
+				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
+					return exitf(exitInvalid, "--%s and --%s are for a work tree; with --%s, check reads the rendered branch", flagDir, flagSourceCommit, gitsync.FlagGit)
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), ro.remoteTimeout())
+				defer cancel()
+				files, err := ro.renderedTree(ctx)
+				if err != nil {
+					return err
+				}
+				renderIt = func() (*render.Result, error) {
+					return render.Render(render.Request{Files: files, AllowDeletions: o.AllowDeletions}), nil
+				}
+			}
+			res, err := renderIt()
 			if err != nil {
 				return err
 			}
@@ -52,7 +75,7 @@ func newCheckCommand() *cobra.Command {
 			want := res.Files
 			if res.Refused != nil || len(res.Held) > 0 {
 				o.AllowDeletions = true
-				again, err := o.render()
+				again, err := renderIt()
 				if err != nil {
 					return err
 				}
@@ -88,6 +111,7 @@ func newCheckCommand() *cobra.Command {
 		},
 	}
 	o.BindFlags(cmd)
+	ro.BindFlags(cmd, false)
 	cmd.Flags().StringVarP(&format, flagOutput, "o", formatText, "output format: text or json")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -23,6 +25,7 @@ const (
 
 func newPlanCommand() *cobra.Command {
 	o := &renderOptions{}
+	ro := &readOptions{}
 	var format string
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -31,7 +34,12 @@ func newPlanCommand() *cobra.Command {
 instance: Pods started, replaced, removed or held, Jobs started, held, retired or kept,
 Services, Flux Kustomizations and Configurations added or removed, with the invalid inputs and
 warnings. -o markdown is ready to post as a pull-request comment; -o json and -o yaml are for
-scripts (the same fields, and a summary of counts).`,
+scripts (the same fields, and a summary of counts).
+
+With --git it reads what the renderer reads (the people's branch, every node's ref, the
+recorder's, the rendered branch) with no clone, and plans what the renderer would do now; with
+--ref, what merging that proposed change (a pull request's head) would change on top of it:
+the plan to post on the pull request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed(flagFormat) && !cmd.Flags().Changed(flagOutput) {
@@ -42,7 +50,21 @@ scripts (the same fields, and a summary of counts).`,
 			default:
 				return exitf(exitInvalid, "--%s must be %s, %s, %s or %s, got %q", flagOutput, formatText, formatMarkdown, formatJSON, formatYAML, format)
 			}
-			res, err := o.render()
+			var res *render.Result
+			var err error
+			if ro.remote.Git.URL != "" {
+				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
+					return exitf(exitInvalid, "--%s and --%s are for a work tree; with --%s, plan reads the remote", flagDir, flagSourceCommit, gitsync.FlagGit)
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), ro.remoteTimeout())
+				defer cancel()
+				res, _, err = ro.remotePlan(ctx)
+			} else {
+				if ro.Ref != "" {
+					return exitf(exitInvalid, "--%s needs --%s", flagRef, gitsync.FlagGit)
+				}
+				res, err = o.render()
+			}
 			if err != nil {
 				return err
 			}
@@ -59,6 +81,7 @@ scripts (the same fields, and a summary of counts).`,
 		},
 	}
 	o.BindFlags(cmd)
+	ro.BindFlags(cmd, true)
 	cmd.Flags().StringVarP(&format, flagOutput, "o", formatText, "output format: text, markdown (for a pull-request comment), json or yaml")
 	cmd.Flags().String(flagFormat, formatText, "the same as --output")
 	_ = cmd.Flags().MarkHidden(flagFormat) // its older name; kept so scripts keep working

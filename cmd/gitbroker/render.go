@@ -195,32 +195,9 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		// recomputed.
 		extra = append(extra, gitsync.WithFailFast())
 	}
-	if remote.RenderedBranch == remote.Git.Branch {
-		return exitf(exitInvalid, "--%s must differ from --%s: people own the source branch, the renderer its own", flagRenderedBranch, gitsync.FlagBranch)
-	}
-	// The source branch is read, never written, by the renderer.
-	source, err := remote.Git.Open(extra...)
+	_, repo, sources, err := remote.open(signer, extra...)
 	if err != nil {
-		return exitf(exitInvalid, "%v", err)
-	}
-	renderedOpts := remote.Git
-	renderedOpts.Branch = remote.RenderedBranch
-	// The rendered branch is the renderer's own: its first render creates it.
-	repo, err := renderedOpts.Open(append(extra, gitsync.WithCreateBranch())...)
-	if err != nil {
-		return exitf(exitInvalid, "%v", err)
-	}
-	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered}
-	if signer != nil {
-		sources.RendererKey = signer.PublicKey()
-	}
-	if remote.Inventory.URL != "" {
-		remote.Inventory.Inherit(remote.Git)
-		inv, err := remote.Inventory.Open(extra...)
-		if err != nil {
-			return exitf(exitInvalid, "--%s%s: %v", flagInventoryPrefix, gitsync.FlagGit, err)
-		}
-		sources.Inventory = inv
+		return err
 	}
 	r := &remoteRender{
 		store:          repo,
@@ -280,6 +257,39 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		return inputErrors(cmd, out.Result, true)
 	}
 	return nil
+}
+
+// open returns the people's branch (read only), the rendered branch (which its first render
+// creates) and where the inputs come from, as every remote command reads them.
+func (remote *remoteOptions) open(signer *trust.Signer, extra ...gitsync.Option) (*gitsync.Repository, *gitsync.Repository, verify.Sources, error) {
+	var none verify.Sources
+	if remote.RenderedBranch == remote.Git.Branch {
+		return nil, nil, none, exitf(exitInvalid, "--%s must differ from --%s: people own the source branch, the renderer its own", flagRenderedBranch, gitsync.FlagBranch)
+	}
+	source, err := remote.Git.Open(extra...)
+	if err != nil {
+		return nil, nil, none, exitf(exitInvalid, "%v", err)
+	}
+	renderedOpts := remote.Git
+	renderedOpts.Branch = remote.RenderedBranch
+	repo, err := renderedOpts.Open(append(extra, gitsync.WithCreateBranch())...)
+	if err != nil {
+		return nil, nil, none, exitf(exitInvalid, "%v", err)
+	}
+	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered}
+	if signer != nil {
+		sources.RendererKey = signer.PublicKey()
+	}
+	if remote.Inventory.URL != "" {
+		inv := remote.Inventory
+		inv.Inherit(remote.Git)
+		r, err := inv.Open(extra...)
+		if err != nil {
+			return nil, nil, none, exitf(exitInvalid, "--%s%s: %v", flagInventoryPrefix, gitsync.FlagGit, err)
+		}
+		sources.Inventory = r
+	}
+	return source, repo, sources, nil
 }
 
 // writeText writes to a file, or to stdout for "-".

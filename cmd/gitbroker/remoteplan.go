@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+const flagRef = "ref"
+
+// readOptions are the flags of plan and check against a remote: the same inputs the renderer
+// reads, with nothing written.
+type readOptions struct {
+	remote remoteOptions
+	Ref    string
+}
+
+func (o *readOptions) BindFlags(cmd *cobra.Command, withRef bool) {
+	fs := cmd.Flags()
+	o.remote.Git.BindFlags(fs)
+	o.remote.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository holding the node refs, when the renderer reads them from there (render --inventory-git); its credentials take the inventory- prefix.")
+	fs.StringVar(&o.remote.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch.")
+	if withRef {
+		fs.StringVar(&o.Ref, flagRef, "", "A proposed change to plan against --branch: a branch, or a ref such as a pull request's head (refs/pull/7/head on GitHub, refs/merge-requests/7/head on GitLab).")
+	}
+}
+
+// remotePlan renders what the renderer would do on the target branch now, from every writer's
+// ref; with a ref, it then renders the proposed change's people's files (gitbroker.yaml,
+// configurations/, .gitbroker/) on top of that, so the plan shows exactly what merging it
+// would change. Nothing is written.
+func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.Inputs, error) {
+	source, rendered, sources, err := o.remote.open(nil, gitsync.WithFailFast())
+	if err != nil {
+		return nil, nil, err
+	}
+	// A plan holds no renderer key: the renderer's commits are the ones allowed_signers lists.
+	sources.AnyListedRenderer = true
+	head, err := rendered.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, &exitError{code: exitRefused, err: err}
+	}
+	in, err := verify.Collect(ctx, sources, head)
+	if err != nil {
+		return nil, nil, &exitError{code: exitRefused, err: err}
+	}
+	r := render.New()
+	req := render.Request{Files: in.Tree, SourceCommit: in.Source, Writers: in.Writers,
+		RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted}
+	target := r.Render(req)
+	if o.Ref == "" {
+		return target, in, nil
+	}
+	proposed, err := source.Ref(ctx, o.Ref)
+	if err != nil {
+		return nil, nil, &exitError{code: exitRefused, err: err}
+	}
+	files, err := proposed.Files("")
+	if err != nil {
+		return nil, nil, &exitError{code: exitRefused, err: err}
+	}
+	tree := render.Tree{}
+	for p, b := range in.Tree {
+		if !people(p) && !render.IsOwned(p) {
+			tree[p] = b
+		}
+	}
+	for p, b := range target.Files {
+		tree[p] = b
+	}
+	for p, b := range files {
+		if people(p) {
+			tree[p] = b
+		}
+	}
+	req.Files, req.SourceCommit = tree, proposed.Commit()
+	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust
+	return r.Render(req), in, nil
+}
+
+// people reports whether a path is on the people's branch.
+func people(p string) bool {
+	return p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/")
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// remoteTimeout bounds one plan or check against a remote.
+func (o *readOptions) remoteTimeout() time.Duration { return o.remote.Git.PushTimeout + time.Minute }
+
+// renderedTree reads the head of the rendered branch: its inputs and its rendered/ and history/.
+func (o *readOptions) renderedTree(ctx context.Context) (render.Tree, error) {
+	_, rendered, _, err := o.remote.open(nil, gitsync.WithFailFast())
+	if err != nil {
+		return nil, err
+	}
+	snap, err := rendered.Ref(ctx, o.remote.RenderedBranch)
+	if err != nil {
+		return nil, &exitError{code: exitRefused, err: err}
+	}
+	files, err := snap.Files("")
+	if err != nil {
+		return nil, &exitError{code: exitRefused, err: err}
+	}
+	tree := render.Tree{}
+	for p, b := range files {
+		if render.IsInput(p) || render.IsOwned(p) {
+			tree[p] = b
+		}
+	}
+	return tree, nil
+}
