@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
@@ -85,4 +87,51 @@ func TestInitSettingsAreTheDefaults(t *testing.T) {
 	require.NotEmpty(t, a)
 	require.Equal(t, a, b)
 	require.True(t, strings.Contains(string(settings), "maxDeletionPercent: 50"))
+}
+
+// The CI workflows init writes run gitbroker with flags its commands have: each invocation's
+// flags are looked up in the real command.
+func TestInitCIWorkflows(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	root := newRootCommand(io.Discard, io.Discard)
+	seen := map[string]bool{}
+	var walk func(f string, v any)
+	walk = func(f string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, x := range v {
+				walk(f, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(f, x)
+			}
+		case string:
+			for _, line := range strings.Split(strings.ReplaceAll(v, "\\\n", " "), "\n") {
+				i := strings.Index(line, "gitbroker ")
+				if i < 0 || (!strings.HasPrefix(line[i:], "gitbroker plan") && !strings.HasPrefix(line[i:], "gitbroker check")) {
+					continue
+				}
+				fields := strings.Fields(line[i:])
+				sub, _, err := root.Find(fields[1:2])
+				require.NoError(t, err, "%s: %s", f, line)
+				seen[f+" "+fields[1]] = true
+				for _, w := range fields[2:] {
+					if name, ok := strings.CutPrefix(w, "--"); ok {
+						require.NotNil(t, sub.Flags().Lookup(name), "%s: gitbroker %s has no --%s", f, fields[1], name)
+					}
+				}
+			}
+		}
+	}
+	for _, f := range []string{".github/workflows/gitbroker.yaml", ".gitlab-ci.yml"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		var doc map[string]any
+		require.NoError(t, yaml.Unmarshal(data, &doc), f)
+		walk(f, doc)
+	}
+	require.Len(t, seen, 4, "each workflow plans pull requests and checks the rendered branch: %v", seen)
 }
