@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -50,19 +51,47 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 		}
 		root = t
 	}
+	// Each folder's tree is decoded once per build: looking every file up from the root decodes
+	// its folders again for each file (a thousand node inventories in one folder: a million
+	// entries decoded).
+	folders := map[string]map[string]object.TreeEntry{}
+	entries := func(dir string) (map[string]object.TreeEntry, error) {
+		if m, ok := folders[dir]; ok {
+			return m, nil
+		}
+		m := map[string]object.TreeEntry{}
+		t := root
+		if dir != "" {
+			sub, err := root.Tree(dir)
+			switch {
+			case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound), errors.Is(err, plumbing.ErrObjectNotFound):
+				t = nil
+			case err != nil:
+				return nil, fmt.Errorf("looking up %s: %w", dir, err)
+			default:
+				t = sub
+			}
+		}
+		if t != nil {
+			for _, e := range t.Entries {
+				m[e.Name] = e
+			}
+		}
+		folders[dir] = m
+		return m, nil
+	}
 	edits, err := c.patch(
 		func(name string) (string, bool, error) {
 			if root == nil {
 				return "", false, nil
 			}
-			e, err := root.FindEntry(name)
-			if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-				return "", false, nil
-			}
+			dir, file := path.Split(name)
+			m, err := entries(strings.TrimSuffix(dir, "/"))
 			if err != nil {
-				return "", false, fmt.Errorf("looking up %s: %w", name, err)
+				return "", false, err
 			}
-			if !e.Mode.IsFile() {
+			e, ok := m[file]
+			if !ok || !e.Mode.IsFile() {
 				return "", false, nil
 			}
 			return e.Hash.String(), true, nil

@@ -5,13 +5,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // BenchmarkRemoteRenderOneDevice measures the renderer daemon's work for
@@ -29,7 +37,17 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 		// about 35,000 files.
 		spec.Devices, spec.Nodes = n, n/10
 	}
+	// The people's files on main; each node's inventory on its own ref, written straight into
+	// the server's object store (a thousand pushes would take minutes).
+	nodes := map[string][]byte{}
 	for p, content := range fixtures.Fleet(spec) {
+		if api.IsInventoryPath(p) {
+			nodes[p] = content
+			continue
+		}
+		if render.IsOwned(p) {
+			continue
+		}
 		full := filepath.Join(work, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			b.Fatal(err)
@@ -41,20 +59,18 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	gitsynctest.Git(b, work, "add", "-A")
 	gitsynctest.Git(b, work, "-c", "user.name=seed", "-c", "user.email=seed@example.com", "commit", "--quiet", "-m", "fleet")
 	gitsynctest.Git(b, work, "push", "--quiet", "file://"+srv.Bare(), "HEAD:refs/heads/main")
+	seedNodeRefs(b, srv.Bare(), nodes)
 
-	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithDepth(envInt("GITBROKER_BENCH_DEPTH", 1)-1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &remoteRender{store: repo, branch: "main", renderer: render.New(),
-		author: gitsync.Signature{Name: "bench", Email: "bench@example.com"}, now: time.Now}
+	r := newLayout(b, srv.URL(), gitsync.WithDepth(envInt("GITBROKER_BENCH_DEPTH", 1)-1)).renderer(nil)
+	rendered := srv.On(verify.RenderedBranch)
+	bench := srv.On(verify.InventoryBranch("node-bench"))
 	ctx := context.Background()
 	start := time.Now()
 	if _, err := r.once(ctx); err != nil {
 		b.Fatal(err)
 	}
 	first := time.Since(start)
-	files := len(srv.Files())
+	files := len(rendered.Files())
 
 	inv := "inventory/node-bench.yaml"
 	b.ReportAllocs()
@@ -62,10 +78,10 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		// The agent of node-bench sees a new device in place of its last one.
-		srv.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
+		bench.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
 		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
 			t0 := time.Now()
-			if _, err := repo.Snapshot(ctx); err != nil {
+			if _, err := r.store.Snapshot(ctx); err != nil {
 				b.Fatal(err)
 			}
 			b.Logf("fetch %s", time.Since(t0))
@@ -84,5 +100,50 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 		}
 	}
 	b.ReportMetric(first.Seconds(), "first-render-s")
+	b.ReportMetric(float64(len(nodes)), "node-refs")
 	b.ReportMetric(float64(files), "files")
+}
+
+// seedNodeRefs writes each inventory as the one file of its node's ref, gitbroker/inventory/<node>,
+// in the bare repository at bare.
+func seedNodeRefs(b *testing.B, bare string, inventories map[string][]byte) {
+	repo, err := git.PlainOpen(bare)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := repo.Storer
+	put := func(o interface {
+		Encode(plumbing.EncodedObject) error
+	}) plumbing.Hash {
+		obj := s.NewEncodedObject()
+		if err := o.Encode(obj); err != nil {
+			b.Fatal(err)
+		}
+		h, err := s.SetEncodedObject(obj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return h
+	}
+	when := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for p, content := range inventories {
+		blob := s.NewEncodedObject()
+		blob.SetType(plumbing.BlobObject)
+		w, _ := blob.Writer()
+		_, _ = w.Write(content)
+		_ = w.Close()
+		bh, err := s.SetEncodedObject(blob)
+		if err != nil {
+			b.Fatal(err)
+		}
+		file := filepath.Base(p)
+		inner := put(&object.Tree{Entries: []object.TreeEntry{{Name: file, Mode: filemode.Regular, Hash: bh}}})
+		root := put(&object.Tree{Entries: []object.TreeEntry{{Name: api.InventoryDir, Mode: filemode.Dir, Hash: inner}}})
+		sig := object.Signature{Name: "gitbroker-agent", Email: "agent@gitbroker.dev", When: when}
+		commit := put(&object.Commit{Author: sig, Committer: sig, Message: "inventory\n", TreeHash: root})
+		node := strings.TrimSuffix(file, ".yaml")
+		if err := s.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName(verify.InventoryBranch(node)), commit)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
