@@ -270,7 +270,7 @@ func (p *pass) planFromDiff() {
 			if !bytes.Equal(p.prev[oldF], p.out[newF]) && f == newF {
 				m := p.meta[f]
 				p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-				p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name})
+				p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[oldF], p.out[newF])})
 			}
 			continue
 		}
@@ -285,7 +285,7 @@ func (p *pass) planFromDiff() {
 				continue
 			}
 			p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name})
+			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[f], p.out[f])})
 		default:
 			h := p.head(f, p.prev[f])
 			inst := h.Metadata.Labels[LabelInstance]

@@ -1,0 +1,27 @@
+package render
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFieldDiff(t *testing.T) {
+	before := []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    gitbroker.dev/inputs-hash: aaa\n  name: p\nspec:\n  containers:\n  - image: nginx:stable-alpine\n    env:\n    - name: A\n      value: \"1\"\n")
+	after := []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    gitbroker.dev/inputs-hash: bbb\n  name: p\nspec:\n  containers:\n  - image: nginx:1.27-alpine\n    env:\n    - name: A\n      value: \"1\"\n    - name: B\n      value: two\n")
+	require.Equal(t, "spec.containers[0].env[1].name: added B; spec.containers[0].env[1].value: added two; spec.containers[0].image: nginx:stable-alpine → nginx:1.27-alpine",
+		fieldDiff(before, after), "the inputs hash is left out when anything else changed")
+	require.Equal(t, "metadata.annotations.gitbroker.dev/inputs-hash: aaa → bbb",
+		fieldDiff(before, []byte(strings.Replace(string(before), "aaa", "bbb", 1))), "alone, it is said")
+	require.Equal(t, "spec.containers[0].env[0].name: removed; spec.containers[0].env[0].value: removed",
+		fieldDiff(before, []byte(strings.Replace(string(before), "    env:\n    - name: A\n      value: \"1\"\n", "", 1))))
+	var many strings.Builder
+	many.WriteString("a:\n")
+	for i := 0; i < 10; i++ {
+		many.WriteString("  k" + string(rune('0'+i)) + ": x\n")
+	}
+	require.True(t, strings.HasSuffix(fieldDiff([]byte("a: {}\n"), []byte(many.String())), "; and 5 more fields"))
+	long := strings.Repeat("é", 80)
+	require.Contains(t, fieldDiff([]byte("v: a\n"), []byte("v: "+long+"\n")), strings.Repeat("é", 57)+"...")
+}
