@@ -2,17 +2,21 @@
 SHELL := bash
 GO ?= go
 BIN := bin/gitbroker
+AGENT_BIN := bin/gitbroker-agent
 PKGS := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+LDFLAGS := -X github.com/gitbroker/gitbroker/cmd/internal/cli.version=$(VERSION) -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=$(COMMIT)
 
 .PHONY: all build test e2e e2e-tools demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
+# bin/gitbroker holds every command; bin/gitbroker-agent only the agent, without Kubernetes
+# clients, for edge nodes.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gitbroker
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT_BIN) ./cmd/gitbroker-agent
 
 test: fmt-check vet
 	$(GO) test -race -count=1 $(PKGS)

@@ -107,7 +107,7 @@ branch nobody but the renderer should write.`,
 			if report.Matches {
 				return nil
 			}
-			return &exitError{code: exitRefused, err: fmt.Errorf("%d files under rendered/ and history/ do not match their inputs; run gitbroker render", len(diff))}
+			return &exitError{Code: exitRefused, Err: fmt.Errorf("%d files under rendered/ and history/ do not match their inputs; run gitbroker render", len(diff))}
 		},
 	}
 	o.BindFlags(cmd)

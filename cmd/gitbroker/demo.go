@@ -105,10 +105,10 @@ func (d *demo) render(title string) error {
 	res := d.r.Render(render.Request{Files: d.repo})
 	res.Plan.WriteText(d.w)
 	if len(res.Errors) > 0 {
-		return &exitError{code: exitInvalid, err: res.Errors}
+		return &exitError{Code: exitInvalid, Err: res.Errors}
 	}
 	if res.Refused != nil {
-		return &exitError{code: exitRefused, err: res.Refused}
+		return &exitError{Code: exitRefused, Err: res.Refused}
 	}
 	for p := range d.repo.Owned() {
 		delete(d.repo, p)

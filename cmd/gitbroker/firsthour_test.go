@@ -98,7 +98,7 @@ func TestVersion(t *testing.T) {
 
 	// make build stamps both.
 	bin := filepath.Join(t.TempDir(), "gitbroker")
-	out, err := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7 -X main.commit=0123abc", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-ldflags", "-X github.com/gitbroker/gitbroker/cmd/internal/cli.version=v9.8.7 -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=0123abc", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, string(out))
 	out, err = exec.Command(bin, "version").Output()
 	require.NoError(t, err)

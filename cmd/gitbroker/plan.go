@@ -75,7 +75,7 @@ the plan to post on the pull request.`,
 				return inputErrors(cmd, res, true)
 			}
 			if res.Refused != nil {
-				return &exitError{code: exitRefused, err: res.Refused}
+				return &exitError{Code: exitRefused, Err: res.Refused}
 			}
 			return nil
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"os/signal"
 	"syscall"
 	"time"
@@ -51,8 +52,8 @@ func (o *kubeOptions) client() (kubernetes.Interface, error) {
 // recordOptions are the recorder's flags.
 type recordOptions struct {
 	Git         gitsync.Options
-	Signing     signingOptions
-	Endpoints   endpointOptions
+	Signing     cli.SigningOptions
+	Endpoints   cli.EndpointOptions
 	Log         logger.Options
 	Kube        kubeOptions
 	Namespaces  []string
@@ -70,8 +71,8 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	o.Kube.BindFlags(cmd)
 	fs.StringSliceVar(&o.Namespaces, flagNamespace, nil, "Watch Jobs in these namespaces only (the broker namespaces; repeatable or comma-separated), so a Role in each replaces the ClusterRole; default all namespaces.")
 	fs.DurationVar(&o.Batch, flagBatch, 2*time.Second, "After a Job finishes, wait this long for others, so Jobs finishing together land in one commit.")
-	fs.StringVar(&o.AuthorName, flagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
-	fs.StringVar(&o.AuthorEmail, flagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
+	fs.StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
+	fs.StringVar(&o.AuthorEmail, cli.FlagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
 }
 
 func newRecordCommand() *cobra.Command {
@@ -96,7 +97,7 @@ It needs get, list and watch on jobs (batch) and nothing else. It serves /health
 func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's informers log through klog
-	signing, err := o.Signing.options(log, trust.PrincipalRecorder, false)
+	signing, err := o.Signing.Options(log, trust.PrincipalRecorder, false)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
@@ -128,9 +129,9 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	metricsAddr, healthAddr, err := serveEndpoints(ctx, log, o.Endpoints, reg, probes{
-		healthy: func() error { return nil },
-		ready: func() error {
+	metricsAddr, healthAddr, err := cli.ServeEndpoints(ctx, log, o.Endpoints, reg, cli.Probes{
+		Healthy: func() error { return nil },
+		Ready: func() error {
 			if !r.Ready() {
 				return fmt.Errorf("%d finished Job(s) not recorded yet", r.Pending())
 			}
@@ -143,7 +144,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	log.Info("recorder started", "store", fmt.Sprintf("%s (branch %s)", repo.URL(), repo.Branch()),
 		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
 	if err := r.Run(ctx); err != nil && !errors.Is(err, ctx.Err()) {
-		return &exitError{code: exitRefused, err: err}
+		return &exitError{Code: exitRefused, Err: err}
 	}
 	log.Info("recorder stopped")
 	return nil

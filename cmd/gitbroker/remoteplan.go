@@ -45,11 +45,11 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	sources.AnyListedRenderer = true
 	head, err := rendered.Snapshot(ctx)
 	if err != nil {
-		return nil, nil, &exitError{code: exitRefused, err: err}
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	in, err := verify.Collect(ctx, sources, head)
 	if err != nil {
-		return nil, nil, &exitError{code: exitRefused, err: err}
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	r := render.New()
 	req := render.Request{Files: in.Tree, SourceCommit: in.Source, Writers: in.Writers,
@@ -60,11 +60,11 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	}
 	proposed, err := source.Ref(ctx, o.Ref)
 	if err != nil {
-		return nil, nil, &exitError{code: exitRefused, err: err}
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	files, err := proposed.Files("")
 	if err != nil {
-		return nil, nil, &exitError{code: exitRefused, err: err}
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	tree := render.Tree{}
 	for p, b := range in.Tree {
@@ -108,11 +108,11 @@ func (o *readOptions) renderedTree(ctx context.Context) (render.Tree, error) {
 	}
 	snap, err := rendered.Ref(ctx, o.remote.RenderedBranch)
 	if err != nil {
-		return nil, &exitError{code: exitRefused, err: err}
+		return nil, &exitError{Code: exitRefused, Err: err}
 	}
 	files, err := snap.Files("")
 	if err != nil {
-		return nil, &exitError{code: exitRefused, err: err}
+		return nil, &exitError{Code: exitRefused, Err: err}
 	}
 	tree := render.Tree{}
 	for p, b := range files {

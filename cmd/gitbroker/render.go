@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ type renderOptions struct {
 // Flag names of render against a remote.
 const (
 	flagRenderedBranch     = "rendered-branch"
-	flagInventoryPrefix    = "inventory-"
+	flagInventoryPrefix    = cli.FlagInventoryPrefix
 	flagAdoptRendered      = "adopt-rendered"
 	flagReviewBranch       = "review-branch"
 	flagReviewBranchPrefix = "review-branch-prefix"
@@ -43,7 +44,7 @@ const (
 // remoteOptions are render's flags for a remote branch.
 type remoteOptions struct {
 	Git                gitsync.Options
-	Signing            signingOptions
+	Signing            cli.SigningOptions
 	AuthorName         string
 	AuthorEmail        string
 	Inventory          gitsync.Options
@@ -65,8 +66,8 @@ func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
 	cmd.Flags().StringVar(&o.PRDescription, flagPRDescription, "", "With --review-branch, write the pull-request description (markdown) to this file; - is stdout.")
 	cmd.Flags().StringArrayVar(&o.PushOptions, flagPushOption, nil, "A git push option, key=value, for hosts that act on them (GitLab: merge_request.create=true, merge_request.target=main); repeatable.")
-	cmd.Flags().StringVar(&o.AuthorName, flagAuthorName, "gitbroker-renderer", "Author name of the renderer's commits.")
-	cmd.Flags().StringVar(&o.AuthorEmail, flagAuthorEmail, "renderer@gitbroker.dev", "Author email of the renderer's commits.")
+	cmd.Flags().StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-renderer", "Author name of the renderer's commits.")
+	cmd.Flags().StringVar(&o.AuthorEmail, cli.FlagAuthorEmail, "renderer@gitbroker.dev", "Author email of the renderer's commits.")
 }
 
 func (o *renderOptions) BindFlags(cmd *cobra.Command) {
@@ -146,7 +147,7 @@ render of its own last commit, commits nothing.`,
 			res.Plan.WriteText(cmd.OutOrStdout())
 			flushOut(cmd)
 			if res.Refused != nil {
-				return &exitError{code: exitRefused, err: res.Refused}
+				return &exitError{Code: exitRefused, Err: res.Refused}
 			}
 			if res.Changed() {
 				if err := writeOwned(o.Dir, res.Previous, res.Files); err != nil {
@@ -177,7 +178,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		}
 		pushOptions[k] = v
 	}
-	signer, err := remote.Signing.load(logr.Discard(), trust.PrincipalRenderer, false)
+	signer, err := remote.Signing.Load(logr.Discard(), trust.PrincipalRenderer, false)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
@@ -231,13 +232,13 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	stderr := cmd.ErrOrStderr()
 	switch {
 	case isRefused(err):
-		return &exitError{code: exitRefused, err: err}
+		return &exitError{Code: exitRefused, Err: err}
 	case errors.Is(err, gitsync.ErrNoChanges):
 		fmt.Fprintf(stderr, "rendered/ and history/ are up to date with %s\n", out.Source)
 	case errors.Is(err, gitsync.ErrBranchExists):
 		fmt.Fprintf(stderr, "review branch %s already exists for %s\n", out.Branch, out.Source)
 	case err != nil:
-		return &exitError{code: exitRefused, err: err}
+		return &exitError{Code: exitRefused, Err: err}
 	case remote.ReviewBranch:
 		fmt.Fprintf(stderr, "proposed %s on review branch %s (rendered from %s)\n", out.Commit, out.Branch, out.Source)
 	default:
@@ -333,10 +334,10 @@ func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
 		}
 	}
 	if len(res.Errors) == 0 && len(res.Held) == 0 {
-		return &exitError{code: exitRefused, err: fmt.Errorf("%d untrusted input(s)%s; each writer's previous part was kept, everything else was rendered", len(res.Untrusted), where)}
+		return &exitError{Code: exitRefused, Err: fmt.Errorf("%d untrusted input(s)%s; each writer's previous part was kept, everything else was rendered", len(res.Untrusted), where)}
 	}
 	if len(res.Errors) == 0 {
-		return &exitError{code: exitRefused, err: fmt.Errorf("%d node(s) held by the deletion budget%s; everything else was rendered", len(res.Held), where)}
+		return &exitError{Code: exitRefused, Err: fmt.Errorf("%d node(s) held by the deletion budget%s; everything else was rendered", len(res.Held), where)}
 	}
-	return &exitError{code: exitInvalid, err: fmt.Errorf("%d invalid input(s)%s; their previous output was kept", len(res.Errors), where)}
+	return &exitError{Code: exitInvalid, Err: fmt.Errorf("%d invalid input(s)%s; their previous output was kept", len(res.Errors), where)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,7 +38,7 @@ const (
 type watchOptions struct {
 	Watch     bool
 	Interval  time.Duration
-	Endpoints endpointOptions
+	Endpoints cli.EndpointOptions
 	Log       logger.Options
 	Leader    leaderelection.Options
 	// CycleTimeout bounds one render of the daemon.
@@ -274,8 +275,8 @@ func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error
 	d := &renderDaemon{r: r, interval: o.Interval, log: log, metrics: newRenderMetrics(reg), timeout: o.CycleTimeout}
 	started := time.Now()
 	stall := 3*o.Interval + 5*time.Minute
-	metricsAddr, healthAddr, err := serveEndpoints(ctx, log, o.Endpoints, reg, probes{
-		healthy: func() error {
+	metricsAddr, healthAddr, err := cli.ServeEndpoints(ctx, log, o.Endpoints, reg, cli.Probes{
+		Healthy: func() error {
 			last := time.Unix(0, d.last.Load())
 			if last.Before(started) {
 				last = started
@@ -285,7 +286,7 @@ func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error
 			}
 			return nil
 		},
-		ready: func() error {
+		Ready: func() error {
 			if d.renders.Load() > 0 && !d.ready.Load() {
 				return errors.New("the last render failed")
 			}
@@ -304,7 +305,7 @@ func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error
 	}
 	log.Info("renderer stopped")
 	if err != nil {
-		return &exitError{code: exitRefused, err: err}
+		return &exitError{Code: exitRefused, Err: err}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -24,17 +23,20 @@ import (
 
 // Flag names of the agent.
 const (
-	flagNode                   = "node"
-	flagInterval               = "interval"
-	flagGracePeriod            = "grace-period"
-	flagLocalGracePeriod       = "local-grace-period"
-	flagOnce                   = "once"
-	flagDiscoveryHandlersDir   = "discovery-handlers-dir"
-	flagUdevRoot               = "udev-root"
-	flagDebugEchoShared        = "debug-echo-shared"
-	flagDebugEchoAvailability  = "debug-echo-availability-file"
-	flagAuthorName             = "git-author-name"
-	flagAuthorEmail            = "git-author-email"
+	flagNode                  = "node"
+	flagInterval              = "interval"
+	flagGracePeriod           = "grace-period"
+	flagLocalGracePeriod      = "local-grace-period"
+	flagOnce                  = "once"
+	flagDiscoveryHandlersDir  = "discovery-handlers-dir"
+	flagUdevRoot              = "udev-root"
+	flagDebugEchoShared       = "debug-echo-shared"
+	flagDebugEchoAvailability = "debug-echo-availability-file"
+	FlagAuthorName            = "git-author-name"
+	FlagAuthorEmail           = "git-author-email"
+	// FlagInventoryPrefix prefixes the flags of the node refs' own repository (--inventory-git).
+	FlagInventoryPrefix        = "inventory-"
+	flagAgentDir               = "dir"
 	flagShutdownGrace          = "shutdown-grace"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
@@ -43,9 +45,9 @@ const (
 type agentOptions struct {
 	Git       gitsync.Options
 	Inventory gitsync.Options
-	Signing   signingOptions
-	Endpoints endpointOptions
-	Log       logger.Options
+	Signing   SigningOptions
+	Endpoints EndpointOptions
+	Log       LogOptions
 
 	Dir                   string
 	Node                  string
@@ -65,11 +67,11 @@ type agentOptions struct {
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.Git.BindFlags(fs)
-	o.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix.")
+	o.Inventory.BindRemoteFlags(fs, FlagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix.")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line logged. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
-	fs.StringVar(&o.Dir, flagDir, "", "Write to this work tree instead of a remote (no commit is made; for development).")
+	fs.StringVar(&o.Dir, flagAgentDir, "", "Write to this work tree instead of a remote (no commit is made; for development).")
 	fs.StringVar(&o.Node, flagNode, os.Getenv("NODE_NAME"), "This node's name (default $NODE_NAME); names inventory/<node>.yaml.")
 	fs.DurationVar(&o.Interval, flagInterval, agent.DefaultInterval, "Time between discovery cycles.")
 	fs.DurationVar(&o.GracePeriod, flagGracePeriod, agent.DefaultSharedGracePeriod, "How long a vanished shared device stays in the inventory (Akri's default is 5m).")
@@ -83,12 +85,13 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.UdevRoot, flagUdevRoot, "/", "Root under which the udev handler reads sys/ and run/udev/data.")
 	fs.BoolVar(&o.DebugEchoShared, flagDebugEchoShared, true, "Mark debugEcho devices shared, as Akri's DEBUG_ECHO_INSTANCES_SHARED does.")
 	fs.StringVar(&o.DebugEchoAvailability, flagDebugEchoAvailability, agent.DebugEchoAvailabilityFile, "debugEcho devices vanish while this file contains OFFLINE.")
-	fs.StringVar(&o.AuthorName, flagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
-	fs.StringVar(&o.AuthorEmail, flagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
+	fs.StringVar(&o.AuthorName, FlagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
+	fs.StringVar(&o.AuthorEmail, FlagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 }
 
-func newAgentCommand() *cobra.Command {
+// AgentCommand is `agent`: in gitbroker, and the whole of gitbroker-agent.
+func AgentCommand() *cobra.Command {
 	o := &agentOptions{}
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -109,28 +112,32 @@ structured lines to stderr, and on SIGTERM finishes the write in flight and exit
 
 func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	if err := agent.ValidateNodeName(o.Node); err != nil {
-		return exitf(exitInvalid, "%v", err)
+		return Exitf(ExitInvalid, "%v", err)
 	}
 	if (o.Dir == "") == (o.Git.URL == "") {
-		return exitf(exitInvalid, "give exactly one of --%s and --%s", gitsync.FlagGit, flagDir)
+		return Exitf(ExitInvalid, "give exactly one of --%s and --%s", gitsync.FlagGit, flagAgentDir)
 	}
 	if o.Dir != "" && o.Signing.Key != "" {
-		return exitf(exitInvalid, "--%s signs commits, and --%s makes none", flagSigningKey, flagDir)
+		return Exitf(ExitInvalid, "--%s signs commits, and --%s makes none", FlagSigningKey, flagAgentDir)
 	}
-	log := logger.NewLogger(o.Log).WithValues("node", o.Node)
+	base, err := o.Log.Logger()
+	if err != nil {
+		return Exitf(ExitInvalid, "%v", err)
+	}
+	log := base.WithValues("node", o.Node)
 
 	var store, source gitsync.Store
 	where := o.Dir
 	if o.Dir != "" {
 		dir, err := gitsync.NewDir(o.Dir)
 		if err != nil {
-			return exitf(exitInvalid, "%v", err)
+			return Exitf(ExitInvalid, "%v", err)
 		}
 		store = dir
 	} else {
-		signing, err := o.Signing.options(log, trust.NodePrincipal(o.Node), true)
+		signing, err := o.Signing.Options(log, trust.NodePrincipal(o.Node), true)
 		if err != nil {
-			return exitf(exitInvalid, "%v", err)
+			return Exitf(ExitInvalid, "%v", err)
 		}
 		opts := append(signing, gitsync.WithLogger(log))
 		if o.Once {
@@ -140,7 +147,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		// inventory goes to the node's own ref, which its first write creates.
 		src, err := o.Git.Open(opts...)
 		if err != nil {
-			return exitf(exitInvalid, "%v", err)
+			return Exitf(ExitInvalid, "%v", err)
 		}
 		own := o.Git
 		if o.Inventory.URL != "" {
@@ -150,7 +157,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		own.Branch = verify.InventoryBranch(o.Node)
 		repo, err := own.Open(append(opts, gitsync.WithCreateBranch())...)
 		if err != nil {
-			return exitf(exitInvalid, "%v", err)
+			return Exitf(ExitInvalid, "%v", err)
 		}
 		store, source = repo, src
 		where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
@@ -186,7 +193,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		ShutdownGrace:     o.ShutdownGrace,
 	})
 	if err != nil {
-		return exitf(exitInvalid, "%v", err)
+		return Exitf(ExitInvalid, "%v", err)
 	}
 	current.Store(a)
 
@@ -194,7 +201,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		out, err := a.Sync(ctx)
 		if err != nil {
 			log.Error(err, "cycle failed")
-			return &exitError{code: exitRefused, err: err, silent: true}
+			return &ExitError{Code: ExitRefused, Err: err, Silent: true}
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d device(s)", api.InventoryPath(o.Node), out.Devices)
 		if out.Commit != "" {
@@ -206,8 +213,8 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 
 	started := time.Now()
 	stall := 3*o.Interval + 5*time.Minute
-	metricsAddr, healthAddr, err := serveEndpoints(ctx, log, o.Endpoints, reg, probes{
-		healthy: func() error {
+	metricsAddr, healthAddr, err := ServeEndpoints(ctx, log, o.Endpoints, reg, Probes{
+		Healthy: func() error {
 			last := a.LastCycle()
 			if last.Before(started) {
 				last = started
@@ -217,7 +224,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			}
 			return nil
 		},
-		ready: func() error {
+		Ready: func() error {
 			if !a.Ready() {
 				return errors.New("the inventory on the branch is not in step yet")
 			}
@@ -225,7 +232,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		},
 	})
 	if err != nil {
-		return exitf(exitInvalid, "%v", err)
+		return Exitf(ExitInvalid, "%v", err)
 	}
 
 	done := make(chan error, 1)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -10,31 +10,32 @@ import (
 	"github.com/gitbroker/gitbroker/trust"
 )
 
-const flagSigningKey = "signing-key"
+// FlagSigningKey names every writer's signing key.
+const FlagSigningKey = "signing-key"
 
-// signingOptions is how a writer signs its commits.
-type signingOptions struct {
+// SigningOptions is how a writer signs its commits.
+type SigningOptions struct {
 	Key string
 }
 
 // BindFlags registers --signing-key; what names the key differs by writer, so each says.
-func (o *signingOptions) BindFlags(fs *pflag.FlagSet, usage string) {
-	fs.StringVar(&o.Key, flagSigningKey, "", usage)
+func (o *SigningOptions) BindFlags(fs *pflag.FlagSet, usage string) {
+	fs.StringVar(&o.Key, FlagSigningKey, "", usage)
 }
 
-// options returns the gitsync options that sign every commit with the key, loaded (or, with
+// Options returns the gitsync options that sign every commit with the key, loaded (or, with
 // create, made on first start) once at start. principal is the allowed_signers principal the
 // writer signs as; the line that enrolls a new key is logged for a person to commit.
-func (o *signingOptions) options(log logr.Logger, principal string, create bool) ([]gitsync.Option, error) {
-	s, err := o.load(log, principal, create)
+func (o *SigningOptions) Options(log logr.Logger, principal string, create bool) ([]gitsync.Option, error) {
+	s, err := o.Load(log, principal, create)
 	if err != nil || s == nil {
 		return nil, err
 	}
 	return []gitsync.Option{gitsync.WithSigner(s)}, nil
 }
 
-// load returns the signer, or nil without --signing-key.
-func (o *signingOptions) load(log logr.Logger, principal string, create bool) (*trust.Signer, error) {
+// Load returns the signer, or nil without --signing-key.
+func (o *SigningOptions) Load(log logr.Logger, principal string, create bool) (*trust.Signer, error) {
 	if o.Key == "" {
 		return nil, nil
 	}
@@ -47,7 +48,7 @@ func (o *signingOptions) load(log logr.Logger, principal string, create bool) (*
 		s, err = trust.LoadSigner(o.Key)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagSigningKey, err)
+		return nil, fmt.Errorf("--%s: %w", FlagSigningKey, err)
 	}
 	if created {
 		log.Info("made a new signing key; enroll it by adding this line to .gitbroker/allowed_signers on the source branch",

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version and commit are set at build time (make build: -ldflags "-X main.version=...
-// -X main.commit=..."); otherwise they come from the module's build information, when the go
-// command stamped it.
+// version and commit are set at build time (make build: -ldflags "-X
+// github.com/gitbroker/gitbroker/cmd/internal/cli.version=... -X ...cli.commit=..."); otherwise
+// they come from the module's build information, when the go command stamped it.
 var version, commit string
 
-// buildVersion is the version and the commit it was built from ("(modified)" when the tree was).
-func buildVersion() (v, c string) {
+// BuildVersion is the version and the commit it was built from ("(modified)" when the tree was).
+func BuildVersion() (v, c string) {
 	v, c = version, commit
 	if v != "" && c != "" {
 		return v, c
@@ -49,13 +49,14 @@ func buildVersion() (v, c string) {
 	return v, c
 }
 
-func newVersionCommand() *cobra.Command {
+// VersionCommand is `version` for each of the binaries.
+func VersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print gitbroker's version, the commit it was built from, and its Go version and platform",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, commit := buildVersion()
+			v, commit := BuildVersion()
 			fmt.Fprintf(cmd.OutOrStdout(), "gitbroker %s\ncommit %s\n%s %s/%s\n", v, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -21,28 +21,28 @@ const (
 	flagHealthAddr  = "health-addr"
 )
 
-// endpointOptions are where a daemon serves metrics and probes, with
+// EndpointOptions are where a daemon serves metrics and probes, with
 // Flux's controllers' defaults.
-type endpointOptions struct {
+type EndpointOptions struct {
 	MetricsAddr string
 	HealthAddr  string
 }
 
-func (o *endpointOptions) BindFlags(fs *pflag.FlagSet) {
+func (o *EndpointOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, flagMetricsAddr, ":8080", "Address the Prometheus metrics endpoint (/metrics) binds to; empty disables it.")
 	fs.StringVar(&o.HealthAddr, flagHealthAddr, ":9440", "Address the probes (/healthz, /readyz) bind to; empty disables them.")
 }
 
-// probes answer /healthz and /readyz.
-type probes struct {
-	healthy func() error
-	ready   func() error
+// Probes answer /healthz and /readyz.
+type Probes struct {
+	Healthy func() error
+	Ready   func() error
 }
 
-// serveEndpoints starts the metrics and probe servers and stops them when
+// ServeEndpoints starts the metrics and probe servers and stops them when
 // ctx ends. It returns once both listen, with their addresses (useful
 // when binding port 0).
-func serveEndpoints(ctx context.Context, log logr.Logger, o endpointOptions, reg *prometheus.Registry, p probes) (metricsAddr, healthAddr string, err error) {
+func ServeEndpoints(ctx context.Context, log logr.Logger, o EndpointOptions, reg *prometheus.Registry, p Probes) (metricsAddr, healthAddr string, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := func(addr string, h http.Handler) (string, error) {
 		if addr == "" {
@@ -81,8 +81,8 @@ func serveEndpoints(ctx context.Context, log logr.Logger, o endpointOptions, reg
 			fmt.Fprintln(w, "ok")
 		}
 	}
-	health.Handle("/healthz", check(p.healthy))
-	health.Handle("/readyz", check(p.ready))
+	health.Handle("/healthz", check(p.Healthy))
+	health.Handle("/readyz", check(p.Ready))
 	if healthAddr, err = start(o.HealthAddr, health); err != nil {
 		return "", "", err
 	}

@@ -1,0 +1,27 @@
+// Command gitbroker-agent is gitbroker's node agent alone, for edge nodes: `gitbroker-agent
+// agent` takes the same flags as `gitbroker agent`, in a binary without the renderer's and the
+// recorder's Kubernetes clients, a third of gitbroker's size.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
+)
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	return cli.Root("gitbroker-agent", "gitbroker's node agent: discover this node's devices and keep its inventory ref in git up to date",
+		stdout, stderr, cli.AgentCommand(), cli.VersionCommand())
+}
+
+func main() {
+	os.Exit(runRoot(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func runRoot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return cli.Run(ctx, newRootCommand, args, stdout, stderr)
+}

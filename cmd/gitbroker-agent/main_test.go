@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The agent binary holds no Kubernetes client: that is what makes it small for edge nodes.
+func TestNoKubernetesClients(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, dep := range strings.Fields(string(out)) {
+		for _, heavy := range []string{"k8s.io/client-go", "sigs.k8s.io/controller-runtime", "k8s.io/kubernetes"} {
+			require.False(t, strings.HasPrefix(dep, heavy), "gitbroker-agent imports %s", dep)
+		}
+	}
+}
+
+// gitbroker-agent agent is gitbroker agent: one cycle on a work tree writes the inventory.
+func TestAgentOnce(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "configurations"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "configurations", "echo.yaml"), []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: akri-debug-echo
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["foo0"]
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: nginx:stable-alpine
+`), 0o644))
+	var stdout, stderr bytes.Buffer
+	code := run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--once", "--discovery-handlers-dir", "",
+		"--debug-echo-availability-file", filepath.Join(dir, "none")}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Equal(t, "inventory/edge-a.yaml: 1 device(s)\n", stdout.String())
+	inv, err := os.ReadFile(filepath.Join(dir, "inventory", "edge-a.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(inv), "id: foo0")
+
+	stdout.Reset()
+	stderr.Reset()
+	require.Equal(t, 2, run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--once", "--log-level", "loud"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "--log-level \"loud\"")
+}
+
+func run(t *testing.T, args []string, stdout, stderr *bytes.Buffer) int {
+	t.Helper()
+	return runRoot(context.Background(), args, stdout, stderr)
+}
