@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/gitbroker/gitbroker/cmd/internal/cli.version=$(VERSION) -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=$(COMMIT)
 
-.PHONY: all build test e2e e2e-tools demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
+.PHONY: all build image test e2e e2e-tools demo bench bench-cli bench-git vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -17,6 +17,13 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gitbroker
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT_BIN) ./cmd/gitbroker-agent
+
+# OCI images of gitbroker and gitbroker-agent for linux/amd64 and linux/arm64, without Docker:
+# one OCI image layout each under bin/image (push with crane push bin/image/<name> <ref>).
+# The same source gives the same digests.
+IMAGE_REGISTRY ?= ghcr.io/gitbroker
+image:
+	$(GO) run ./cmd/gitbroker-image -out bin/image -registry $(IMAGE_REGISTRY) -version $(VERSION) -commit $(COMMIT)
 
 test: fmt-check vet
 	$(GO) test -race -count=1 $(PKGS)

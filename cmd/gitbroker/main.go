@@ -8,6 +8,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	// Public roots for HTTPS remotes where the system has none: the images are built on an
+	// empty base.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 )
