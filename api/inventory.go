@@ -289,12 +289,15 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 	if f.ServiceAccountName == "" {
 		f.ServiceAccountName = DefaultFluxServiceAccount
 	}
+	if f.NamespacesServiceAccountName == "" {
+		f.NamespacesServiceAccountName = DefaultFluxNamespacesServiceAccount
+	}
 	switch f.SourceRef.Kind {
 	case "GitRepository", "OCIRepository", "Bucket":
 	default:
 		errs = append(errs, d.Errorf("spec.flux.sourceRef.kind", "must be GitRepository, OCIRepository or Bucket, got %q", f.SourceRef.Kind))
 	}
-	for field, v := range map[string]string{"spec.flux.namespace": f.Namespace, "spec.flux.sourceRef.name": f.SourceRef.Name, "spec.flux.serviceAccountName": f.ServiceAccountName} {
+	for field, v := range map[string]string{"spec.flux.namespace": f.Namespace, "spec.flux.sourceRef.name": f.SourceRef.Name, "spec.flux.serviceAccountName": f.ServiceAccountName, "spec.flux.namespacesServiceAccountName": f.NamespacesServiceAccountName} {
 		if msgs := validation.IsDNS1123Subdomain(v); len(msgs) > 0 {
 			errs = append(errs, d.Errorf(field, "%q is not a valid name", v))
 		}

@@ -66,6 +66,8 @@ const (
 	// deploy/flux's, which may touch only Pods, Jobs and Services in the broker namespaces an
 	// administrator granted it (deploy/applier).
 	DefaultFluxServiceAccount = "gitbroker-applier"
+	// DefaultFluxNamespacesServiceAccount applies the rendered namespaces (deploy/flux).
+	DefaultFluxNamespacesServiceAccount = "gitbroker-namespaces"
 )
 
 // Configuration is Akri's Configuration (akri.sh/v0), accepted unchanged, or gitbroker's
@@ -247,6 +249,14 @@ type FluxSettings struct {
 	// impersonates to apply each folder (default gitbroker-applier): what a rendered folder may
 	// create is what its Roles allow, not what the controller may.
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// Namespaces renders the broker namespaces (default true) into rendered/_namespaces/, with
+	// the RoleBinding that lets ServiceAccountName apply there, applied first by a Kustomization
+	// of its own as NamespacesServiceAccountName and never pruned. false leaves both to an
+	// administrator (deploy/applier).
+	Namespaces *bool `json:"namespaces,omitempty"`
+	// NamespacesServiceAccountName applies rendered/_namespaces/ (default gitbroker-namespaces):
+	// it may create Namespaces, and RoleBindings to gitbroker-applier's ClusterRole only.
+	NamespacesServiceAccountName string `json:"namespacesServiceAccountName,omitempty"`
 }
 
 // FluxSourceRef names the Flux source the Kustomizations build from.

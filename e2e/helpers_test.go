@@ -228,6 +228,10 @@ func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...st
 			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
 		case "RoleBinding":
 			retarget(obj, ns)
+		case "ClusterRoleBinding":
+			// One per Flux namespace: the tests each run Flux's objects in a namespace of their own.
+			obj.SetName(obj.GetName() + "-" + ns)
+			retarget(obj, ns)
 		}
 		require.NoError(t, cluster.ApplyObject(ctx, obj))
 	}

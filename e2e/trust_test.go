@@ -53,9 +53,9 @@ spec:
 // while the other folders keep applying.
 func TestClusterTrust(t *testing.T) {
 	ctx := context.Background()
-	for _, ns := range []string{trustNamespace, trustFluxNamespace} {
-		require.NoError(t, cluster.CreateNamespace(ctx, ns))
-	}
+	// Only Flux's namespace exists: the broker namespace and the applier's RoleBinding there are
+	// rendered, as on a fresh cluster.
+	require.NoError(t, cluster.CreateNamespace(ctx, trustFluxNamespace))
 	srv := gitsynctest.NewServer(t, "main", map[string]string{
 		"gitbroker.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + trustNamespace +
 			"\n  flux:\n    namespace: " + trustFluxNamespace + "\n    retryInterval: 5s\n",
@@ -68,7 +68,7 @@ func TestClusterTrust(t *testing.T) {
 	require.NoError(t, err)
 	node, _, err := trust.LoadOrCreateSigner(filepath.Join(keys, "node"), trust.NodePrincipal(trustNode))
 	require.NoError(t, err)
-	applyFlux(t, trustFluxNamespace, srv.URL(), rendererKey+".pub", trustNamespace)
+	applyFlux(t, trustFluxNamespace, srv.URL(), rendererKey+".pub")
 	require.NoError(t, cluster.AddNode(ctx, trustNode))
 
 	run := func(args ...string) {
@@ -95,6 +95,9 @@ func TestClusterTrust(t *testing.T) {
 	}
 	require.Len(t, pods("cam-a"), 1)
 	require.Len(t, pods("cam-b"), 1)
+	ns, err := cluster.Client.CoreV1().Namespaces().Get(ctx, trustNamespace, metav1.GetOptions{})
+	require.NoError(t, err, "the rendered namespace was applied")
+	require.Equal(t, "disabled", ns.Annotations["kustomize.toolkit.fluxcd.io/prune"], "never pruned")
 	repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(trustFluxNamespace).Get(ctx, "gitbroker", metav1.GetOptions{})
 	require.NoError(t, err)
 	verified, why := condition(repo, "SourceVerified")

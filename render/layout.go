@@ -171,6 +171,9 @@ func (p *pass) layout() {
 	for folder := range folders {
 		roots = append(roots, strings.TrimPrefix(folder, RenderedDir))
 	}
+	if p.renderNamespaces(folders) {
+		roots = append(roots, strings.TrimSuffix(strings.TrimPrefix(NamespacesDir, RenderedDir), "/"))
+	}
 	// Frozen Configurations whose folders were empty before stay out; the others are listed.
 	if len(roots) > 0 || len(p.configs) > 0 || len(p.frozenConfigs) > 0 || len(p.prev) > 0 {
 		p.out[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
@@ -235,6 +238,26 @@ func (p *pass) planFromDiff() {
 	}
 	moved := map[string]int{}
 	for _, f := range Diff(p.prev, p.out) {
+		if f == NamespacesFluxFile {
+			continue
+		}
+		if strings.HasPrefix(f, NamespacesDir) {
+			name, ok := strings.CutPrefix(path.Base(f), "namespace-")
+			if !ok {
+				continue
+			}
+			ch := Change{Kind: "Namespace", Name: strings.TrimSuffix(name, ".yaml")}
+			switch {
+			case p.prev[f] == nil:
+				ch.Action, ch.Reason = Created, "with the RoleBinding that lets Flux apply brokers in it; never pruned"
+			case p.out[f] == nil:
+				ch.Action, ch.Reason = Removed, "no longer rendered; it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
+			default:
+				ch.Action = Updated
+			}
+			p.plan.plan.Namespaces = append(p.plan.plan.Namespaces, ch)
+			continue
+		}
 		if strings.HasPrefix(f, RenderedDir+"flux/") {
 			ns, cfg := "", ""
 			data := p.out[f]
@@ -408,4 +431,69 @@ func (p *pass) overBudgetNodes() map[string]string {
 		}
 	}
 	return held
+}
+
+// Where the broker namespaces are rendered: "_" cannot start a namespace's name, so the folder
+// never meets a namespace's own.
+const (
+	NamespacesDir           = RenderedDir + "_namespaces/"
+	NamespacesFluxFile      = RenderedDir + "flux/_namespaces.yaml"
+	NamespacesKustomization = "gitbroker-namespaces"
+)
+
+func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *f.Namespaces }
+
+// renderNamespaces writes a Namespace for every namespace a rendered folder is in, with the
+// RoleBinding that lets the applier account apply there, and the Flux Kustomization that applies
+// them (never pruning: deleting a namespace deletes everything in it). The folders' Kustomizations
+// do not depend on it: Flux re-checks a dependency only every --requeue-dependency (30 s), on
+// every revision, which would delay every change; a folder applied before its namespace exists
+// fails once and retries after its retryInterval. It reports whether it wrote any.
+func (p *pass) renderNamespaces(folders map[string]bool) bool {
+	f := p.settings.Flux
+	if !renderNamespaces(f) || len(folders) == 0 {
+		return false
+	}
+	set := map[string]bool{}
+	for folder := range folders {
+		ns, _, _ := strings.Cut(strings.TrimPrefix(folder, RenderedDir), "/")
+		set[ns] = true
+	}
+	var files []string
+	for _, ns := range sortedKeys(set) {
+		meta := metav1.ObjectMeta{Name: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker},
+			Annotations: map[string]string{"kustomize.toolkit.fluxcd.io/prune": "disabled"}}
+		p.out[NamespacesDir+"namespace-"+ns+".yaml"] = marshal(struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   metav1.ObjectMeta `json:"metadata"`
+		}{"v1", "Namespace", meta})
+		binding := metav1.ObjectMeta{Name: f.ServiceAccountName, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}}
+		p.out[NamespacesDir+"rolebinding-"+ns+".yaml"] = marshal(struct {
+			APIVersion string              `json:"apiVersion"`
+			Kind       string              `json:"kind"`
+			Metadata   metav1.ObjectMeta   `json:"metadata"`
+			RoleRef    map[string]string   `json:"roleRef"`
+			Subjects   []map[string]string `json:"subjects"`
+		}{"rbac.authorization.k8s.io/v1", "RoleBinding", binding,
+			map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api.DefaultFluxServiceAccount},
+			[]map[string]string{{"kind": "ServiceAccount", "name": f.ServiceAccountName, "namespace": f.Namespace}}})
+		files = append(files, "namespace-"+ns+".yaml", "rolebinding-"+ns+".yaml")
+	}
+	p.out[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
+	p.out[NamespacesFluxFile] = marshal(fluxKustomization{
+		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
+		Kind:       "Kustomization",
+		Metadata:   metav1.ObjectMeta{Name: NamespacesKustomization, Namespace: f.Namespace, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}},
+		Spec: fluxSpec{
+			Interval:           durationOr(f.Interval, 10*time.Minute),
+			RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
+			Timeout:            durationOr(f.Timeout, 5*time.Minute),
+			Path:               "./" + strings.TrimSuffix(NamespacesDir, "/"),
+			Prune:              false,
+			SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
+			ServiceAccountName: f.NamespacesServiceAccountName,
+		},
+	})
+	return true
 }

@@ -22,6 +22,8 @@ const (
 // Plan is what a render changes, per Configuration and instance.
 type Plan struct {
 	Configurations []*ConfigurationPlan `json:"configurations"`
+	// Namespaces are the broker namespaces rendered or no longer rendered.
+	Namespaces []Change `json:"namespaces,omitempty"`
 	// Warnings are true statements that need no action to render: collisions, shard moves,
 	// folders too large for fast kustomize builds, devices of unknown Configurations.
 	Warnings []string `json:"warnings,omitempty"`
@@ -230,8 +232,11 @@ func (p *Plan) WriteText(w io.Writer) {
 	if p.Refused != "" {
 		fmt.Fprintf(w, "REFUSED: %s\n\n", p.Refused)
 	}
-	if len(p.Configurations) == 0 {
+	if len(p.Configurations) == 0 && len(p.Namespaces) == 0 {
 		fmt.Fprintln(w, "No changes.")
+	}
+	for _, ch := range p.Namespaces {
+		writeChangeText(w, "", ch)
 	}
 	for _, c := range p.Configurations {
 		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
@@ -338,6 +343,12 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "**Summary:** %s\n\n", p.Summary.text())
 	if p.Trust != "" {
 		fmt.Fprintf(w, "**Inputs:** %s\n\n", mdText(p.Trust))
+	}
+	for _, ch := range p.Namespaces {
+		writeChangeMarkdown(w, "", ch)
+	}
+	if len(p.Namespaces) > 0 {
+		fmt.Fprintln(w)
 	}
 	if len(p.Configurations) > 0 {
 		fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")

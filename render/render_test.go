@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -139,10 +140,11 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 	m, err := k.Run(fs, "/repo/rendered")
 	require.NoError(t, err)
 	objects := 0
-	for _, kind := range []string{"/pod-", "/job-", "/service-"} {
+	for _, kind := range []string{"/pod-", "/job-", "/service-", "/namespace-", "/rolebinding-"} {
 		objects += len(filesUnder(res.Files, "rendered/", kind))
 	}
 	require.Equal(t, objects, m.Size(), "every rendered object is built exactly once")
+	require.NotEmpty(t, filesUnder(res.Files, render.NamespacesDir, "/namespace-"), "the broker namespaces are rendered")
 	for _, r := range m.Resources() {
 		data, err := r.MarshalJSON()
 		require.NoError(t, err)
@@ -154,6 +156,10 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 			target = &batchv1.Job{}
 		case "Service":
 			target = &corev1.Service{}
+		case "Namespace":
+			target = &corev1.Namespace{}
+		case "RoleBinding":
+			target = &rbacv1.RoleBinding{}
 		default:
 			t.Fatalf("unexpected kind %s", r.GetKind())
 		}
@@ -355,7 +361,7 @@ func TestFluxNamesNeverCollide(t *testing.T) {
 	})
 	res := renderOK(t, tree)
 	flux := filesUnder(res.Files, "rendered/flux/", ".yaml")
-	require.Len(t, flux, 2, "two folders, two Flux Kustomizations")
+	require.Len(t, flux, 3, "two folders, two Flux Kustomizations, and the namespaces'")
 	names := map[string]bool{}
 	for _, p := range flux {
 		var fk struct {
@@ -364,7 +370,7 @@ func TestFluxNamesNeverCollide(t *testing.T) {
 		require.NoError(t, yaml.Unmarshal(res.Files[p], &fk))
 		names[fk.Metadata.Name] = true
 	}
-	require.Len(t, names, 2)
+	require.Len(t, names, 3, "every name differs")
 }
 
 // Two files defining one Configuration are both errors, whichever sorts first: neither
