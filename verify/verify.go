@@ -43,6 +43,12 @@ const (
 	TrustedKeysDir     = ".gitbroker/trusted-keys"
 )
 
+// IsPeoplePath reports whether a path belongs to the people's branch: gitbroker.yaml,
+// configurations/ and .gitbroker/.
+func IsPeoplePath(p string) bool {
+	return p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/")
+}
+
 // InventoryBranch is the ref the agent of node writes.
 func InventoryBranch(node string) string { return InventoryPrefix + node }
 
@@ -273,7 +279,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 		return nil, err
 	}
 	for p, b := range files {
-		if p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/") {
+		if IsPeoplePath(p) {
 			in.Tree[p] = b
 		}
 	}
@@ -626,7 +632,7 @@ type treeSnap struct {
 func treeSnapshot(commit string, prev map[string][]byte) *treeSnap {
 	files := map[string][]byte{}
 	for p, b := range prev {
-		if p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/") {
+		if IsPeoplePath(p) {
 			files[p] = b
 		}
 	}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
@@ -68,7 +66,7 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	}
 	tree := render.Tree{}
 	for p, b := range in.Tree {
-		if !people(p) && !render.IsOwned(p) {
+		if !verify.IsPeoplePath(p) && !render.IsOwned(p) {
 			tree[p] = b
 		}
 	}
@@ -76,18 +74,13 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 		tree[p] = b
 	}
 	for p, b := range files {
-		if people(p) {
+		if verify.IsPeoplePath(p) {
 			tree[p] = b
 		}
 	}
 	req.Files, req.SourceCommit = tree, proposed.Commit()
 	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust
 	return r.Render(req), in, nil
-}
-
-// people reports whether a path is on the people's branch.
-func people(p string) bool {
-	return p == api.SettingsPath || api.IsConfigurationPath(p) || strings.HasPrefix(p, ".gitbroker/")
 }
 
 func short(h string) string {
