@@ -23,6 +23,8 @@ type Policy struct {
 	// AllowedDeviceProperties are the refused device properties this Configuration allows.
 	// Omitted when empty, so Configurations without it hash (and render) as before.
 	AllowedDeviceProperties []string `json:",omitempty"`
+	// Logs is the log capture the recorder applies to the Configuration's Jobs; nil is off.
+	Logs *LogPolicy `json:",omitempty"`
 }
 
 // ParsedConfiguration is one validated Configuration and where it came from.
@@ -49,6 +51,7 @@ var gitbrokerAnnotations = map[string]bool{
 	AnnotationRunPolicy: true, AnnotationConcurrency: true, AnnotationHistoryLimit: true,
 	AnnotationRunID: true, AnnotationAfter: true, AnnotationShards: true,
 	AnnotationOfflineGracePeriod: true, AnnotationAllowedDeviceProperties: true,
+	AnnotationLogTailLines: true, AnnotationLogTailBytes: true, AnnotationLogRedact: true,
 }
 
 // OfflineGracePeriod returns the Configuration's gitbroker.dev/offline-grace-period,
@@ -212,6 +215,11 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		pol.HistoryLimit = n
 	}
 	pol.RunID = str(jp.RunID, "spec.jobPolicy.runID", AnnotationRunID)
+	logs, logErrs := resolveLogPolicy(jp.Logs, c.Annotations)
+	for _, e := range logErrs {
+		add(e.field, "%s", e.msg)
+	}
+	pol.Logs = logs
 	pol.After = str(c.Spec.After, "spec.after", AnnotationAfter)
 	if n, ok := num(c.Spec.Shards, "spec.shards", AnnotationShards); ok {
 		if n < 1 || n > 1000 {

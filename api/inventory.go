@@ -178,6 +178,10 @@ func ParseJobRecord(file string, d *Document) (*ParsedJobRecord, ErrorList) {
 	if r.Spec.Outcome != OutcomeSucceeded && r.Spec.Outcome != OutcomeFailed {
 		add("spec.outcome", "must be %s or %s, got %q", OutcomeSucceeded, OutcomeFailed, r.Spec.Outcome)
 	}
+	validatePods(r.Spec.Pods, add)
+	if len(r.Spec.PodsNote) > MaxRecordMessageBytes {
+		add("spec.podsNote", "at most %d bytes", MaxRecordMessageBytes)
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}

@@ -136,6 +136,8 @@ type JobPolicy struct {
 	Concurrency  string `json:"concurrency,omitempty"`
 	HistoryLimit *int32 `json:"historyLimit,omitempty"`
 	RunID        string `json:"runID,omitempty"`
+	// Logs asks the recorder to keep the tail of each container's log with the Job's record.
+	Logs *JobLogs `json:"logs,omitempty"`
 }
 
 // NodeInventory is what one node's agent discovered. It is sorted and has no timestamps, so it
@@ -201,6 +203,11 @@ type JobRecordSpec struct {
 	Failed         int32        `json:"failed"`
 	Reason         string       `json:"reason,omitempty"`
 	Message        string       `json:"message,omitempty"`
+	// Pods is what the recorder found of the Job's Pods when it recorded the Job, oldest first.
+	Pods []PodRecord `json:"pods,omitempty"`
+	// PodsNote says plainly what could not be recorded, such as Pods deleted before the
+	// recorder saw the Job finished.
+	PodsNote string `json:"podsNote,omitempty"`
 }
 
 // Settings is the optional gitbroker.yaml at the repository root.

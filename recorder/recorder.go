@@ -3,10 +3,16 @@
 // with client-go informers and, when one finishes, writes its JobRecord
 // once to status/jobs/<namespace>/<job>.yaml through a gitsync.Store.
 //
+// The record holds what an auditor needs after the Pods are gone: per Pod
+// and container the node, exit code, reason and termination message, and,
+// when the Job's Configuration asked for it, a bounded, redacted tail of
+// the log. Pods already deleted are said to be so, not guessed at.
+//
 // A record already on the branch is never rewritten, and the informer's
 // initial list brings the Jobs that finished while the recorder was down,
 // so a restart neither duplicates nor loses a record. The recorder needs
-// get, list and watch on jobs and nothing else.
+// get, list and watch on jobs, and list on pods and get on pods/log in the
+// broker namespaces.
 package recorder
 
 import (
@@ -14,8 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -60,16 +68,37 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	// Logs reads container logs; nil reads them through Client (pods/log).
+	Logs LogSource
+	// MaxTailBytes caps the tail any Job may ask for per container (default
+	// api.DefaultLogTailBytes); negative keeps no log at all.
+	MaxTailBytes int
+	// Redact are patterns replaced in every tail and message, besides each Job's own.
+	Redact []*regexp.Regexp
+	// Secrets are the recorder's own credentials, replaced wherever they appear.
+	Secrets []string
 }
 
 // Recorder writes the outcome of every finished broker Job once.
 type Recorder struct {
 	opts Options
 
+	redact *redactor
+
 	mu      sync.Mutex
-	pending map[string]*api.JobRecord // by record path
+	pending map[string]*pending // by record path
 	wake    chan struct{}
 	ready   atomic.Bool
+}
+
+// pending is a finished Job's record waiting to be written.
+type pending struct {
+	rec *api.JobRecord
+	ref jobRef
+	// encoded is the record with what its Pods said, once captured: the Pods are read once,
+	// however often the write is retried.
+	encoded []byte
 }
 
 // New returns a Recorder.
@@ -92,7 +121,23 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Author.Name == "" {
 		opts.Author = gitsync.Signature{Name: "gitbroker-recorder", Email: "recorder@gitbroker.dev"}
 	}
-	return &Recorder{opts: opts, pending: map[string]*api.JobRecord{}, wake: make(chan struct{}, 1)}, nil
+	if opts.MaxTailBytes == 0 {
+		opts.MaxTailBytes = api.DefaultLogTailBytes
+	}
+	if opts.Logs == nil {
+		client := opts.Client
+		opts.Logs = func(ctx context.Context, ns, pod string, o *corev1.PodLogOptions) (io.ReadCloser, error) {
+			return client.CoreV1().Pods(ns).GetLogs(pod, o).Stream(ctx)
+		}
+	}
+	red := &redactor{patterns: opts.Redact}
+	for _, s := range opts.Secrets {
+		// A short "secret" would redact ordinary words.
+		if len(s) >= 8 {
+			red.secrets = append(red.secrets, []byte(s))
+		}
+	}
+	return &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Ready reports whether the informer has synced and everything it found
@@ -181,7 +226,7 @@ func (r *Recorder) observe(obj any) {
 	r.mu.Lock()
 	_, known := r.pending[path]
 	if !known {
-		r.pending[path] = rec
+		r.pending[path] = &pending{rec: rec, ref: newJobRef(job)}
 	}
 	r.mu.Unlock()
 	if !known {
@@ -202,31 +247,23 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	// A record that cannot be written (a Job without the labels the
-	// renderer sets) is dropped with an error, so it never holds up the
-	// others.
-	encoded := map[string][]byte{}
-	for path, rec := range batch {
-		b, err := Marshal(rec)
-		if err != nil {
-			r.opts.Log.Error(err, "dropping a Job that cannot be recorded", "job", rec.Namespace+"/"+rec.Name)
-			continue
-		}
-		encoded[path] = b
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	var written []string
-	res, err := r.opts.Store.Update(ctx, func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+	res, err := r.opts.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
 		written = written[:0]
 		files := map[string][]byte{}
-		for _, path := range slices.Sorted(maps.Keys(encoded)) {
+		for _, path := range slices.Sorted(maps.Keys(batch)) {
 			if _, err := head.ReadFile(path); err == nil {
-				continue // recorded before: never rewritten
+				continue // recorded before: never rewritten, and its Pods not read again
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return nil, err
 			}
-			files[path] = encoded[path]
+			b := r.encode(ctx, path, batch[path])
+			if b == nil {
+				continue
+			}
+			files[path] = b
 			written = append(written, path)
 		}
 		if len(files) == 0 {
@@ -260,11 +297,48 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return nil
 }
 
-func message(batch map[string]*api.JobRecord, written []string) string {
+// encode captures what the Job's Pods say, once, and encodes the record. A record that cannot be
+// written (a Job without the labels the renderer sets) is dropped with an error, so it never
+// holds up the others.
+func (r *Recorder) encode(ctx context.Context, path string, p *pending) []byte {
+	r.mu.Lock()
+	b := p.encoded
+	r.mu.Unlock()
+	if b != nil {
+		return b
+	}
+	rec := *p.rec // capture only adds spec.pods and spec.podsNote
+	r.capture(ctx, &rec, p.ref)
+	b, err := Marshal(&rec)
+	if err != nil {
+		r.opts.Log.Error(err, "dropping a Job that cannot be recorded", "job", rec.Namespace+"/"+rec.Name)
+		r.mu.Lock()
+		delete(r.pending, path)
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Lock()
+	p.encoded = b
+	r.mu.Unlock()
+	return b
+}
+
+// Capture returns the record of a finished Job with what its Pods say now, as Flush would write
+// it, and false while the Job runs.
+func (r *Recorder) Capture(ctx context.Context, job *batchv1.Job) (*api.JobRecord, bool) {
+	rec, ok := Record(job)
+	if !ok {
+		return nil, false
+	}
+	r.capture(ctx, rec, newJobRef(job))
+	return rec, true
+}
+
+func message(batch map[string]*pending, written []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "record: %d Job(s) finished\n\n", len(written))
 	for _, path := range written {
-		rec := batch[path]
+		rec := batch[path].rec
 		fmt.Fprintf(&b, "- %s/%s: %s\n", rec.Namespace, rec.Name, rec.Spec.Outcome)
 	}
 	return b.String()

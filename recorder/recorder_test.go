@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gitbroker/gitbroker/api"
@@ -23,11 +24,12 @@ var (
 	finished = metav1.NewTime(time.Date(2026, 11, 30, 9, 1, 30, 0, time.UTC))
 )
 
-// job is a broker Job as the renderer writes it.
+// job is a broker Job as the renderer writes it, with the selector the API server gives it.
 func job(name string) *batchv1.Job {
 	return &batchv1.Job{
+		Spec: batchv1.JobSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "uid-" + name}}},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: "plant",
+			Name: name, Namespace: "plant", UID: types.UID("uid-" + name),
 			Labels: map[string]string{
 				"app.kubernetes.io/managed-by": "gitbroker",
 				"akri.sh/configuration":        "plc-firmware",
@@ -39,6 +41,23 @@ func job(name string) *batchv1.Job {
 			},
 		},
 		Status: batchv1.JobStatus{StartTime: &started, Active: 1},
+	}
+}
+
+// pod is one of a Job's Pods, ended with exit code code.
+func pod(jobName, name, node string, code int32) *corev1.Pod {
+	reason, phase := "Completed", corev1.PodSucceeded
+	if code != 0 {
+		reason, phase = "Error", corev1.PodFailed
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "plant", CreationTimestamp: started,
+			Labels: map[string]string{"batch.kubernetes.io/controller-uid": "uid-" + jobName, "batch.kubernetes.io/job-name": jobName}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "flash", Image: "firmware:1"}}},
+		Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
+			Name:  "flash",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: finished}},
+		}}},
 	}
 }
 
@@ -103,6 +122,7 @@ func TestRecordsFinishedJobsOnce(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/x.yaml": "x\n"})
 	client := fake.NewClientset(
 		succeeded(job("fw-a-job")),
+		pod("fw-a-job", "fw-a-job-x7k2p", "edge-a", 0),
 		failed(job("fw-b-job")),
 		job("fw-running-job"),
 		// Not rendered by gitbroker: ignored.
@@ -123,13 +143,25 @@ spec:
   failed: 0
   instance: plc-firmware-84beef
   outcome: Succeeded
+  pods:
+  - containers:
+    - exitCode: 0
+      finishedAt: "2026-11-30T09:01:30Z"
+      name: flash
+      reason: Completed
+      startedAt: "2026-11-30T09:00:00Z"
+    name: fw-a-job-x7k2p
+    node: edge-a
+    phase: Succeeded
   renderedFrom: "1111111111111111111111111111111111111111"
   startTime: "2026-11-30T09:00:00Z"
   succeeded: 1
-`, a)
+`, a, "the Pod's end is recorded; its log is not, as the Job did not ask for it")
 	b := waitFile(t, srv, "status/jobs/plant/fw-b-job.yaml")
 	rec, errs := api.ParseJobRecordFile("status/jobs/plant/fw-b-job.yaml", []byte(b))
 	require.Empty(t, errs)
+	require.Contains(t, rec.Spec.PodsNote, "none of the Job's Pods were left", "its Pods are gone, and the record says so")
+	require.Empty(t, rec.Spec.Pods)
 	require.Equal(t, api.OutcomeFailed, rec.Spec.Outcome)
 	require.Equal(t, "BackoffLimitExceeded", rec.Spec.Reason)
 	require.Equal(t, int32(3), rec.Spec.Failed)

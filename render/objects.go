@@ -267,6 +267,11 @@ func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
 	for k, v := range jobAnnotations {
 		ann[k] = v
 	}
+	// The log capture the recorder applies; not part of the run hash, so turning it on or off
+	// does not start a new run.
+	for k, v := range pol.Logs.Annotations() {
+		ann[k] = v
+	}
 	name := jobName(in.name, runHash)
 	return builtJob{name: name, m: manifest{
 		APIVersion: "batch/v1",
