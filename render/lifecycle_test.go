@@ -210,3 +210,26 @@ func TestAfterWaitsForSucceededJob(t *testing.T) {
 	res = renderOK(t, ok)
 	require.False(t, res.Changed())
 }
+
+// A Configuration that asks for log tails puts its resolved policy on the Jobs it renders, where
+// the recorder reads it; turning capture on or off is not a new run.
+func TestLogPolicyRidesOnTheJob(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/fw.yaml": jobConfig("fw", ""),
+		"inventory/edge-a.yaml":  inventory("edge-a", entry("fw", "plc-1")),
+	})
+	res := renderOK(t, tree)
+	off := jobs(apply(tree, res), "default/fw")
+	require.Len(t, off, 1)
+	require.NotContains(t, string(res.Files[off[0]]), "gitbroker.dev/log-", "off unless asked for")
+
+	tree["configurations/fw.yaml"] = []byte(jobConfig("fw", "  jobPolicy:\n    logs:\n      tailBytes: 4096\n      redact: ['password=\\S+']\n"))
+	fresh := repo(map[string]string{"configurations/fw.yaml": string(tree["configurations/fw.yaml"]), "inventory/edge-a.yaml": inventory("edge-a", entry("fw", "plc-1"))})
+	res = renderOK(t, fresh)
+	on := jobs(apply(fresh, res), "default/fw")
+	require.Equal(t, path.Base(off[0]), path.Base(on[0]), "the same run: log capture is not part of what the Job does")
+	job := string(res.Files[on[0]])
+	require.Contains(t, job, "gitbroker.dev/log-tail-lines: \"200\"\n")
+	require.Contains(t, job, "gitbroker.dev/log-tail-bytes: \"4096\"\n")
+	require.Contains(t, job, "gitbroker.dev/log-redact: password=\\S+\n")
+}
