@@ -206,6 +206,7 @@ type ResolvedSettings struct {
 	MaxDeletionPercent  int
 	MaxObjectsPerFolder int
 	Flux                FluxSettings
+	Recorder            RecorderSettings
 	Templates           TemplateSettings
 }
 
@@ -248,7 +249,18 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		MaxDeletionPercent:  DefaultMaxDeletionPercent,
 		MaxObjectsPerFolder: DefaultMaxObjectsPerFolder,
 		Flux:                s.Spec.Flux,
+		Recorder:            s.Spec.Recorder,
 		Templates:           s.Spec.Templates,
+	}
+	if r.Recorder.Namespace == "" {
+		r.Recorder.Namespace = DefaultRecorderNamespace
+	} else if msgs := validation.IsDNS1123Label(r.Recorder.Namespace); len(msgs) > 0 {
+		errs = append(errs, d.Errorf("spec.recorder.namespace", "%q is not a valid namespace", r.Recorder.Namespace))
+	}
+	if r.Recorder.ServiceAccountName == "" {
+		r.Recorder.ServiceAccountName = DefaultRecorderServiceAccount
+	} else if msgs := validation.IsDNS1123Subdomain(r.Recorder.ServiceAccountName); len(msgs) > 0 {
+		errs = append(errs, d.Errorf("spec.recorder.serviceAccountName", "%q is not a valid ServiceAccount name", r.Recorder.ServiceAccountName))
 	}
 	for _, t := range []struct{ field, text string }{
 		{"spec.templates.commitMessage", s.Spec.Templates.CommitMessage},

@@ -68,6 +68,13 @@ const (
 	DefaultFluxServiceAccount = "gitbroker-applier"
 	// DefaultFluxNamespacesServiceAccount applies the rendered namespaces (deploy/flux).
 	DefaultFluxNamespacesServiceAccount = "gitbroker-namespaces"
+
+	// DefaultRecorderNamespace and DefaultRecorderServiceAccount are where deploy/ runs the
+	// recorder; RecorderPodsClusterRole is what it is granted in each broker namespace (list
+	// pods, get pods/log) to keep a finished Job's Pods in its record.
+	DefaultRecorderNamespace      = "gitbroker-system"
+	DefaultRecorderServiceAccount = "gitbroker-recorder"
+	RecorderPodsClusterRole       = "gitbroker-recorder-pods"
 )
 
 // Configuration is Akri's Configuration (akri.sh/v0), accepted unchanged, or gitbroker's
@@ -227,9 +234,18 @@ type SettingsSpec struct {
 	MaxObjectsPerFolder *int32 `json:"maxObjectsPerFolder,omitempty"`
 	// Flux configures the Kustomizations written to rendered/flux/.
 	Flux FluxSettings `json:"flux,omitempty"`
+	// Recorder names the recorder's ServiceAccount, which the rendered broker namespaces let read
+	// their Pods and logs (default gitbroker-system/gitbroker-recorder, as deploy/ runs it).
+	Recorder RecorderSettings `json:"recorder,omitempty"`
 	// Templates replace the renderer's commit message and pull-request
 	// description (Go text/templates; see templates/).
 	Templates TemplateSettings `json:"templates,omitempty"`
+}
+
+// RecorderSettings names the recorder's ServiceAccount.
+type RecorderSettings struct {
+	Namespace          string `json:"namespace,omitempty"`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // TemplateSettings holds template overrides; empty keeps the default.

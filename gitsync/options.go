@@ -78,6 +78,31 @@ func (o *Options) Inherit(main Options) {
 	o.MaxFetchBytes, o.MaxFileBytes = main.MaxFetchBytes, main.MaxFileBytes
 }
 
+// Secrets returns the credentials the options load (password, token, SSH key passphrase), so a
+// writer can keep them out of what it writes.
+func (o *Options) Secrets() ([]string, error) {
+	auth, err := LoadAuthFiles(o.Username, o.PasswordFile, o.TokenFile, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range []string{auth.Password, auth.Token} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if o.SSHKeyPassphraseFile != "" {
+		b, err := os.ReadFile(o.SSHKeyPassphraseFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading credentials file: %w", err)
+		}
+		if s := strings.TrimRight(string(b), "\r\n"); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
 // Open returns the Repository the options describe.
 func (o *Options) Open(extra ...Option) (*Repository, error) {
 	if o.URL == "" {

@@ -249,7 +249,7 @@ func (p *pass) planFromDiff() {
 			ch := Change{Kind: "Namespace", Name: strings.TrimSuffix(name, ".yaml")}
 			switch {
 			case p.prev[f] == nil:
-				ch.Action, ch.Reason = Created, "with the RoleBinding that lets Flux apply brokers in it; never pruned"
+				ch.Action, ch.Reason = Created, "with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends; never pruned"
 			case p.out[f] == nil:
 				ch.Action, ch.Reason = Removed, "no longer rendered; it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
 			default:
@@ -444,7 +444,8 @@ const (
 func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *f.Namespaces }
 
 // renderNamespaces writes a Namespace for every namespace a rendered folder is in, with the
-// RoleBinding that lets the applier account apply there, and the Flux Kustomization that applies
+// RoleBinding that lets the applier account apply there and the one that lets the recorder read
+// its broker Pods and their logs (list pods, get pods/log), and the Flux Kustomization that applies
 // them (never pruning: deleting a namespace deletes everything in it). The folders' Kustomizations
 // do not depend on it: Flux re-checks a dependency only every --requeue-dependency (30 s), on
 // every revision, which would delay every change; a folder applied before its namespace exists
@@ -478,7 +479,17 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 		}{"rbac.authorization.k8s.io/v1", "RoleBinding", binding,
 			map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api.DefaultFluxServiceAccount},
 			[]map[string]string{{"kind": "ServiceAccount", "name": f.ServiceAccountName, "namespace": f.Namespace}}})
-		files = append(files, "namespace-"+ns+".yaml", "rolebinding-"+ns+".yaml")
+		recorder := metav1.ObjectMeta{Name: p.settings.Recorder.ServiceAccountName, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}}
+		p.out[NamespacesDir+"recorder-rolebinding-"+ns+".yaml"] = marshal(struct {
+			APIVersion string              `json:"apiVersion"`
+			Kind       string              `json:"kind"`
+			Metadata   metav1.ObjectMeta   `json:"metadata"`
+			RoleRef    map[string]string   `json:"roleRef"`
+			Subjects   []map[string]string `json:"subjects"`
+		}{"rbac.authorization.k8s.io/v1", "RoleBinding", recorder,
+			map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api.RecorderPodsClusterRole},
+			[]map[string]string{{"kind": "ServiceAccount", "name": p.settings.Recorder.ServiceAccountName, "namespace": p.settings.Recorder.Namespace}}})
+		files = append(files, "namespace-"+ns+".yaml", "recorder-rolebinding-"+ns+".yaml", "rolebinding-"+ns+".yaml")
 	}
 	p.out[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
 	p.out[NamespacesFluxFile] = marshal(fluxKustomization{

@@ -140,7 +140,7 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 	m, err := k.Run(fs, "/repo/rendered")
 	require.NoError(t, err)
 	objects := 0
-	for _, kind := range []string{"/pod-", "/job-", "/service-", "/namespace-", "/rolebinding-"} {
+	for _, kind := range []string{"/pod-", "/job-", "/service-", "/namespace-", "/rolebinding-", "/recorder-rolebinding-"} {
 		objects += len(filesUnder(res.Files, "rendered/", kind))
 	}
 	require.Equal(t, objects, m.Size(), "every rendered object is built exactly once")

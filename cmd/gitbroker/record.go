@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/gitbroker/gitbroker/cmd/internal/cli"
+	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -12,8 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/trust"
@@ -25,6 +30,9 @@ const (
 	flagKubeconfig = "kubeconfig"
 	flagNamespace  = "namespace"
 	flagBatch      = "batch"
+
+	flagLogTailMaxBytes = "log-tail-max-bytes"
+	flagLogRedact       = "log-redact"
 )
 
 // kubeOptions say how to reach the API server.
@@ -37,16 +45,39 @@ func (o *kubeOptions) BindFlags(cmd *cobra.Command) {
 }
 
 func (o *kubeOptions) client() (kubernetes.Interface, error) {
+	c, _, err := o.clientAndConfig()
+	return c, err
+}
+
+func (o *kubeOptions) clientAndConfig() (kubernetes.Interface, *rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if o.Kubeconfig != "" {
 		rules.ExplicitPath = o.Kubeconfig
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+		return nil, nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
 	}
 	cfg.UserAgent = "gitbroker"
-	return kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(cfg)
+	return c, cfg, err
+}
+
+// kubeSecrets are the credentials in a client configuration.
+func kubeSecrets(cfg *rest.Config) []string {
+	var out []string
+	if cfg.BearerToken != "" {
+		out = append(out, cfg.BearerToken)
+	}
+	if cfg.BearerTokenFile != "" {
+		if b, err := os.ReadFile(cfg.BearerTokenFile); err == nil && len(b) > 0 {
+			out = append(out, strings.TrimSpace(string(b)))
+		}
+	}
+	if cfg.Password != "" {
+		out = append(out, cfg.Password)
+	}
+	return out
 }
 
 // recordOptions are the recorder's flags.
@@ -60,6 +91,8 @@ type recordOptions struct {
 	Batch       time.Duration
 	AuthorName  string
 	AuthorEmail string
+	MaxTail     int
+	Redact      []string
 }
 
 func (o *recordOptions) BindFlags(cmd *cobra.Command) {
@@ -73,6 +106,8 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	fs.DurationVar(&o.Batch, flagBatch, 2*time.Second, "After a Job finishes, wait this long for others, so Jobs finishing together land in one commit.")
 	fs.StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
 	fs.StringVar(&o.AuthorEmail, cli.FlagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
+	fs.IntVar(&o.MaxTail, flagLogTailMaxBytes, api.DefaultLogTailBytes, fmt.Sprintf("Keep at most this many bytes of each container's log tail, whatever a Configuration asks (at most %d); 0 keeps no log at all.", api.MaxLogTailBytes))
+	fs.StringArrayVar(&o.Redact, flagLogRedact, nil, "A regular expression (RE2) replaced by "+api.RedactedText+" in every log tail and termination message, besides each Configuration's own and the recorder's credentials (repeatable).")
 }
 
 func newRecordCommand() *cobra.Command {
@@ -85,7 +120,13 @@ app.kubernetes.io/managed-by=gitbroker) and, when one completes or fails, commit
 to status/jobs/<namespace>/<job>.yaml, once. That record is what lets the renderer retire the
 Job to history/, start the next run, or release a Pod waiting with after:.
 
-It needs get, list and watch on jobs (batch) and nothing else. It serves /healthz and /readyz
+With each record it keeps what the Job's Pods say, for when they are gone: per Pod and
+container the node, exit code, reason and termination message, and, when the Configuration asks
+for it (spec.jobPolicy.logs), the tail of the log, redacted (--log-redact, the Configuration's own
+patterns, and the recorder's credentials) and bounded (--log-tail-max-bytes).
+
+It needs get, list and watch on jobs (batch), and list on pods and get on pods/log in the broker
+namespaces. It serves /healthz and /readyz
 (--health-addr) and Prometheus metrics (--metrics-addr), and stops on SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRecord(cmd, o) },
@@ -109,9 +150,29 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
-	client, err := o.Kube.client()
+	client, kcfg, err := o.Kube.clientAndConfig()
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
+	}
+	secrets, err := o.Git.Secrets()
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	secrets = append(secrets, kubeSecrets(kcfg)...)
+	var redact []*regexp.Regexp
+	for _, p := range o.Redact {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return exitf(exitInvalid, "--%s %q: %v", flagLogRedact, p, err)
+		}
+		redact = append(redact, re)
+	}
+	maxTail := o.MaxTail
+	switch {
+	case maxTail < 0 || maxTail > api.MaxLogTailBytes:
+		return exitf(exitInvalid, "--%s must be between 0 and %d", flagLogTailMaxBytes, api.MaxLogTailBytes)
+	case maxTail == 0:
+		maxTail = -1
 	}
 	reg := prometheus.NewRegistry()
 	r, err := recorder.New(recorder.Options{
@@ -123,6 +184,10 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 		Author:     gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
 		Log:        log,
 		Metrics:    recorder.NewMetrics(reg),
+		// The git credential, the ServiceAccount token and the patterns never reach a record.
+		Secrets:      secrets,
+		Redact:       redact,
+		MaxTailBytes: maxTail,
 	})
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
