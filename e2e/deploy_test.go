@@ -62,7 +62,7 @@ func TestDeployManifests(t *testing.T) {
 		objs := build(t, "../deploy")
 		require.Equal(t, map[string]int{
 			"Namespace": 1, "ConfigMap": 1, "ServiceAccount": 3, "DaemonSet": 1, "Deployment": 2,
-			"Role": 1, "RoleBinding": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+			"Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
 		}, kinds(objs))
 		dryRun(t, objs)
 	})
@@ -74,8 +74,10 @@ func TestDeployManifests(t *testing.T) {
 		require.NoError(t, err)
 		binding, err := Objects(applier)
 		require.NoError(t, err)
-		require.Len(t, binding, 1)
-		binding[0].SetNamespace("gitbroker-system")
+		require.Len(t, binding, 2, "the applier's and the recorder's")
+		for _, b := range binding {
+			b.SetNamespace("gitbroker-system")
+		}
 		dryRun(t, binding)
 	})
 	t.Run("argocd", func(t *testing.T) {

@@ -206,8 +206,8 @@ func readyCondition(obj *unstructured.Unstructured) (bool, string) {
 
 // applyFlux applies deploy/flux's objects in the Flux namespace ns, with the GitRepository on
 // url, fetching every sourceInterval, and verifying the renderer's commits with the public key
-// in rendererPub; and binds its gitbroker-applier in each broker namespace with
-// deploy/applier's RoleBinding, as an administrator would.
+// in rendererPub; and binds its gitbroker-applier and the recorder in each broker namespace with
+// deploy/applier's RoleBindings, as an administrator would.
 func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
@@ -240,10 +240,14 @@ func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...st
 	for _, bns := range brokerNamespaces {
 		objs, err := Objects(data)
 		require.NoError(t, err)
-		require.Len(t, objs, 1)
-		objs[0].SetNamespace(bns)
-		retarget(objs[0], ns)
-		require.NoError(t, cluster.ApplyObject(ctx, objs[0]))
+		require.Len(t, objs, 2)
+		for _, obj := range objs {
+			obj.SetNamespace(bns)
+			if obj.GetName() == "gitbroker-applier" {
+				retarget(obj, ns)
+			}
+			require.NoError(t, cluster.ApplyObject(ctx, obj))
+		}
 	}
 }
 
