@@ -57,8 +57,8 @@ func (p *pass) renderJobs() {
 			p.out[hp] = historyFile(data, recBytes)
 			p.retired[ref.id()] = true
 			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
-			p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name,
-				Reason: fmt.Sprintf("recorded %s; moved to %s", rec.Spec.Outcome, hp)})
+			p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
+				Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})
 			continue
 		}
 		if h.refusedPin() {

@@ -63,6 +63,8 @@ type Change struct {
 	Kind   string `json:"kind"`
 	Name   string `json:"name"`
 	Reason string `json:"reason,omitempty"`
+	// History is where a retired Job went: its history/ entry, with its record.
+	History string `json:"history,omitempty"`
 }
 
 // Summary counts the changes.

@@ -35,19 +35,9 @@ func (o *readOptions) BindFlags(cmd *cobra.Command, withRef bool) {
 // configurations/, .gitbroker/) on top of that, so the plan shows exactly what merging it
 // would change. Nothing is written.
 func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.Inputs, error) {
-	source, rendered, sources, err := o.remote.open(nil, gitsync.WithFailFast())
+	in, source, err := o.verifiedInputs(ctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	// A plan holds no renderer key: the renderer's commits are the ones allowed_signers lists.
-	sources.AnyListedRenderer = true
-	head, err := rendered.Snapshot(ctx)
-	if err != nil {
-		return nil, nil, &exitError{Code: exitRefused, Err: err}
-	}
-	in, err := verify.Collect(ctx, sources, head)
-	if err != nil {
-		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	r := render.New()
 	req := render.Request{Files: in.Tree, SourceCommit: in.Source, Writers: in.Writers,
@@ -88,6 +78,27 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// verifiedInputs reads what the renderer would render from now, verified as it verifies it (the
+// previous rendered/ and history/ from its last signed commit, the signed records), and returns
+// the source repository with it.
+func (o *readOptions) verifiedInputs(ctx context.Context) (*verify.Inputs, *gitsync.Repository, error) {
+	source, rendered, sources, err := o.remote.open(nil, gitsync.WithFailFast())
+	if err != nil {
+		return nil, nil, err
+	}
+	// Reading holds no renderer key: the renderer's commits are the ones allowed_signers lists.
+	sources.AnyListedRenderer = true
+	head, err := rendered.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
+	}
+	in, err := verify.Collect(ctx, sources, head)
+	if err != nil {
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
+	}
+	return in, source, nil
 }
 
 // remoteTimeout bounds one plan or check against a remote.

@@ -1,0 +1,229 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// Run is one finished Job as a person reviewing a device reads it: where its record is and what
+// it says.
+type Run struct {
+	Namespace     string `json:"namespace"`
+	Configuration string `json:"configuration"`
+	Instance      string `json:"instance"`
+	Job           string `json:"job"`
+	// Path is the history/ entry (the Job with its record), or the status/ record of a Job the
+	// renderer has not retired yet.
+	Path   string         `json:"path"`
+	Record *api.JobRecord `json:"record"`
+}
+
+// RunFilter selects runs; an empty field matches any.
+type RunFilter struct {
+	Namespace, Configuration, Instance, DeviceID, Node string
+}
+
+func (f RunFilter) match(r *api.JobRecord) bool {
+	if f.Namespace != "" && r.Namespace != f.Namespace ||
+		f.Configuration != "" && r.Spec.Configuration != f.Configuration ||
+		f.Instance != "" && r.Spec.Instance != f.Instance ||
+		f.DeviceID != "" && r.Spec.DeviceID != f.DeviceID {
+		return false
+	}
+	if f.Node == "" {
+		return true
+	}
+	for _, p := range r.Spec.Pods {
+		if p.Node == f.Node {
+			return true
+		}
+	}
+	return false
+}
+
+// Runs lists the finished Jobs of a tree (a work tree, or the rendered branch with the inputs it
+// carries): every history/ entry, and every status/ record whose Job is not in history/ yet,
+// newest first. A file that cannot be read is returned as an error and skipped.
+func Runs(tree Tree, f RunFilter) ([]Run, []error) {
+	var out []Run
+	var errs []error
+	seen := map[string]bool{}
+	for _, p := range tree.Paths() {
+		if !strings.HasPrefix(p, "history/jobs/") {
+			continue
+		}
+		e, err := parseHistory(p, tree[p])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+			continue
+		}
+		seen[e.record.Namespace+"/"+e.record.Name] = true
+		if f.match(e.record) {
+			out = append(out, Run{Namespace: e.namespace, Configuration: e.config, Instance: e.instance, Job: e.job, Path: p, Record: e.record})
+		}
+	}
+	for _, p := range tree.Paths() {
+		if !isRecordPath(p) {
+			continue
+		}
+		rec, perrs := api.ParseJobRecordFile(p, tree[p])
+		if len(perrs) > 0 {
+			errs = append(errs, perrs)
+			continue
+		}
+		if seen[rec.Namespace+"/"+rec.Name] || !f.match(rec.JobRecord) {
+			continue
+		}
+		out = append(out, Run{Namespace: rec.Namespace, Configuration: rec.Spec.Configuration, Instance: rec.Spec.Instance, Job: rec.Name, Path: p, Record: rec.JobRecord})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := completion(out[i].Record), completion(out[j].Record)
+		if !a.Equal(b) {
+			return a.After(b)
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, errs
+}
+
+func completion(r *api.JobRecord) time.Time {
+	if r.Spec.CompletionTime != nil {
+		return r.Spec.CompletionTime.Time
+	}
+	return time.Time{}
+}
+
+// WriteRuns writes runs for a terminal: per run its outcome and times, per Pod and container the
+// node and exit code, and the first lines of each log tail. Everything a node or a broker wrote
+// is escaped, so a log cannot act on the terminal.
+func WriteRuns(w io.Writer, runs []Run, lines int) {
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "No finished runs.")
+		return
+	}
+	for i, run := range runs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		r := run.Record
+		fmt.Fprintf(w, "%s/%s  %s  %s\n", run.Namespace, run.Job, r.Spec.Outcome, runTimes(r))
+		fmt.Fprintf(w, "  configuration %s, instance %s, device %s\n", run.Configuration, run.Instance, printable(r.Spec.DeviceID))
+		fmt.Fprintf(w, "  record %s\n", run.Path)
+		if r.Spec.Reason != "" || r.Spec.Message != "" {
+			fmt.Fprintf(w, "  %s: %s\n", printable(r.Spec.Reason), printable(r.Spec.Message))
+		}
+		if r.Spec.PodsNote != "" {
+			fmt.Fprintf(w, "  note: %s\n", printable(r.Spec.PodsNote))
+		}
+		for _, p := range r.Spec.Pods {
+			fmt.Fprintf(w, "  pod %s on %s (%s)\n", p.Name, orDash(p.Node), orDash(p.Phase))
+			for _, c := range append(append([]api.ContainerRecord{}, p.InitContainers...), p.Containers...) {
+				writeContainer(w, c, lines)
+			}
+		}
+	}
+}
+
+func writeContainer(w io.Writer, c api.ContainerRecord, lines int) {
+	end := orDash(c.Reason)
+	if c.ExitCode != nil {
+		end = fmt.Sprintf("exit %d, %s", *c.ExitCode, end)
+	}
+	fmt.Fprintf(w, "    %s: %s", c.Name, end)
+	if c.Message != "" {
+		fmt.Fprintf(w, ": %s", printable(c.Message))
+	}
+	fmt.Fprintln(w)
+	if c.LogNote != "" {
+		fmt.Fprintf(w, "      (log: %s)\n", printable(c.LogNote))
+	}
+	log := c.LogBytes()
+	if len(log) == 0 || lines <= 0 {
+		return
+	}
+	if c.LogBase64 != "" {
+		fmt.Fprintf(w, "      (log is not UTF-8: %d bytes; shown with escapes)\n", len(log))
+	}
+	if c.LogTruncated {
+		fmt.Fprintln(w, "      (earlier output was not kept)")
+	}
+	shown := 0
+	for len(log) > 0 && shown < lines {
+		line := log
+		if i := bytes.IndexByte(log, '\n'); i >= 0 {
+			line, log = log[:i], log[i+1:]
+		} else {
+			log = nil
+		}
+		fmt.Fprintf(w, "      | %s\n", terminalLine(line))
+		shown++
+	}
+	if rest := countLines(log); rest > 0 {
+		fmt.Fprintf(w, "      | … %d more lines in the record\n", rest)
+	}
+}
+
+// terminalLine shows one log line with its control characters and invalid bytes escaped.
+func terminalLine(b []byte) string {
+	s := strings.TrimSuffix(string(b), "\r")
+	q := printable(s)
+	if q != s {
+		return q[1 : len(q)-1] // the escapes, without the quotes
+	}
+	return s
+}
+
+func countLines(b []byte) int {
+	n := bytes.Count(b, []byte{'\n'})
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		n++
+	}
+	return n
+}
+
+func runTimes(r *api.JobRecord) string {
+	var parts []string
+	if r.Spec.StartTime != nil {
+		parts = append(parts, "started "+r.Spec.StartTime.UTC().Format(time.RFC3339))
+	}
+	if r.Spec.CompletionTime != nil {
+		parts = append(parts, "finished "+r.Spec.CompletionTime.UTC().Format(time.RFC3339))
+		if r.Spec.StartTime != nil {
+			parts = append(parts, "took "+r.Spec.CompletionTime.Sub(r.Spec.StartTime.Time).String())
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return printable(s)
+}
+
+// recordSummary is what a plan says of a record besides its outcome: where its last Pod ran and
+// how its containers ended.
+func recordSummary(r *api.JobRecord) string {
+	if len(r.Spec.Pods) == 0 {
+		return ""
+	}
+	p := r.Spec.Pods[len(r.Spec.Pods)-1]
+	var ends []string
+	for _, c := range p.Containers {
+		if c.ExitCode != nil {
+			ends = append(ends, fmt.Sprintf("%s exit %d", c.Name, *c.ExitCode))
+		}
+	}
+	s := " on " + orDash(p.Node)
+	if len(ends) > 0 {
+		s += " (" + strings.Join(ends, ", ") + ")"
+	}
+	return s
+}
