@@ -54,6 +54,10 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
 	Mapper     *restmapper.DeferredDiscoveryRESTMapper
+	// ContainerLog is the CRI log file kwok serves as the log of every container in the
+	// cluster (a ClusterLogs rule), through the API server's pods/log: what a test writes there
+	// is what kubectl logs, and the recorder, read.
+	ContainerLog string
 
 	bin   string
 	pki   *pki
@@ -144,6 +148,8 @@ func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {
 		"--service-account-key-file=" + c.pki.SAPub,
 		"--service-account-signing-key-file=" + c.pki.SAKey,
 		"--service-cluster-ip-range=" + serviceCIDR,
+		// kwok serves the nodes' kubelet API (logs) on loopback, at the nodes' InternalIP.
+		"--kubelet-preferred-address-types=InternalIP",
 		// The kubernetes Service's endpoints would point at the advertise
 		// address through kube-proxy, which does not run here.
 		"--endpoint-reconciler-type=none",
@@ -198,13 +204,31 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// kwok also plays the nodes' kubelet API: every node's InternalIP is 127.0.0.1 and its
+	// kubelet port kwok's server (a self-signed TLS listener, which the API server does not
+	// verify without --kubelet-certificate-authority), and container logs come from one file.
+	kubeletPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.ContainerLog = filepath.Join(c.Dir, "container.log")
+	if err := os.WriteFile(c.ContainerLog, nil, 0o644); err != nil {
+		return err
+	}
+	logsConfig := filepath.Join(c.Dir, "kwok-logs.yaml")
+	if err := os.WriteFile(logsConfig, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-container\nspec:\n  logs:\n  - logsFile: "+c.ContainerLog+"\n"), 0o644); err != nil {
+		return err
+	}
 	if _, err := c.start("kwok", []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--config=" + filepath.Join(c.bin, "kwok.yaml"),
+		"--config=" + logsConfig,
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--cidr=" + podCIDR,
 		"--node-ip=127.0.0.1",
 		"--node-lease-duration-seconds=40",
+		fmt.Sprintf("--node-port=%d", kubeletPort),
+		"--server-address=" + addr(kubeletPort),
 	}); err != nil {
 		return err
 	}
@@ -293,6 +317,17 @@ func (c *Cluster) checkAlive() error {
 		}
 	}
 	return nil
+}
+
+// SetContainerLog makes lines what every container's log says, written as a container runtime
+// writes it (CRI format, one stdout line each).
+func (c *Cluster) SetContainerLog(lines ...string) error {
+	var b strings.Builder
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for i, l := range lines {
+		fmt.Fprintf(&b, "%s stdout F %s\n", at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), l)
+	}
+	return os.WriteFile(c.ContainerLog, []byte(b.String()), 0o644)
 }
 
 // CreateNamespace creates a namespace unless it exists.

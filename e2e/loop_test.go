@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
@@ -162,7 +163,11 @@ func TestLoop(t *testing.T) {
 		require.Equal(t, firstFirmware, uids(l.jobs(ctx, firmware)), "no new firmware Job while the previous runs are unrecorded")
 	})
 
+	// One firmware run's Pods are deleted before the recorder ever sees it finished (it is not
+	// running yet): Pod garbage collection, or a drain, while the recorder was down.
+	gone := firstKey(firstFirmware)
 	t.Run("recorded Jobs move to history and stay in the cluster", func(t *testing.T) {
+		l.deleteJobPods(t, gone)
 		l.startRecorder(t)
 		// The recorder writes each outcome; the renderer then retires the
 		// Jobs to history/ and starts what waited on them.
@@ -183,6 +188,27 @@ func TestLoop(t *testing.T) {
 		record, _ := l.srv.On(verify.StatusBranch).File("status/jobs/plant/" + firstKey(formatJobs) + ".yaml")
 		require.Contains(t, record, "outcome: Succeeded")
 		require.Contains(t, record, "renderedFrom: ")
+		rec := l.record(t, firstKey(formatJobs))
+		require.Len(t, rec.Spec.Pods, 1, "the Pod's end is recorded")
+		require.Equal(t, nodeOfJob(t, l.jobByName(ctx, firstKey(formatJobs))), rec.Spec.Pods[0].Node)
+		require.EqualValues(t, 0, *rec.Spec.Pods[0].Containers[0].ExitCode)
+		require.Empty(t, rec.Spec.Pods[0].Containers[0].Log, "journal-format did not ask for its logs")
+
+		// plc-firmware asks for its log tails (fixtures/demo): kwok serves them through the
+		// API server's pods/log, the recorder reads them as its ServiceAccount and redacts them.
+		for name := range firstFirmware {
+			rec := l.record(t, name)
+			if name == gone {
+				require.Empty(t, rec.Spec.Pods)
+				require.Contains(t, rec.Spec.PodsNote, "none of the Job's Pods were left when the recorder saw it finished", "the record says what was lost")
+				continue
+			}
+			require.Len(t, rec.Spec.Pods, 1, name)
+			c := rec.Spec.Pods[0].Containers[0]
+			require.Equal(t, "flash", c.Name)
+			require.Equal(t, firmwareLog, c.Log, "%s keeps its log tail, redacted", name)
+			require.Equal(t, "1 redacted", c.LogNote)
+		}
 
 		eventually(t, 3*time.Minute, "the 4.3.0 firmware runs", func() (bool, string) {
 			jobs := l.jobs(ctx, firmware)
@@ -234,6 +260,26 @@ func TestLoop(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, byFlux, "Job %s was created by Flux, once", j.Name)
+		}
+	})
+
+	t.Run("a finished Job's log tail outlives its Pods", func(t *testing.T) {
+		for name := range firstFirmware {
+			if name != gone {
+				l.deleteJobPods(t, name)
+			}
+		}
+		for name := range firstFirmware {
+			if name == gone {
+				continue
+			}
+			entry := l.historyFile(name)
+			require.NotEmpty(t, entry)
+			data, ok := l.srv.On(verify.RenderedBranch).File(entry)
+			require.True(t, ok)
+			require.Contains(t, data, "kind: JobRecord")
+			require.Contains(t, data, "flashing 4.2.0 onto plc-1", "%s: the history entry holds the log tail the Pod no longer can", entry)
+			require.NotContains(t, data, "hunter2")
 		}
 	})
 
@@ -405,6 +451,41 @@ func hasLine(t *testing.T, g *gbProcess, msg string) bool {
 	return false
 }
 
+// firmwareLog is what every container prints here (kwok serves it as their log), as the
+// recorder keeps it for plc-firmware, which redacts password=.
+const firmwareLog = "flashing 4.2.0 onto plc-1\n[REDACTED] accepted\ndone\n"
+
+// record is the JobRecord of a Job on the recorder's ref.
+func (l *loop) record(t *testing.T, job string) *api.JobRecord {
+	t.Helper()
+	p := api.JobRecordPath("plant", job)
+	data, ok := l.srv.On(verify.StatusBranch).File(p)
+	require.True(t, ok, "%s recorded", job)
+	rec, errs := api.ParseJobRecordFile(p, []byte(data))
+	require.Empty(t, errs)
+	return rec.JobRecord
+}
+
+func (l *loop) jobByName(ctx context.Context, name string) batchv1.Job {
+	j, err := cluster.Client.BatchV1().Jobs("plant").Get(ctx, name, metav1.GetOptions{})
+	require.NoError(l.t, err)
+	return *j
+}
+
+// deleteJobPods deletes a finished Job's Pods, as Pod garbage collection or a drain does, and
+// waits until they are gone.
+func (l *loop) deleteJobPods(t *testing.T, job string) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job}
+	require.NoError(t, cluster.Client.CoreV1().Pods("plant").DeleteCollection(ctx, metav1.DeleteOptions{}, sel))
+	eventually(t, time.Minute, job+"'s Pods deleted", func() (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods("plant").List(ctx, sel)
+		require.NoError(t, err)
+		return len(pods.Items) == 0, fmt.Sprintf("%d Pods left", len(pods.Items))
+	})
+}
+
 // startLoop prepares the cluster for the scenario and starts everything
 // that writes to the repository except the recorder.
 func startLoop(t *testing.T) *loop {
@@ -420,6 +501,8 @@ func startLoop(t *testing.T) *loop {
 			require.NoError(t, cluster.ApplyObject(ctx, obj))
 		}
 	}
+
+	require.NoError(t, cluster.SetContainerLog("flashing 4.2.0 onto plc-1", "password=hunter2 accepted", "done"))
 
 	files := map[string]string{}
 	seed, err := filepath.Glob("../fixtures/demo/repo/configurations/*.yaml")
