@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -77,6 +79,10 @@ func (d *demo) run() error {
 	if err := d.render("The recorder writes JobRecords for the finished Jobs: they move to history/, the 4.3.0 run starts, and the journal-reader Pod appears because journal-format succeeded on disk-7"); err != nil {
 		return err
 	}
+	runs, _ := render.Runs(d.repo, render.RunFilter{DeviceID: "plc-1"})
+	d.say("What ran on plc-1, from its history entry, after its Pods are long gone (gitbroker history --device plc-1):")
+	fmt.Fprintln(d.w)
+	render.WriteRuns(d.w, runs, 5)
 
 	if err := d.edit("inventory/edge-a.yaml", "    - id: bar0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: bar0\n", ""); err != nil {
 		return err
@@ -139,6 +145,7 @@ func (d *demo) recordRunningJobs() error {
 		}
 		var job struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     batchv1.JobSpec   `json:"spec"`
 		}
 		if err := yaml.Unmarshal(d.repo[p], &job); err != nil {
 			return fmt.Errorf("demo: reading %s: %w", p, err)
@@ -157,6 +164,7 @@ func (d *demo) recordRunningJobs() error {
 				Succeeded:      1,
 			},
 		}
+		rec.Spec.Pods = []api.PodRecord{demoPod(rec.Name, job.Metadata.Annotations, &job.Spec, start, done)}
 		data, err := yaml.Marshal(rec)
 		if err != nil {
 			return err
@@ -166,6 +174,39 @@ func (d *demo) recordRunningJobs() error {
 		fmt.Fprintf(d.w, "\n(the recorder wrote %s: %s)\n", rp, rec.Spec.Outcome)
 	}
 	return nil
+}
+
+// demoPod is the Pod the recorder would find of a demo Job: run on the Job's node, each container
+// ended well, and, when the Configuration asks for logs, the line its echo command prints.
+func demoPod(job string, ann map[string]string, spec *batchv1.JobSpec, start, done metav1.Time) api.PodRecord {
+	ps := spec.Template.Spec
+	p := api.PodRecord{Name: job + "-demo1", Phase: "Succeeded"}
+	if a := ps.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, f := range t.MatchFields {
+				if len(f.Values) > 0 && p.Node == "" {
+					p.Node = f.Values[0]
+				}
+			}
+		}
+	}
+	logs, _ := api.LogPolicyFromAnnotations(ann)
+	for _, c := range ps.Containers {
+		code := int32(0)
+		cr := api.ContainerRecord{Name: c.Name, ExitCode: &code, Reason: "Completed", StartedAt: &start, FinishedAt: &done}
+		if logs != nil && len(c.Command) > 0 {
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			script := c.Command[len(c.Command)-1]
+			if msg, ok := strings.CutPrefix(os.Expand(script, func(k string) string { return env[k] }), "echo "); ok {
+				cr.SetLog([]byte(msg + "\n"))
+			}
+		}
+		p.Containers = append(p.Containers, cr)
+	}
+	return p
 }
 
 func inputPaths(t render.Tree) []string {
