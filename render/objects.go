@@ -36,7 +36,7 @@ const (
 var jobAnnotations = map[string]string{
 	"kustomize.toolkit.fluxcd.io/prune":  "disabled",
 	"kustomize.toolkit.fluxcd.io/ssa":    "IfNotPresent",
-	"argocd.argoproj.io/sync-options":    "Prune=false",
+	AnnotationArgoSyncOptions:            "Prune=false",
 	"argocd.argoproj.io/compare-options": "IgnoreExtraneous",
 }
 
@@ -45,6 +45,15 @@ var jobAnnotations = map[string]string{
 // or device property would stop its Flux Kustomization at an "immutable field" error. Flux acts
 // on it only when the change is immutable.
 const AnnotationFluxForce = "kustomize.toolkit.fluxcd.io/force"
+
+// AnnotationArgoSyncOptions set to argoReplacePod does the same for Argo CD: a rendered Pod that
+// changed is deleted and created again (kubectl replace --force) instead of patched, which the
+// API server would refuse. Argo CD syncs only out-of-sync resources (ApplyOutOfSyncOnly in
+// deploy/argocd), so an unchanged Pod is left alone.
+const (
+	AnnotationArgoSyncOptions = "argocd.argoproj.io/sync-options"
+	argoReplacePod            = "Force=true,Replace=true"
+)
 
 // manifest is how every object is written: no status, no server-side fields.
 type manifest struct {
@@ -230,7 +239,7 @@ func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string)
 			Name:        podName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled"},
+			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled", AnnotationArgoSyncOptions: argoReplacePod},
 		},
 		Spec: ps,
 	})
