@@ -41,6 +41,10 @@ const (
 	AllowedSignersPath = ".gitbroker/allowed_signers"
 	TrustPath          = ".gitbroker/trust.yaml"
 	TrustedKeysDir     = ".gitbroker/trusted-keys"
+	// RendererKeysDir holds the OpenPGP public keys (*.asc) of a renderer that signs with
+	// OpenPGP (for Argo CD), so that a plan, check or history, which holds no renderer key,
+	// knows the renderer's commits; allowed_signers lists SSH keys only.
+	RendererKeysDir = ".gitbroker/renderer-keys"
 )
 
 // IsPeoplePath reports whether a path belongs to the people's branch: gitbroker.yaml,
@@ -80,6 +84,9 @@ type Sources struct {
 	// RendererKey is the public key of the renderer's --signing-key: a commit on the rendered
 	// branch is the renderer's own when this key signed it. Required when allowed_signers exists.
 	RendererKey ssh.PublicKey
+	// RendererOpenPGP is the renderer's --signing-key when it is an OpenPGP key (for Argo CD):
+	// a commit on the rendered branch is the renderer's own when this key signed it.
+	RendererOpenPGP *trust.OpenPGPSigner
 	// AnyListedRenderer, for a plan that holds no renderer key, takes a commit signed by any key
 	// allowed_signers lists as renderer as the renderer's own. A plan writes nothing.
 	AnyListedRenderer bool
@@ -122,6 +129,7 @@ type Inputs struct {
 type mode struct {
 	allowed   *trust.AllowedSigners // nil: no allowed_signers, nothing verified
 	people    *trust.KeyRing        // people's OpenPGP keys, for merges a git host signs
+	renderers *trust.KeyRing        // the OpenPGP keys of renderers that sign with OpenPGP
 	protected bool                  // the host protects the branch; people's commits need no signature
 	err       error                 // allowed_signers or trust.yaml does not parse
 }
@@ -166,6 +174,18 @@ func modeAt(s gitsync.Snapshot) mode {
 		}
 	}
 	if m.people, err = trust.ParseKeyRing(keys); err != nil {
+		return mode{err: err}
+	}
+	rkeys, err := s.Files(RendererKeysDir)
+	if err != nil {
+		return mode{err: err}
+	}
+	for p := range rkeys {
+		if !strings.HasSuffix(p, ".asc") {
+			delete(rkeys, p)
+		}
+	}
+	if m.renderers, err = trust.ParseKeyRing(rkeys); err != nil {
 		return mode{err: err}
 	}
 	if data, err := s.ReadFile(TrustPath); err == nil {
@@ -326,6 +346,8 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 	}
 	want := ""
 	switch {
+	case s.RendererOpenPGP != nil:
+		want = s.RendererOpenPGP.String()
 	case s.RendererKey != nil:
 		want = ssh.FingerprintSHA256(s.RendererKey)
 	case s.AnyListedRenderer && tip.allowed != nil:
@@ -338,6 +360,17 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 			return true
 		}
 		payload, armored := trust.SplitSignedCommit(c.Raw)
+		if s.RendererOpenPGP != nil {
+			return s.RendererOpenPGP.Verifies(payload, armored, c.When)
+		}
+		if trust.IsOpenPGP(armored) {
+			// Only a plan, holding no key, gets here: the renderers' listed OpenPGP keys.
+			if s.RendererKey != nil || tip.renderers.Empty() {
+				return false
+			}
+			_, err := tip.renderers.Verify(payload, armored, c.When)
+			return err == nil
+		}
 		sig, err := trust.VerifySignature(payload, armored)
 		if err != nil {
 			return false

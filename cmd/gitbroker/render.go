@@ -14,9 +14,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
-	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
-	"github.com/go-logr/logr"
 
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
@@ -178,13 +176,13 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		}
 		pushOptions[k] = v
 	}
-	signer, err := remote.Signing.Load(logr.Discard(), trust.PrincipalRenderer, false)
+	signer, err := remote.Signing.LoadRenderer()
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
 	var extra []gitsync.Option
-	if signer != nil {
-		extra = append(extra, gitsync.WithSigner(signer))
+	if s := signer.Signer(); s != nil {
+		extra = append(extra, gitsync.WithSigner(s))
 	}
 	if len(pushOptions) > 0 {
 		extra = append(extra, gitsync.WithPushOptions(pushOptions))
@@ -262,7 +260,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 
 // open returns the people's branch (read only), the rendered branch (which its first render
 // creates) and where the inputs come from, as every remote command reads them.
-func (remote *remoteOptions) open(signer *trust.Signer, extra ...gitsync.Option) (*gitsync.Repository, *gitsync.Repository, verify.Sources, error) {
+func (remote *remoteOptions) open(signer cli.RendererSigner, extra ...gitsync.Option) (*gitsync.Repository, *gitsync.Repository, verify.Sources, error) {
 	var none verify.Sources
 	if remote.RenderedBranch == remote.Git.Branch {
 		return nil, nil, none, exitf(exitInvalid, "--%s must differ from --%s: people own the source branch, the renderer its own", flagRenderedBranch, gitsync.FlagBranch)
@@ -278,9 +276,10 @@ func (remote *remoteOptions) open(signer *trust.Signer, extra ...gitsync.Option)
 		return nil, nil, none, exitf(exitInvalid, "%v", err)
 	}
 	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered}
-	if signer != nil {
-		sources.RendererKey = signer.PublicKey()
+	if signer.SSH != nil {
+		sources.RendererKey = signer.SSH.PublicKey()
 	}
+	sources.RendererOpenPGP = signer.OpenPGP
 	if remote.Inventory.URL != "" {
 		inv := remote.Inventory
 		inv.Inherit(remote.Git)

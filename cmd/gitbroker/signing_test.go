@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -57,4 +59,62 @@ func TestWritersSign(t *testing.T) {
 	code, _, stderr = gitbroker(t, "agent", "--dir", t.TempDir(), "--node", "edge-z", "--once", "--signing-key", key)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "makes none")
+}
+
+// A renderer that signs with OpenPGP (for Argo CD) is verified like one with an SSH key: its
+// own previous commit anchors the next render, another key's is not taken, and a plan, holding
+// no key, knows it from .gitbroker/renderer-keys/. Agents keep SSH keys.
+func TestOpenPGPRenderer(t *testing.T) {
+	srv := demoServer(t)
+	for _, n := range []string{"edge-a", "edge-b"} {
+		srv.SetRef(verify.InventoryBranch(n), "") // unsigned: only edge-z is enrolled here
+	}
+	dir := t.TempDir()
+	alice, _, err := trust.LoadOrCreateSigner(filepath.Join(dir, "alice"), "alice@example.com")
+	require.NoError(t, err)
+	nodeKey := filepath.Join(dir, "edge-z")
+	node, _, err := trust.LoadOrCreateSigner(nodeKey, "node:edge-z")
+	require.NoError(t, err)
+	priv, pub, err := trust.NewOpenPGPKey("gitbroker renderer", "renderer@gitbroker.dev")
+	require.NoError(t, err)
+	rendererKey := filepath.Join(dir, "renderer.asc")
+	require.NoError(t, os.WriteFile(rendererKey, priv, 0o600))
+	srv.CommitSigned(filepath.Join(dir, "alice"), map[string]string{
+		verify.AllowedSignersPath:                alice.AllowedSignersLine("alice@example.com") + "\n" + node.AllowedSignersLine("node:edge-z") + "\n",
+		verify.RendererKeysDir + "/renderer.asc": string(pub),
+	}, nil, "enroll edge-z and the OpenPGP renderer")
+	agent := func(avail string) {
+		t.Helper()
+		f := filepath.Join(dir, "avail")
+		require.NoError(t, os.WriteFile(f, []byte(avail), 0o644))
+		code, _, stderr := gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", nodeKey,
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", f)
+		require.Equal(t, exitOK, code, stderr)
+	}
+	agent("foo0\n")
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey, "--adopt-rendered", srv.On(verify.RenderedBranch).Head())
+	require.Equal(t, exitOK, code, stderr)
+	agent("foo0\nbar0\n")
+	code, stdout, stderr := gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "Inputs: verified")
+	raw := gitsynctest.Git(t, srv.Bare(), "cat-file", "commit", srv.On(verify.RenderedBranch).Head())
+	require.Contains(t, raw, "-----BEGIN PGP SIGNATURE-----")
+
+	code, stdout, stderr = gitbroker(t, "plan", "--git", srv.URL())
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "Inputs: verified")
+
+	// Another OpenPGP key is not this renderer.
+	other, _, err := trust.NewOpenPGPKey("mallory", "mallory@example.com")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other.asc"), other, 0o600))
+	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--signing-key", filepath.Join(dir, "other.asc"))
+	require.Equal(t, exitRefused, code)
+	require.Contains(t, stderr, "give --adopt-rendered <commit>")
+
+	// Only the renderer signs with OpenPGP.
+	code, _, stderr = gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", rendererKey, "--discovery-handlers-dir", "")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "only the renderer may sign with OpenPGP")
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -39,6 +40,9 @@ func (o *SigningOptions) Load(log logr.Logger, principal string, create bool) (*
 	if o.Key == "" {
 		return nil, nil
 	}
+	if data, err := os.ReadFile(o.Key); err == nil && trust.IsOpenPGPPrivateKey(data) {
+		return nil, fmt.Errorf("--%s: %s is an OpenPGP key; only the renderer may sign with OpenPGP (for Argo CD), the %s signs with an OpenSSH key, which .gitbroker/allowed_signers enrolls", FlagSigningKey, o.Key, principal)
+	}
 	var s *trust.Signer
 	var created bool
 	var err error
@@ -55,4 +59,43 @@ func (o *SigningOptions) Load(log logr.Logger, principal string, create bool) (*
 			"key", o.Key, "allowedSigners", s.AllowedSignersLine(principal))
 	}
 	return s, nil
+}
+
+// RendererSigner is the renderer's signing key: an OpenSSH key (what Flux verifies, and
+// allowed_signers lists as renderer) or an armored OpenPGP key (what Argo CD verifies, and
+// .gitbroker/renderer-keys/ lists). Exactly one of the two is set; neither without --signing-key.
+type RendererSigner struct {
+	SSH     *trust.Signer
+	OpenPGP *trust.OpenPGPSigner
+}
+
+// Signer is what signs the commits, nil without a key.
+func (r RendererSigner) Signer() gitsync.Signer {
+	switch {
+	case r.SSH != nil:
+		return r.SSH
+	case r.OpenPGP != nil:
+		return r.OpenPGP
+	}
+	return nil
+}
+
+// LoadRenderer loads the renderer's key, of either kind.
+func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
+	if o.Key == "" {
+		return RendererSigner{}, nil
+	}
+	data, err := os.ReadFile(o.Key)
+	if err != nil {
+		return RendererSigner{}, fmt.Errorf("--%s: %w", FlagSigningKey, err)
+	}
+	if trust.IsOpenPGPPrivateKey(data) {
+		k, err := trust.LoadOpenPGPSigner(o.Key)
+		if err != nil {
+			return RendererSigner{}, fmt.Errorf("--%s: %w", FlagSigningKey, err)
+		}
+		return RendererSigner{OpenPGP: k}, nil
+	}
+	k, err := o.Load(logr.Discard(), trust.PrincipalRenderer, false)
+	return RendererSigner{SSH: k}, err
 }
