@@ -2,51 +2,28 @@
 # build.sh builds the programs the e2e suite runs, from Go modules, into a
 # cache outside the clone, and prints the folder that holds them.
 #
-#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd
+#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize
 #   e2e/tools/build.sh all
 #
 # "all" builds every component and prints a folder of links to all their
 # programs, kwok's stages (kwok.yaml), Flux's CRDs (crds/) and Argo CD's
 # (argocd/): what the suite reads from GITBROKER_E2E_BIN.
 #
-# Each component but argocd is a small module under e2e/tools/<component>
-# whose go.mod pins the versions; the version in the cache key is read
-# from there. The cache folder is keyed by the component, its
+# Each component is a small module under e2e/tools/<component> whose
+# go.mod pins the versions; the version in the cache key is read from
+# there. Argo CD needs Go 1.27, which the go command fetches from the
+# module proxy (GOTOOLCHAIN) for that build only. The cache folder is keyed by the component, its
 # version and a digest of its go.mod and go.sum, so a change of version
 # builds anew and an unchanged one is reused. A build goes to a temporary
 # folder first and is renamed into place only when it is complete, so an
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|all}
+component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
-components=(etcd kube kwok source-controller kustomize-controller argocd)
-argocd_version=v3.6.1
-
-# Argo CD is not run, only its Application and ApplicationSet CRDs are
-# needed, to validate deploy/argocd. Its module needs Go 1.27, which the go
-# command fetches from the module proxy for this download only.
-if [[ $component == argocd ]]; then
-	out=$cache/argocd-$argocd_version
-	if [[ ! -f $out/.complete ]]; then
-		mkdir -p "$cache"
-		tmp=$(mktemp -d "$cache/.argocd-XXXXXX")
-		trap 'rm -rf "$tmp"' EXIT
-		src=$(cd "$tmp" && GOTOOLCHAIN=go1.27.3 go mod download -json "github.com/argoproj/argo-cd/v3@$argocd_version" |
-			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-		mkdir "$tmp/argocd"
-		cp "$src"/manifests/crds/application-crd.yaml "$src"/manifests/crds/applicationset-crd.yaml "$tmp/argocd/"
-		chmod 644 "$tmp"/argocd/*.yaml
-		echo "$argocd_version" >"$tmp/.complete"
-		rm -rf "$out"
-		mv "$tmp" "$out"
-		trap - EXIT
-	fi
-	echo "$out"
-	exit 0
-fi
+components=(etcd kube kwok source-controller kustomize-controller argocd kustomize)
 
 if [[ $component == all ]]; then
 	dirs=()
@@ -68,8 +45,8 @@ if [[ $component == all ]]; then
 			if [[ -d $d/stages ]]; then
 				ln -s "$d"/stages/* "$tmp/"
 			fi
-			if [[ -d $d/argocd ]]; then
-				ln -s "$d/argocd" "$tmp/argocd"
+			if [[ -d $d/argocd-crds ]]; then
+				ln -s "$d/argocd-crds" "$tmp/argocd"
 			fi
 		done
 		mv "$tmp" "$bin"
@@ -95,6 +72,18 @@ kwok)
 	;;
 source-controller | kustomize-controller)
 	module=github.com/fluxcd/$component
+	pkgs=("$module")
+	;;
+argocd)
+	# One multicall program: application-controller, repo-server and
+	# applicationset-controller, chosen by ARGOCD_BINARY_NAME.
+	module=github.com/argoproj/argo-cd/v3
+	pkgs=("$module/cmd")
+	export GOTOOLCHAIN=go1.27.3
+	;;
+kustomize)
+	# Argo CD's repo-server runs kustomize build on every rendered folder.
+	module=sigs.k8s.io/kustomize/kustomize/v5
 	pkgs=("$module")
 	;;
 *)
@@ -134,7 +123,36 @@ tmp=$(mktemp -d "$cache/.$component-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 echo "build.sh: building $component $version into $out (cold; this takes minutes)" >&2
-(cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+src=$mod
+if [[ $component == argocd ]]; then
+	# The application controller binds its metrics listener to 0.0.0.0 with no flag to
+	# change it; the suite keeps every listener on loopback, so it builds a copy of the
+	# module with that one address changed, and fails if the line is not there.
+	src=$tmp/mod
+	mkdir "$src"
+	cp "$mod/go.mod" "$mod/go.sum" "$src/"
+	dir=$(cd "$mod" && go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	cp -r "$dir" "$src/argo-cd"
+	chmod -R u+w "$src/argo-cd"
+	file=$src/argo-cd/controller/appcontroller.go
+	grep -q 'fmt.Sprintf("0.0.0.0:%d", metricsPort)' "$file"
+	sed -i 's/fmt.Sprintf("0.0.0.0:%d", metricsPort)/fmt.Sprintf("127.0.0.1:%d", metricsPort)/' "$file"
+	(cd "$src" && go mod edit -replace "$module=./argo-cd")
+	ldflags+=" -X github.com/argoproj/argo-cd/v3/common.version=${version#v}"
+fi
+(cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+if [[ $component == argocd ]]; then
+	mv "$tmp/cmd" "$tmp/argocd"
+	mkdir "$tmp/argocd-crds"
+	for f in application-crd.yaml applicationset-crd.yaml appproject-crd.yaml; do
+		cp "$src/argo-cd/manifests/crds/$f" "$tmp/argocd-crds/"
+	done
+	# The repo-server verifies signatures through this script, found on PATH.
+	cp "$src/argo-cd/hack/git-verify-wrapper.sh" "$tmp/git-verify-wrapper.sh"
+	chmod 755 "$tmp/git-verify-wrapper.sh"
+	chmod 644 "$tmp"/argocd-crds/*.yaml
+	rm -rf "$src"
+fi
 # go names the etcd server's program after its module path, without /v3.
 if [[ $component == etcd ]]; then
 	mv "$tmp/server" "$tmp/etcd"

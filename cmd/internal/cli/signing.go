@@ -85,11 +85,7 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 	if o.Key == "" {
 		return RendererSigner{}, nil
 	}
-	data, err := os.ReadFile(o.Key)
-	if err != nil {
-		return RendererSigner{}, fmt.Errorf("--%s: %w", FlagSigningKey, err)
-	}
-	if trust.IsOpenPGPPrivateKey(data) {
+	if data, err := os.ReadFile(o.Key); err == nil && trust.IsOpenPGPPrivateKey(data) {
 		k, err := trust.LoadOpenPGPSigner(o.Key)
 		if err != nil {
 			return RendererSigner{}, fmt.Errorf("--%s: %w", FlagSigningKey, err)
