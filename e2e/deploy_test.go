@@ -16,17 +16,17 @@ import (
 // TestDeployManifests checks every manifest in deploy/, and those
 // `gitbroker init` writes, with a server-side dry run against the API
 // server: built-in kinds against the API server's own validation, Flux's
-// against its CRDs, and Argo CD's against its Application and
-// ApplicationSet CRD schemas.
+// against its CRDs, and Argo CD's against its Application, ApplicationSet
+// and AppProject CRD schemas.
 func TestDeployManifests(t *testing.T) {
 	ctx := context.Background()
 	bin := os.Getenv("GITBROKER_E2E_BIN")
-	for _, f := range []string{"application-crd.yaml", "applicationset-crd.yaml"} {
+	for _, f := range []string{"application-crd.yaml", "applicationset-crd.yaml", "appproject-crd.yaml"} {
 		data, err := os.ReadFile(filepath.Join(bin, "argocd", f))
 		require.NoError(t, err)
 		require.NoError(t, cluster.Apply(ctx, data), f)
 	}
-	require.NoError(t, cluster.WaitForKinds(ctx, "Application.argoproj.io", "ApplicationSet.argoproj.io"))
+	require.NoError(t, cluster.WaitForKinds(ctx, "Application.argoproj.io", "ApplicationSet.argoproj.io", "AppProject.argoproj.io"))
 	for _, ns := range []string{"gitbroker-system", "argocd"} {
 		require.NoError(t, cluster.CreateNamespace(ctx, ns))
 	}
@@ -81,7 +81,7 @@ func TestDeployManifests(t *testing.T) {
 		dryRun(t, binding)
 	})
 	t.Run("argocd", func(t *testing.T) {
-		dryRunFiles(t, "../deploy/argocd/applicationset.yaml", "../deploy/argocd/application.yaml")
+		dryRunFiles(t, "../deploy/argocd/appproject.yaml", "../deploy/argocd/applicationset.yaml", "../deploy/argocd/application.yaml")
 		// The schema really is checked: a misspelt field is refused.
 		bad, err := Objects([]byte("apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: bad\n  namespace: argocd\nspec:\n  project: default\n  destination: {server: https://kubernetes.default.svc}\n  source: {repoURL: https://x, path: rendered}\n  syncPolicy: {syncOptionz: [Prune=false]}\n"))
 		require.NoError(t, err)
@@ -92,6 +92,6 @@ func TestDeployManifests(t *testing.T) {
 		out, err := exec.Command(gitbroker, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "https://git.example.org/edge.git").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		dryRun(t, build(t, filepath.Join(dir, "flux")))
-		dryRunFiles(t, filepath.Join(dir, "argocd", "applicationset.yaml"), filepath.Join(dir, "argocd", "application.yaml"))
+		dryRunFiles(t, filepath.Join(dir, "argocd", "appproject.yaml"), filepath.Join(dir, "argocd", "applicationset.yaml"), filepath.Join(dir, "argocd", "application.yaml"))
 	})
 }

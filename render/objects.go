@@ -32,11 +32,13 @@ const (
 	akriPlaceholder = "{{PLACEHOLDER}}"
 )
 
-// jobAnnotations keep Flux and Argo CD from patching a rendered Job or deleting a finished one.
+// jobAnnotations keep Flux and Argo CD from patching a rendered Job or deleting a finished one:
+// not when it leaves rendered/ (prune), and not when Argo CD deletes the Application of a folder
+// that no longer exists (Delete=false; deploy/argocd's Applications delete what they synced).
 var jobAnnotations = map[string]string{
 	"kustomize.toolkit.fluxcd.io/prune":  "disabled",
 	"kustomize.toolkit.fluxcd.io/ssa":    "IfNotPresent",
-	AnnotationArgoSyncOptions:            "Prune=false",
+	AnnotationArgoSyncOptions:            "Prune=false,Delete=false",
 	"argocd.argoproj.io/compare-options": "IgnoreExtraneous",
 }
 

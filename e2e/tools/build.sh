@@ -142,14 +142,17 @@ if [[ $component == argocd ]]; then
 fi
 (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
 if [[ $component == argocd ]]; then
-	mv "$tmp/cmd" "$tmp/argocd"
+	mv "$tmp/cmd" "$tmp/argo-cd"
 	mkdir "$tmp/argocd-crds"
 	for f in application-crd.yaml applicationset-crd.yaml appproject-crd.yaml; do
 		cp "$src/argo-cd/manifests/crds/$f" "$tmp/argocd-crds/"
 	done
-	# The repo-server verifies signatures through this script, found on PATH.
-	cp "$src/argo-cd/hack/git-verify-wrapper.sh" "$tmp/git-verify-wrapper.sh"
-	chmod 755 "$tmp/git-verify-wrapper.sh"
+	# The repo-server runs gpg and verifies signatures through these scripts, found on PATH
+	# (Argo CD's image puts them in /usr/local/bin).
+	for f in git-verify-wrapper.sh gpg-wrapper.sh; do
+		cp "$src/argo-cd/hack/$f" "$tmp/$f"
+		chmod 755 "$tmp/$f"
+	done
 	chmod 644 "$tmp"/argocd-crds/*.yaml
 	rm -rf "$src"
 fi

@@ -1,0 +1,382 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+const (
+	argoBrokers = "orchard"
+	argoNode    = "orchard-1"
+)
+
+var applicationGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+
+func argoCamera() string {
+	return `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: cam
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["cam-1", "cam-2"]
+  brokerProperties:
+    RESOLUTION: "720p"
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: "nginx:stable-alpine"
+  instanceServiceSpec:
+    ports: [{name: http, port: 80, targetPort: 80}]
+`
+}
+
+func argoFirmware(version string) string {
+	return `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: fw
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["plc-9"]
+  brokerProperties:
+    FIRMWARE_VERSION: "` + version + `"
+  brokerSpec:
+    brokerJobSpec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: flash
+            image: "busybox:1.36"
+`
+}
+
+// TestArgoCD runs the loop with Argo CD instead of Flux: deploy/argocd's AppProject and
+// ApplicationSet over the rendered folders, on a namespace no Flux object touches, with Argo
+// CD's real application controller, repo-server and applicationset controller.
+func TestArgoCD(t *testing.T) {
+	ctx := context.Background()
+	keys := t.TempDir()
+	// The renderer signs with OpenPGP: Argo CD verifies GnuPG signatures only, and its
+	// repo-server imports the public key from a folder (argocd-gpg-keys-cm in a cluster).
+	priv, pub, err := trust.NewOpenPGPKey("gitbroker renderer", "renderer@gitbroker.dev")
+	require.NoError(t, err)
+	rendererKey := filepath.Join(keys, "renderer.asc")
+	require.NoError(t, os.WriteFile(rendererKey, priv, 0o600))
+	renderer, err := trust.LoadOpenPGPSigner(rendererKey)
+	require.NoError(t, err)
+	gpgKeys := filepath.Join(keys, "gpg-keys")
+	require.NoError(t, os.Mkdir(gpgKeys, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(gpgKeys, renderer.KeyID()), pub, 0o644))
+	argo, err := cluster.StartArgoCD(ctx, gpgKeys)
+	require.NoError(t, err)
+	t.Cleanup(argo.Stop)
+
+	srv := gitsynctest.NewServer(t, "main", map[string]string{
+		"gitbroker.yaml":          "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + argoBrokers + "\n",
+		"configurations/cam.yaml": argoCamera(),
+		"configurations/fw.yaml":  argoFirmware("1.0"),
+	})
+	require.NoError(t, cluster.AddNode(ctx, argoNode))
+	avail := filepath.Join(keys, "availability")
+	require.NoError(t, os.WriteFile(avail, nil, 0o644)) // Akri's debugEcho: devices online
+
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(gitbroker, args...).CombinedOutput()
+		require.NoError(t, err, "gitbroker %s: %s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	discover := func() {
+		t.Helper()
+		run("agent", "--git", srv.URL(), "--node", argoNode, "--once", "--debug-echo-shared=false",
+			"--grace-period", "0s", "--local-grace-period", "0s",
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", avail)
+	}
+	rendered := srv.On(verify.RenderedBranch)
+	render := func(extra ...string) string {
+		t.Helper()
+		return run(append([]string{"render", "--git", srv.URL(), "--signing-key", rendererKey}, extra...)...)
+	}
+	discover()
+	render()
+
+	// deploy/argocd as a user applies it, pointed at this server and polling often.
+	for _, f := range []string{"appproject.yaml", "applicationset.yaml"} {
+		data, err := os.ReadFile(filepath.Join("../deploy/argocd", f))
+		require.NoError(t, err)
+		objs, err := Objects([]byte(strings.ReplaceAll(string(data), "https://git.example.com/fleet/edge.git", srv.URL())))
+		require.NoError(t, err)
+		for _, obj := range objs {
+			switch obj.GetKind() {
+			case "AppProject":
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{
+					map[string]any{"server": "https://kubernetes.default.svc", "namespace": argoBrokers},
+				}, "spec", "destinations"))
+				// Only the renderer's commits sync.
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"keyID": renderer.KeyID()}}, "spec", "signatureKeys"))
+			case "ApplicationSet":
+				gens, _, _ := unstructured.NestedSlice(obj.Object, "spec", "generators")
+				gens[0].(map[string]any)["git"].(map[string]any)["requeueAfterSeconds"] = int64(3)
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, gens, "spec", "generators"))
+			}
+			require.NoError(t, cluster.ApplyObject(ctx, obj))
+		}
+	}
+
+	app := func(cfg string) *unstructured.Unstructured {
+		a, err := cluster.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(ctx, "gitbroker-"+argoBrokers+"-"+cfg, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		return a
+	}
+	// synced waits until the Application has synced the rendered branch's head and reports
+	// Synced with the given health.
+	synced := func(t *testing.T, cfg, health string) {
+		t.Helper()
+		head := rendered.Head()
+		eventually(t, 3*time.Minute, "Application "+cfg+" synced at "+head[:7]+" and "+health, func() (bool, string) {
+			require.NoError(t, argo.Alive())
+			a := app(cfg)
+			if a == nil {
+				return false, "no Application yet"
+			}
+			rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
+			st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
+			h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
+			op, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "phase")
+			msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
+			return rev == head && st == "Synced" && h == health, fmt.Sprintf("revision %.7s, %s, %s, last sync %s: %s", rev, st, h, op, msg)
+		})
+	}
+	pods := func(cfg string) map[string]types.UID {
+		list, err := cluster.Client.CoreV1().Pods(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=" + cfg})
+		require.NoError(t, err)
+		out := map[string]types.UID{}
+		for _, p := range list.Items {
+			out[p.Name] = p.UID
+		}
+		return out
+	}
+	jobs := func() []batchv1.Job {
+		list, err := cluster.Client.BatchV1().Jobs(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=fw"})
+		require.NoError(t, err)
+		return list.Items
+	}
+	jobsComplete := func(t *testing.T, n int) {
+		t.Helper()
+		eventually(t, 3*time.Minute, fmt.Sprintf("%d fw Jobs complete", n), func() (bool, string) {
+			done := 0
+			for _, j := range jobs() {
+				if j.Status.CompletionTime != nil {
+					done++
+				}
+			}
+			return len(jobs()) == n && done == n, fmt.Sprintf("%d Jobs, %d complete", len(jobs()), done)
+		})
+	}
+
+	var firstJob batchv1.Job
+	t.Run("broker Pods, Services and a Job, in a namespace Argo CD creates", func(t *testing.T) {
+		synced(t, "cam", "Healthy")
+		require.Len(t, pods("cam"), 2)
+		for _, dev := range []string{"cam-1", "cam-2"} {
+			_, err := cluster.Client.CoreV1().Services(argoBrokers).Get(ctx, instance("cam", dev, argoNode)+"-svc", metav1.GetOptions{})
+			require.NoError(t, err, "instance Service of %s", dev)
+		}
+		jobsComplete(t, 1)
+		// A finished Job is Healthy: it does not keep the Application Progressing.
+		synced(t, "fw", "Healthy")
+		firstJob = jobs()[0]
+	})
+
+	t.Run("a held run stays held under self-heal", func(t *testing.T) {
+		srv.Commit(map[string]string{"configurations/fw.yaml": argoFirmware("2.0")}, nil, "fw: 2.0")
+		require.Contains(t, render(), "held: waiting for "+firstJob.Name)
+		synced(t, "fw", "Healthy")
+		time.Sleep(10 * time.Second) // two resyncs, with self-heal on
+		require.Len(t, jobs(), 1, "the held run is not in git, so Argo CD creates nothing")
+	})
+
+	t.Run("a recorded Job moves to history and stays in the cluster, never patched", func(t *testing.T) {
+		startGitbroker(t, "argo-recorder", "recorder started", "record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig,
+			"--namespace", argoBrokers, "--batch", "200ms", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		eventually(t, time.Minute, "the record", func() (bool, string) {
+			_, ok := srv.On(verify.StatusBranch).File("status/jobs/" + argoBrokers + "/" + firstJob.Name + ".yaml")
+			return ok, "not recorded yet"
+		})
+		require.Contains(t, render(), firstJob.Name+" retired")
+		jobsComplete(t, 2)
+		synced(t, "fw", "Healthy")
+		for _, j := range jobs() {
+			if j.Name == firstJob.Name {
+				require.Equal(t, firstJob.UID, j.UID, "the retired Job is the same object: not pruned, not re-created")
+			}
+			require.EqualValues(t, 1, j.Generation, "Job %s never patched", j.Name)
+		}
+		// In history/, out of git's rendered/: extraneous, but neither pruned (sync-options
+		// Prune=false) nor making the Application OutOfSync (compare-options IgnoreExtraneous).
+		a := app("fw")
+		resources, _, _ := unstructured.NestedSlice(a.Object, "status", "resources")
+		for _, r := range resources {
+			m := r.(map[string]any)
+			if m["name"] == firstJob.Name {
+				require.Equal(t, true, m["requiresPruning"], "listed as extraneous: %v", m)
+			}
+		}
+	})
+
+	t.Run("a changed Pod broker re-creates its Pods", func(t *testing.T) {
+		before := pods("cam")
+		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"1080p"`, 1)}, nil, "cam: 1080p")
+		render()
+		synced(t, "cam", "Healthy")
+		eventually(t, 2*time.Minute, "new cam Pods", func() (bool, string) {
+			after := pods("cam")
+			for name, uid := range after {
+				if before[name] == uid {
+					return false, name + " not re-created yet"
+				}
+			}
+			return len(after) == 2, fmt.Sprintf("%d Pods", len(after))
+		})
+		for name := range pods("cam") {
+			p, err := cluster.Client.CoreV1().Pods(argoBrokers).Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			require.Equal(t, "1080p", envOf(p.Spec.Containers[0], "RESOLUTION"))
+		}
+	})
+
+	t.Run("an invalid Configuration changes nothing", func(t *testing.T) {
+		before := pods("cam")
+		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), "image:", "imagee:", 1)}, nil, "cam: typo")
+		out, err := exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey).CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), "imagee: unknown field")
+		synced(t, "cam", "Healthy")
+		require.Equal(t, before, pods("cam"))
+		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"1080p"`, 1)}, nil, "cam: fixed")
+	})
+
+	t.Run("vanished devices' Pods and Services are pruned, with their Application", func(t *testing.T) {
+		// Every device on the node goes (Akri's debugEcho OFFLINE): cam's folder goes, so the
+		// ApplicationSet deletes its Application, whose finalizer deletes what it synced. The
+		// Jobs, which carry Delete=false, stay.
+		require.NoError(t, os.WriteFile(avail, []byte("OFFLINE\n"), 0o644))
+		discover()
+		// More than maxDeletionPercent of the node's objects: an operator's explicit act.
+		render("--allow-deletions")
+		eventually(t, 2*time.Minute, "cam's Pods, Services and Application gone", func() (bool, string) {
+			svcs, err := cluster.Client.CoreV1().Services(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: "akri.sh/configuration=cam"})
+			require.NoError(t, err)
+			return len(pods("cam")) == 0 && len(svcs.Items) == 0 && app("cam") == nil,
+				fmt.Sprintf("%d Pods, %d Services, Application %v", len(pods("cam")), len(svcs.Items), app("cam") != nil)
+		})
+		require.Len(t, jobs(), 2, "finished Jobs stay")
+
+		require.NoError(t, os.WriteFile(avail, nil, 0o644))
+		discover()
+		render()
+		synced(t, "cam", "Healthy")
+		require.Len(t, pods("cam"), 2)
+	})
+
+	t.Run("a ClusterRoleBinding in a rendered folder is refused by the project", func(t *testing.T) {
+		folder := "rendered/" + argoBrokers + "/cam/"
+		k, ok := rendered.File(folder + "kustomization.yaml")
+		require.True(t, ok)
+		crb := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: gitbroker-argo-takeover\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: default\n  namespace: " + argoBrokers + "\n"
+		r, err := gitsync.New(srv.URL(), verify.RenderedBranch, gitsync.WithSigner(renderer))
+		require.NoError(t, err)
+		_, err = r.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+			return &gitsync.Change{
+				Owned: []string{folder + "clusterrolebinding.yaml", folder + "kustomization.yaml"},
+				Files: map[string][]byte{
+					folder + "clusterrolebinding.yaml": []byte(crb),
+					folder + "kustomization.yaml":      []byte(strings.Replace(k, "resources:\n", "resources:\n- clusterrolebinding.yaml\n", 1)),
+				},
+				Message: "planted", Author: gitsync.Signature{Name: "mallory", Email: "mallory@example.com", When: time.Now()},
+			}, nil
+		})
+		require.NoError(t, err)
+		head := rendered.Head()
+		eventually(t, 2*time.Minute, "the cam Application to refuse the ClusterRoleBinding", func() (bool, string) {
+			a := app("cam")
+			rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
+			text := fmt.Sprint(a.Object["status"])
+			return rev == head && strings.Contains(text, "not permitted in project"), fmt.Sprintf("revision %.7s", rev)
+		})
+		_, err = cluster.Client.RbacV1().ClusterRoleBindings().Get(ctx, "gitbroker-argo-takeover", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the ClusterRoleBinding was never created: %v", err)
+		require.Len(t, pods("cam"), 2, "cam's broker Pods stay")
+		render()
+		synced(t, "cam", "Healthy")
+	})
+
+	t.Run("a commit the renderer did not sign is not synced", func(t *testing.T) {
+		folder := "rendered/" + argoBrokers + "/cam/"
+		k, ok := rendered.File(folder + "kustomization.yaml")
+		require.True(t, ok)
+		planted := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: planted\n  namespace: " + argoBrokers +
+			"\n  labels:\n    app.kubernetes.io/managed-by: gitbroker\n    akri.sh/configuration: cam\nspec:\n  containers:\n  - name: x\n    image: attacker/root\n"
+		// Signed, but by a node's SSH key: what a stolen edge credential can push.
+		node, _, err := trust.LoadOrCreateSigner(filepath.Join(keys, "node"), trust.NodePrincipal(argoNode))
+		require.NoError(t, err)
+		r, err := gitsync.New(srv.URL(), verify.RenderedBranch, gitsync.WithSigner(node))
+		require.NoError(t, err)
+		bad, err := r.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+			return &gitsync.Change{
+				Owned: []string{folder + "pod-planted.yaml", folder + "kustomization.yaml"},
+				Files: map[string][]byte{
+					folder + "pod-planted.yaml":   []byte(planted),
+					folder + "kustomization.yaml": []byte(strings.Replace(k, "resources:\n", "resources:\n- pod-planted.yaml\n", 1)),
+				},
+				Message: "planted", Author: gitsync.Signature{Name: "mallory", Email: "mallory@example.com", When: time.Now()},
+			}, nil
+		})
+		require.NoError(t, err)
+		eventually(t, 2*time.Minute, "the cam Application to refuse the unsigned revision", func() (bool, string) {
+			conds, _, _ := unstructured.NestedSlice(app("cam").Object, "status", "conditions")
+			text := fmt.Sprint(conds)
+			return strings.Contains(text, "ComparisonError") && strings.Contains(text, "Failed verifying revision "+bad.Commit), text
+		})
+		time.Sleep(5 * time.Second)
+		_, err = cluster.Client.CoreV1().Pods(argoBrokers).Get(ctx, "planted", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the planted Pod is not applied: %v", err)
+
+		// The renderer's next commit drops the planted files and syncs.
+		render()
+		synced(t, "cam", "Healthy")
+		_, err = cluster.Client.CoreV1().Pods(argoBrokers).Get(ctx, "planted", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err))
+	})
+}
