@@ -78,6 +78,32 @@ spec:
 `
 }
 
+// argoFailing is a Job broker whose Pods fail (kwok's pod-fail stage).
+func argoFailing() string {
+	return `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: bad
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["plc-13"]
+  brokerSpec:
+    brokerJobSpec:
+      backoffLimit: 0
+      template:
+        metadata:
+          labels:
+            ` + LabelFail + `: "true"
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: flash
+            image: "busybox:1.36"
+`
+}
+
 // TestArgoCD runs the loop with Argo CD instead of Flux: deploy/argocd's AppProject and
 // ApplicationSet over the rendered folders, on a namespace no Flux object touches, with Argo
 // CD's real application controller, repo-server and applicationset controller.
@@ -103,6 +129,7 @@ func TestArgoCD(t *testing.T) {
 		"gitbroker.yaml":          "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + argoBrokers + "\n",
 		"configurations/cam.yaml": argoCamera(),
 		"configurations/fw.yaml":  argoFirmware("1.0"),
+		"configurations/bad.yaml": argoFailing(),
 	})
 	require.NoError(t, cluster.AddNode(ctx, argoNode))
 	avail := filepath.Join(keys, "availability")
@@ -217,6 +244,8 @@ func TestArgoCD(t *testing.T) {
 		// A finished Job is Healthy: it does not keep the Application Progressing.
 		synced(t, "fw", "Healthy")
 		firstJob = jobs()[0]
+		// A failed Job shows: its Application is Degraded.
+		synced(t, "bad", "Degraded")
 	})
 
 	t.Run("a held run stays held under self-heal", func(t *testing.T) {

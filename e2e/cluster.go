@@ -215,8 +215,8 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 	if err := os.WriteFile(c.ContainerLog, nil, 0o644); err != nil {
 		return err
 	}
-	logsConfig := filepath.Join(c.Dir, "kwok-logs.yaml")
-	if err := os.WriteFile(logsConfig, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-container\nspec:\n  logs:\n  - logsFile: "+c.ContainerLog+"\n"), 0o644); err != nil {
+	logsConfig := filepath.Join(c.Dir, "kwok-extra.yaml")
+	if err := os.WriteFile(logsConfig, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-container\nspec:\n  logs:\n  - logsFile: "+c.ContainerLog+"\n---\n"+podFailStage), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.start("kwok", []string{
@@ -318,6 +318,49 @@ func (c *Cluster) checkAlive() error {
 	}
 	return nil
 }
+
+// LabelFail on a Pod makes kwok end its containers with exit code 1 instead of completing them
+// (podFailStage outweighs kwok's pod-complete stage).
+const LabelFail = "e2e.gitbroker.dev/fail"
+
+const podFailStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-fail
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  weight: 1
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.metadata.labels["` + LabelFail + `"]'
+      operator: 'In'
+      values: ['true']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 1
+            finishedAt: {{ $now | Quote }}
+            reason: Error
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+`
 
 // SetContainerLog makes lines what every container's log says, written as a container runtime
 // writes it (CRI format, one stdout line each).
