@@ -105,10 +105,17 @@ spec:
 }
 
 // TestArgoCD runs the loop with Argo CD instead of Flux: deploy/argocd's AppProject and
-// ApplicationSet over the rendered folders, on a namespace no Flux object touches, with Argo
-// CD's real application controller, repo-server and applicationset controller.
+// ApplicationSet over the rendered folders, with Argo CD's real application controller,
+// repo-server and applicationset controller, on a cluster of its own with no Flux in it.
 func TestArgoCD(t *testing.T) {
 	ctx := context.Background()
+	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	cluster, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(cluster.Dir, "argocd-cluster"))
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(cluster.Stop)
+	_, err = cluster.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
+	require.Error(t, err, "no Flux in this cluster: its Kustomization kind does not exist")
 	keys := t.TempDir()
 	// The renderer signs with OpenPGP: Argo CD verifies GnuPG signatures only, and its
 	// repo-server imports the public key from a folder (argocd-gpg-keys-cm in a cluster).

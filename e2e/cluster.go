@@ -68,7 +68,17 @@ type Cluster struct {
 // scheduler, kwok, and Flux's source-controller and kustomize-controller
 // from the programs in bin, with their state and logs under dir. On error
 // whatever was started is stopped again.
-func StartCluster(ctx context.Context, bin, dir string) (_ *Cluster, err error) {
+func StartCluster(ctx context.Context, bin, dir string) (*Cluster, error) {
+	return startCluster(ctx, bin, dir, true)
+}
+
+// StartClusterWithoutFlux starts the same control plane and kwok, and no Flux: a cluster that
+// only Argo CD applies to.
+func StartClusterWithoutFlux(ctx context.Context, bin, dir string) (*Cluster, error) {
+	return startCluster(ctx, bin, dir, false)
+}
+
+func startCluster(ctx context.Context, bin, dir string, flux bool) (_ *Cluster, err error) {
 	c := &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), bin: bin}
 	defer func() {
 		if err != nil {
@@ -88,6 +98,9 @@ func StartCluster(ctx context.Context, bin, dir string) (_ *Cluster, err error) 
 	}
 	if err := c.startControllers(ctx); err != nil {
 		return nil, err
+	}
+	if !flux {
+		return c, nil
 	}
 	if err := c.startFlux(ctx); err != nil {
 		return nil, err
