@@ -441,6 +441,21 @@ const (
 	NamespacesKustomization = "gitbroker-namespaces"
 )
 
+// roleBinding binds a ClusterRole to a ServiceAccount in namespace ns; it is named after the
+// ServiceAccount.
+func roleBinding(ns, clusterRole, account, accountNamespace string) []byte {
+	return marshal(struct {
+		APIVersion string              `json:"apiVersion"`
+		Kind       string              `json:"kind"`
+		Metadata   metav1.ObjectMeta   `json:"metadata"`
+		RoleRef    map[string]string   `json:"roleRef"`
+		Subjects   []map[string]string `json:"subjects"`
+	}{"rbac.authorization.k8s.io/v1", "RoleBinding",
+		metav1.ObjectMeta{Name: account, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}},
+		map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": clusterRole},
+		[]map[string]string{{"kind": "ServiceAccount", "name": account, "namespace": accountNamespace}}})
+}
+
 func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *f.Namespaces }
 
 // renderNamespaces writes a Namespace for every namespace a rendered folder is in, with the
@@ -469,26 +484,8 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 			Kind       string            `json:"kind"`
 			Metadata   metav1.ObjectMeta `json:"metadata"`
 		}{"v1", "Namespace", meta})
-		binding := metav1.ObjectMeta{Name: f.ServiceAccountName, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}}
-		p.out[NamespacesDir+"rolebinding-"+ns+".yaml"] = marshal(struct {
-			APIVersion string              `json:"apiVersion"`
-			Kind       string              `json:"kind"`
-			Metadata   metav1.ObjectMeta   `json:"metadata"`
-			RoleRef    map[string]string   `json:"roleRef"`
-			Subjects   []map[string]string `json:"subjects"`
-		}{"rbac.authorization.k8s.io/v1", "RoleBinding", binding,
-			map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api.DefaultFluxServiceAccount},
-			[]map[string]string{{"kind": "ServiceAccount", "name": f.ServiceAccountName, "namespace": f.Namespace}}})
-		recorder := metav1.ObjectMeta{Name: p.settings.Recorder.ServiceAccountName, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}}
-		p.out[NamespacesDir+"recorder-rolebinding-"+ns+".yaml"] = marshal(struct {
-			APIVersion string              `json:"apiVersion"`
-			Kind       string              `json:"kind"`
-			Metadata   metav1.ObjectMeta   `json:"metadata"`
-			RoleRef    map[string]string   `json:"roleRef"`
-			Subjects   []map[string]string `json:"subjects"`
-		}{"rbac.authorization.k8s.io/v1", "RoleBinding", recorder,
-			map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api.RecorderPodsClusterRole},
-			[]map[string]string{{"kind": "ServiceAccount", "name": p.settings.Recorder.ServiceAccountName, "namespace": p.settings.Recorder.Namespace}}})
+		p.out[NamespacesDir+"rolebinding-"+ns+".yaml"] = roleBinding(ns, api.DefaultFluxServiceAccount, f.ServiceAccountName, f.Namespace)
+		p.out[NamespacesDir+"recorder-rolebinding-"+ns+".yaml"] = roleBinding(ns, api.RecorderPodsClusterRole, p.settings.Recorder.ServiceAccountName, p.settings.Recorder.Namespace)
 		files = append(files, "namespace-"+ns+".yaml", "recorder-rolebinding-"+ns+".yaml", "rolebinding-"+ns+".yaml")
 	}
 	p.out[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
