@@ -40,8 +40,10 @@ until agents report devices), so that check passes at once.
 
 With --flux it adds flux/: a GitRepository named gitbroker (the source the rendered
 Kustomizations build from by default) and a Kustomization that applies rendered/flux/. With
---argocd it adds argocd/: an ApplicationSet with one Application per configuration folder, and
-a single Application for small fleets. --repo-url and --repo-branch go into those objects.
+--argocd it adds argocd/: the AppProject gitbroker (Pods, Services, Jobs and Namespaces only,
+in the destinations it lists, from commits the renderer's OpenPGP key signed), an ApplicationSet
+with one Application per configuration folder, and a single Application for small fleets.
+--repo-url and --repo-branch go into those objects.
 
 Init never overwrites: it refuses a folder that already holds any file it would write.`,
 		Args: cobra.NoArgs,
@@ -75,6 +77,10 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				next += fmt.Sprintf("  cd %s && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
 			}
 			next += "  git remote add origin <URL> && git push -u origin main\n"
+			if o.ArgoCD {
+				// The AppProject fails closed: with the placeholder key id Argo CD syncs nothing.
+				next += "Then in argocd/appproject.yaml set signatureKeys to the renderer's OpenPGP key id and destinations to the broker namespaces: until then Argo CD syncs nothing (README, Argo CD).\n"
+			}
 			fmt.Fprint(cmd.ErrOrStderr(), next)
 			return nil
 		},
