@@ -41,6 +41,7 @@ const (
 	MaxRecordedContainers = 20
 	MaxRecordLogBytes     = 1 << 20
 	MaxRecordMessageBytes = 16 << 10
+	MaxRecordReasonBytes  = 1 << 10
 
 	// RedactedText replaces what a redaction pattern or a credential matched.
 	RedactedText = "[REDACTED]"
@@ -249,6 +250,9 @@ func validatePods(pods []PodRecord, add func(field, format string, args ...any))
 				cf := fmt.Sprintf("%s.%s[%d]", f, list.field, j)
 				if c.Name == "" {
 					add(cf+".name", "required")
+				}
+				if len(c.Reason) > MaxRecordReasonBytes {
+					add(cf+".reason", "at most %d bytes", MaxRecordReasonBytes)
 				}
 				if len(c.Message) > MaxRecordMessageBytes {
 					add(cf+".message", "at most %d bytes", MaxRecordMessageBytes)

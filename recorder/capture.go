@@ -190,7 +190,7 @@ func (r *Recorder) containers(ctx context.Context, p *corev1.Pod, spec []corev1.
 			case s.Terminated != nil:
 				t := s.Terminated
 				code := t.ExitCode
-				cr.ExitCode, cr.Signal, cr.Reason = &code, t.Signal, t.Reason
+				cr.ExitCode, cr.Signal, cr.Reason = &code, t.Signal, red.text(t.Reason, api.MaxRecordReasonBytes)
 				cr.Message = red.text(t.Message, api.MaxRecordMessageBytes)
 				if !t.StartedAt.IsZero() {
 					cr.StartedAt = t.StartedAt.DeepCopy()
@@ -206,7 +206,7 @@ func (r *Recorder) containers(ctx context.Context, p *corev1.Pod, spec []corev1.
 				}
 				started = true
 			case s.Waiting != nil:
-				cr.Reason = s.Waiting.Reason
+				cr.Reason = red.text(s.Waiting.Reason, api.MaxRecordReasonBytes)
 				cr.Message = red.text(s.Waiting.Message, api.MaxRecordMessageBytes)
 				started = st.RestartCount > 0
 			}

@@ -100,8 +100,8 @@ func completion(r *api.JobRecord) time.Time {
 }
 
 // WriteRuns writes runs for a terminal: per run its outcome and times, per Pod and container the
-// node and exit code, and the first lines of each log tail. Everything a node or a broker wrote
-// is escaped, so a log cannot act on the terminal.
+// node and exit code, and the first lines of each log tail. Every name and text from a record is
+// escaped, so neither a log nor a forged record can act on the terminal.
 func WriteRuns(w io.Writer, runs []Run, lines int) {
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "No finished runs.")
@@ -112,9 +112,9 @@ func WriteRuns(w io.Writer, runs []Run, lines int) {
 			fmt.Fprintln(w)
 		}
 		r := run.Record
-		fmt.Fprintf(w, "%s/%s  %s  %s\n", run.Namespace, run.Job, r.Spec.Outcome, runTimes(r))
-		fmt.Fprintf(w, "  configuration %s, instance %s, device %s\n", run.Configuration, run.Instance, printable(r.Spec.DeviceID))
-		fmt.Fprintf(w, "  record %s\n", run.Path)
+		fmt.Fprintf(w, "%s/%s  %s  %s\n", printable(run.Namespace), printable(run.Job), r.Spec.Outcome, runTimes(r))
+		fmt.Fprintf(w, "  configuration %s, instance %s, device %s\n", printable(run.Configuration), printable(run.Instance), printable(r.Spec.DeviceID))
+		fmt.Fprintf(w, "  record %s\n", printable(run.Path))
 		if r.Spec.Reason != "" || r.Spec.Message != "" {
 			fmt.Fprintf(w, "  %s: %s\n", printable(r.Spec.Reason), printable(r.Spec.Message))
 		}
@@ -122,7 +122,7 @@ func WriteRuns(w io.Writer, runs []Run, lines int) {
 			fmt.Fprintf(w, "  note: %s\n", printable(r.Spec.PodsNote))
 		}
 		for _, p := range r.Spec.Pods {
-			fmt.Fprintf(w, "  pod %s on %s (%s)\n", p.Name, orDash(p.Node), orDash(p.Phase))
+			fmt.Fprintf(w, "  pod %s on %s (%s)\n", printable(p.Name), orDash(p.Node), orDash(p.Phase))
 			for _, c := range append(append([]api.ContainerRecord{}, p.InitContainers...), p.Containers...) {
 				writeContainer(w, c, lines)
 			}
@@ -135,7 +135,7 @@ func writeContainer(w io.Writer, c api.ContainerRecord, lines int) {
 	if c.ExitCode != nil {
 		end = fmt.Sprintf("exit %d, %s", *c.ExitCode, end)
 	}
-	fmt.Fprintf(w, "    %s: %s", c.Name, end)
+	fmt.Fprintf(w, "    %s: %s", printable(c.Name), end)
 	if c.Message != "" {
 		fmt.Fprintf(w, ": %s", printable(c.Message))
 	}
@@ -218,7 +218,7 @@ func recordSummary(r *api.JobRecord) string {
 	var ends []string
 	for _, c := range p.Containers {
 		if c.ExitCode != nil {
-			ends = append(ends, fmt.Sprintf("%s exit %d", c.Name, *c.ExitCode))
+			ends = append(ends, fmt.Sprintf("%s exit %d", printable(c.Name), *c.ExitCode))
 		}
 	}
 	s := " on " + orDash(p.Node)
