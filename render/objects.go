@@ -1,13 +1,11 @@
 package render
 
 import (
-	"bytes"
 	"encoding/json"
 	"sort"
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
-	yamlv2 "go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -63,49 +61,6 @@ type manifest struct {
 	Kind       string            `json:"kind"`
 	Metadata   metav1.ObjectMeta `json:"metadata"`
 	Spec       any               `json:"spec"`
-}
-
-// marshal writes v as YAML with sorted keys. It goes through encoding/json (so the k8s.io/api
-// field names and omitempty rules apply) and then straight into the YAML encoder; this is what
-// sigs.k8s.io/yaml does, without parsing the JSON again with the YAML parser.
-func marshal(v any) []byte {
-	js, err := json.Marshal(v)
-	if err != nil {
-		// Only types built here are marshalled; they always encode.
-		panic(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
-		panic(err)
-	}
-	b, err := yamlv2.Marshal(numbers(tree))
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// numbers turns json.Number into int64 or float64, so integers never print as 1e+06.
-func numbers(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			t[k] = numbers(x)
-		}
-	case []any:
-		for i, x := range t {
-			t[i] = numbers(x)
-		}
-	case json.Number:
-		if i, err := t.Int64(); err == nil {
-			return i
-		}
-		f, _ := t.Float64()
-		return f
-	}
-	return v
 }
 
 // instance is one device of one Configuration, as Akri would name it.

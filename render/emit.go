@@ -1,0 +1,596 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gitbroker/gitbroker/api"
+	yamlv2 "go.yaml.in/yaml/v2"
+)
+
+// The YAML emitter: every rendered object is written the way sigs.k8s.io/yaml writes it
+// (encoding/json, then the yaml.v2 emitter with sorted keys), byte for byte, without the yaml.v2
+// emitter's cost. marshal parses the JSON into a small tree and writes the block YAML itself for
+// the values whose yaml.v2 form is certain: ASCII strings without line breaks, short enough
+// that yaml.v2 would not fold them at 80 columns; numbers, booleans and null. Any other value
+// (a multi-line script, non-ASCII text, a long line with spaces) sends the whole document to
+// yaml.v2, so the output never depends on which path wrote it. emit_test.go compares the two
+// on generated documents and fuzzes the comparison.
+
+// marshal writes v as YAML with sorted keys.
+func marshal(v any) []byte {
+	js, err := json.Marshal(v)
+	if err != nil {
+		// Only types built here are marshalled; they always encode.
+		panic(err)
+	}
+	if b, ok := fastYAML(js); ok {
+		return b
+	}
+	return slowYAML(js)
+}
+
+// slowYAML is sigs.k8s.io/yaml's JSONToYAML without its second parse: the JSON decoded with
+// numbers kept, then the yaml.v2 encoder, given the keys in sortKeys' order. yaml.v2's own order
+// is not always one order: its comparison is not transitive for some keys ("1:20", "0777" and
+// "0b101" each sort before the next), and it sorts them in the map's random order.
+func slowYAML(js []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		panic(err)
+	}
+	b, err := yamlv2.Marshal(ordered(tree))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// ordered turns objects into yaml.v2 MapSlices in sortKeys' order and json.Number into int64 or
+// float64, so integers never print as 1e+06.
+func ordered(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]jnode, 0, len(t))
+		for k := range t {
+			keys = append(keys, jnode{raw: k})
+		}
+		slices.SortFunc(keys, byRaw)
+		sortKeys(keys)
+		ms := make(yamlv2.MapSlice, len(keys))
+		for i, k := range keys {
+			ms[i] = yamlv2.MapItem{Key: k.raw, Value: ordered(t[k.raw])}
+		}
+		return ms
+	case []any:
+		for i, x := range t {
+			t[i] = ordered(x)
+		}
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		f, _ := t.Float64()
+		return f
+	}
+	return v
+}
+
+// A jnode is one JSON value: a scalar already in its YAML form (text between quote characters
+// when quote is set), or an object (keys sorted as yaml.v2 sorts them) or array whose members
+// are the n nodes of the document's arena from first.
+type jnode struct {
+	kind  byte // 's' scalar, 'o' object, 'a' array
+	quote byte // 0, '\'' or '"'
+	space bool // a scalar with a space, which yaml.v2 would fold past column 80
+	text  string
+	key   string // for an object's member: the key in its YAML form
+	raw   string // for an object's member: the key as JSON gave it, for sorting
+	first int32
+	n     int32
+}
+
+// width is the scalar's length as written.
+func (v *jnode) width() int {
+	if v.quote != 0 {
+		return len(v.text) + 2
+	}
+	return len(v.text)
+}
+
+// bestWidth is the yaml.v2 emitter's line width: it breaks plain and quoted scalars at a space
+// once the column passes it.
+const bestWidth = 80
+
+// maxSimpleKey is the longest key yaml.v2 writes as "key: value"; a longer one is a "? key".
+const maxSimpleKey = 128
+
+// emitter is one document's conversion: the JSON, the arena of its nodes, the members of the
+// objects and arrays being read, and the YAML written.
+type emitter struct {
+	src   []byte
+	pos   int
+	arena []jnode
+	stack []jnode
+	out   bytes.Buffer
+}
+
+var emitters = sync.Pool{New: func() any { return new(emitter) }}
+
+// fastYAML converts one JSON document to yaml.v2's block YAML, or reports false when some value
+// needs yaml.v2 itself.
+func fastYAML(js []byte) ([]byte, bool) {
+	e := emitters.Get().(*emitter)
+	defer emitters.Put(e)
+	e.src, e.pos, e.arena, e.stack = js, 0, e.arena[:0], e.stack[:0]
+	e.out.Reset()
+	defer func() { e.src = nil }()
+	root, ok := e.value()
+	if !ok || root.kind != 'o' {
+		return nil, false
+	}
+	if root.n == 0 {
+		e.out.WriteString("{}\n")
+	} else if !e.mapping(&root, 0) {
+		return nil, false
+	}
+	return bytes.Clone(e.out.Bytes()), true
+}
+
+func (e *emitter) indent(n int) {
+	const spaces = "                                                                "
+	for n > len(spaces) {
+		e.out.WriteString(spaces)
+		n -= len(spaces)
+	}
+	e.out.WriteString(spaces[:n])
+}
+
+// mapping writes a non-empty object's entries at indent, the first one where the cursor is.
+func (e *emitter) mapping(v *jnode, indent int) bool {
+	for i := v.first; i < v.first+v.n; i++ {
+		k := &e.arena[i]
+		if i > v.first {
+			e.indent(indent)
+		}
+		e.out.WriteString(k.key)
+		e.out.WriteByte(':')
+		if !e.member(k, indent, indent+len(k.key)+2, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// sequence writes a non-empty array's items at indent, the first one where the cursor is.
+func (e *emitter) sequence(v *jnode, indent int) bool {
+	for i := v.first; i < v.first+v.n; i++ {
+		if i > v.first {
+			e.indent(indent)
+		}
+		e.out.WriteByte('-')
+		if !e.member(&e.arena[i], indent, indent+2, false) {
+			return false
+		}
+	}
+	return true
+}
+
+// member writes the value after "key:" or "-": a scalar or empty collection on the same line,
+// a mapping or sequence on the next lines (a sequence in a mapping not indented, as yaml.v2
+// writes it) or, in a sequence, starting on the same line.
+func (e *emitter) member(v *jnode, indent, column int, inMapping bool) bool {
+	switch {
+	case v.kind == 's':
+		if v.space && column+v.width() > bestWidth {
+			return false
+		}
+		e.out.WriteByte(' ')
+		if v.quote != 0 {
+			e.out.WriteByte(v.quote)
+			e.out.WriteString(v.text)
+			e.out.WriteByte(v.quote)
+		} else {
+			e.out.WriteString(v.text)
+		}
+		e.out.WriteByte('\n')
+		return true
+	case v.n == 0 && v.kind == 'o':
+		e.out.WriteString(" {}\n")
+		return true
+	case v.n == 0:
+		e.out.WriteString(" []\n")
+		return true
+	case v.kind == 'o' && inMapping:
+		e.out.WriteByte('\n')
+		e.indent(indent + 2)
+		return e.mapping(v, indent+2)
+	case inMapping:
+		e.out.WriteByte('\n')
+		e.indent(indent)
+		return e.sequence(v, indent)
+	case v.kind == 'o':
+		e.out.WriteByte(' ')
+		return e.mapping(v, indent+2)
+	default:
+		e.out.WriteByte(' ')
+		return e.sequence(v, indent+2)
+	}
+}
+
+// value reads the JSON encoding/json writes; anything it does not expect is a false return, and
+// the document goes to yaml.v2.
+func (e *emitter) value() (jnode, bool) {
+	if e.pos >= len(e.src) {
+		return jnode{}, false
+	}
+	switch c := e.src[e.pos]; {
+	case c == '{':
+		return e.object()
+	case c == '[':
+		return e.array()
+	case c == '"':
+		s, ok := e.str()
+		if !ok {
+			return jnode{}, false
+		}
+		return scalarNode(s, false)
+	case c == 't' && bytes.HasPrefix(e.src[e.pos:], []byte("true")):
+		e.pos += 4
+		return jnode{kind: 's', text: "true"}, true
+	case c == 'f' && bytes.HasPrefix(e.src[e.pos:], []byte("false")):
+		e.pos += 5
+		return jnode{kind: 's', text: "false"}, true
+	case c == 'n' && bytes.HasPrefix(e.src[e.pos:], []byte("null")):
+		e.pos += 4
+		return jnode{kind: 's', text: "null"}, true
+	case c == '-' || c >= '0' && c <= '9':
+		return e.number()
+	}
+	return jnode{}, false
+}
+
+// collect moves the members read since mark from the stack to the arena, contiguous.
+func (e *emitter) collect(kind byte, mark int) jnode {
+	n := jnode{kind: kind, first: int32(len(e.arena)), n: int32(len(e.stack) - mark)}
+	e.arena = append(e.arena, e.stack[mark:]...)
+	e.stack = e.stack[:mark]
+	return n
+}
+
+func (e *emitter) object() (jnode, bool) {
+	e.pos++ // {
+	mark := len(e.stack)
+	if e.pos < len(e.src) && e.src[e.pos] == '}' {
+		e.pos++
+		return e.collect('o', mark), true
+	}
+	for {
+		if e.pos >= len(e.src) || e.src[e.pos] != '"' {
+			return jnode{}, false
+		}
+		raw, ok := e.str()
+		if !ok || raw == "" || len(raw) > maxSimpleKey || e.pos >= len(e.src) || e.src[e.pos] != ':' {
+			return jnode{}, false
+		}
+		k, ok := scalarNode(raw, true)
+		if !ok {
+			return jnode{}, false
+		}
+		key := k.text
+		if k.quote != 0 {
+			key = string(k.quote) + k.text + string(k.quote)
+		}
+		e.pos++
+		v, ok := e.value()
+		if !ok {
+			return jnode{}, false
+		}
+		v.key, v.raw = key, raw
+		e.stack = append(e.stack, v)
+		if e.pos >= len(e.src) {
+			return jnode{}, false
+		}
+		if e.src[e.pos] == '}' {
+			e.pos++
+			break
+		}
+		if e.src[e.pos] != ',' {
+			return jnode{}, false
+		}
+		e.pos++
+	}
+	members := e.stack[mark:]
+	slices.SortFunc(members, byRaw)
+	sortKeys(members)
+	return e.collect('o', mark), true
+}
+
+func (e *emitter) array() (jnode, bool) {
+	e.pos++ // [
+	mark := len(e.stack)
+	if e.pos < len(e.src) && e.src[e.pos] == ']' {
+		e.pos++
+		return e.collect('a', mark), true
+	}
+	for {
+		v, ok := e.value()
+		if !ok {
+			return jnode{}, false
+		}
+		e.stack = append(e.stack, v)
+		if e.pos >= len(e.src) {
+			return jnode{}, false
+		}
+		if e.src[e.pos] == ']' {
+			e.pos++
+			return e.collect('a', mark), true
+		}
+		if e.src[e.pos] != ',' {
+			return jnode{}, false
+		}
+		e.pos++
+	}
+}
+
+// str reads a JSON string. Escapes (encoding/json writes \", \\, \n, \u003c and the like) are
+// decoded by encoding/json.
+func (e *emitter) str() (string, bool) {
+	start := e.pos
+	e.pos++
+	escaped := false
+	for e.pos < len(e.src) {
+		switch e.src[e.pos] {
+		case '\\':
+			escaped = true
+			e.pos += 2
+			continue
+		case '"':
+			e.pos++
+			if !escaped {
+				return string(e.src[start+1 : e.pos-1]), true
+			}
+			var s string
+			if err := json.Unmarshal(e.src[start:e.pos], &s); err != nil {
+				return "", false
+			}
+			return s, true
+		}
+		e.pos++
+	}
+	return "", false
+}
+
+// number writes a JSON number as yaml.v2 writes the int64 or float64 sigs.k8s.io/yaml makes of it.
+func (e *emitter) number() (jnode, bool) {
+	start := e.pos
+	for e.pos < len(e.src) {
+		c := e.src[e.pos]
+		if c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' || c >= '0' && c <= '9' {
+			e.pos++
+			continue
+		}
+		break
+	}
+	num := string(e.src[start:e.pos])
+	if i, err := strconv.ParseInt(num, 10, 64); err == nil {
+		return jnode{kind: 's', text: strconv.FormatInt(i, 10)}, true
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return jnode{}, false
+	}
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	switch s {
+	case "+Inf", "-Inf", "NaN":
+		return jnode{}, false
+	}
+	return jnode{kind: 's', text: s}, true
+}
+
+// scalarNode is a string scalar in the form yaml.v2 writes it.
+func scalarNode(s string, key bool) (jnode, bool) {
+	text, quote, space, ok := scalarText(s, key)
+	return jnode{kind: 's', text: text, quote: quote, space: space}, ok
+}
+
+// scalarText is a string as yaml.v2 writes it (plain, or between ' or " quotes), for the
+// strings whose form this file knows: printable ASCII, no line break, no quote or backslash
+// where a quoted form would need escaping. space reports a space, where yaml.v2 may fold a long
+// value (keys are never folded).
+func scalarText(s string, key bool) (text string, quote byte, space bool, ok bool) {
+	if s == "" {
+		if key {
+			return "", 0, false, false
+		}
+		return "", '"', false, true
+	}
+	hasSingle, hasDouble := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ':
+			space = true
+		case c == '\'':
+			hasSingle = true
+		case c == '"' || c == '\\':
+			hasDouble = true
+		case c < 0x21 || c > 0x7e:
+			return "", 0, false, false
+		}
+	}
+	isString, known := api.PlainYAMLString(s)
+	if !known {
+		return "", 0, false, false
+	}
+	if !isString {
+		// yaml.v2 asks for double quotes when a plain scalar would read as another type.
+		if hasDouble {
+			return "", 0, false, false
+		}
+		return s, '"', space, true
+	}
+	if plainAllowed(s) {
+		return s, 0, space, true
+	}
+	// Plain is refused by an indicator or an edge space: yaml.v2 falls back to single quotes,
+	// which hold any printable ASCII, with ' doubled.
+	if hasSingle {
+		return strings.ReplaceAll(s, "'", "''"), '\'', space, true
+	}
+	return s, '\'', space, true
+}
+
+// plainAllowed is yaml_emitter_analyze_scalar's block_plain_allowed for a non-empty printable
+// ASCII string without line breaks.
+func plainAllowed(s string) bool {
+	if strings.HasPrefix(s, "---") || strings.HasPrefix(s, "...") {
+		return false
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	blankAfter := func(i int) bool { return i+1 >= len(s) || s[i+1] == ' ' }
+	switch s[0] {
+	case '#', ',', '[', ']', '{', '}', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`':
+		return false
+	case '?', ':', '-':
+		if blankAfter(0) {
+			return false
+		}
+	}
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case ':':
+			if blankAfter(i) {
+				return false
+			}
+		case '#':
+			if s[i-1] == ' ' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sortKeys orders keys, given in byte order, as yaml.v2's keyList.Less orders string keys:
+// letters before other characters, runs of digits by their value. Where that comparison is not
+// an order, yaml.v2's result depends on the map's iteration; this insertion sort of the
+// byte-ordered keys always gives the same one.
+func sortKeys(keys []jnode) {
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keyLess(keys[j].raw, keys[j-1].raw); j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+}
+
+func byRaw(a, b jnode) int { return strings.Compare(a.raw, b.raw) }
+
+// keyLess is yaml.v2's keyList.Less for two strings (sorter.go).
+func keyLess(a, b string) bool {
+	if isASCII(a) && isASCII(b) {
+		return asciiKeyLess(a, b)
+	}
+	ar, br := []rune(a), []rune(b)
+	for i := 0; i < len(ar) && i < len(br); i++ {
+		if ar[i] == br[i] {
+			continue
+		}
+		al := unicode.IsLetter(ar[i])
+		bl := unicode.IsLetter(br[i])
+		if al && bl {
+			return ar[i] < br[i]
+		}
+		if al || bl {
+			return bl
+		}
+		var ai, bi int
+		var an, bn int64
+		if ar[i] == '0' || br[i] == '0' {
+			for j := i - 1; j >= 0 && unicode.IsDigit(ar[j]); j-- {
+				if ar[j] != '0' {
+					an = 1
+					bn = 1
+					break
+				}
+			}
+		}
+		for ai = i; ai < len(ar) && unicode.IsDigit(ar[ai]); ai++ {
+			an = an*10 + int64(ar[ai]-'0')
+		}
+		for bi = i; bi < len(br) && unicode.IsDigit(br[bi]); bi++ {
+			bn = bn*10 + int64(br[bi]-'0')
+		}
+		if an != bn {
+			return an < bn
+		}
+		if ai != bi {
+			return ai < bi
+		}
+		return ar[i] < br[i]
+	}
+	return len(ar) < len(br)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiKeyLess is keyLess for ASCII keys, where unicode.IsLetter is [A-Za-z] and
+// unicode.IsDigit is [0-9], without converting to runes.
+func asciiKeyLess(a, b string) bool {
+	letter := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+	digit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		al, bl := letter(a[i]), letter(b[i])
+		if al && bl {
+			return a[i] < b[i]
+		}
+		if al || bl {
+			return bl
+		}
+		var ai, bi int
+		var an, bn int64
+		if a[i] == '0' || b[i] == '0' {
+			for j := i - 1; j >= 0 && digit(a[j]); j-- {
+				if a[j] != '0' {
+					an = 1
+					bn = 1
+					break
+				}
+			}
+		}
+		for ai = i; ai < len(a) && digit(a[ai]); ai++ {
+			an = an*10 + int64(a[ai]-'0')
+		}
+		for bi = i; bi < len(b) && digit(b[bi]); bi++ {
+			bn = bn*10 + int64(b[bi]-'0')
+		}
+		if an != bn {
+			return an < bn
+		}
+		if ai != bi {
+			return ai < bi
+		}
+		return a[i] < b[i]
+	}
+	return len(a) < len(b)
+}
