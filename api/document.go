@@ -49,12 +49,15 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		if err := duplicateKeys(file, &root); err != nil {
 			return nil, err
 		}
-		// Not YAMLToJSONStrict: its yaml.v2 decoder also refuses a key that overrides one
-		// brought in by a merge key ({<<: *base, memory: 24Mi}), which YAML allows and kubectl
-		// accepts. Real duplicates were refused above.
-		js, err := yaml.YAMLToJSON(chunk.data)
-		if err != nil {
-			return nil, yamlError(file, chunk.line, err)
+		js, ok := fastJSON(chunk.data, &root)
+		if !ok {
+			// Not YAMLToJSONStrict: its yaml.v2 decoder also refuses a key that overrides one
+			// brought in by a merge key ({<<: *base, memory: 24Mi}), which YAML allows and
+			// kubectl accepts. Real duplicates were refused above.
+			var err error
+			if js, err = yaml.YAMLToJSON(chunk.data); err != nil {
+				return nil, yamlError(file, chunk.line, err)
+			}
 		}
 		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			continue
@@ -62,6 +65,21 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, root: &root})
 	}
 	return docs, nil
+}
+
+// fastJSON is the document's JSON from its node tree (nodeJSON), for a document that is one
+// mapping and has no tag: yaml.v2 gives even the non-specific tag "!" a meaning the tree no
+// longer shows.
+func fastJSON(data []byte, root *yamlv3.Node) ([]byte, bool) {
+	if root.Kind != yamlv3.DocumentNode || len(root.Content) != 1 || root.Content[0].Kind != yamlv3.MappingNode || bytes.IndexByte(data, '!') >= 0 {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(data))
+	if !nodeJSON(&buf, root.Content[0]) {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 // duplicateKeys refuses a mapping that gives one key twice, naming both lines. A key given
