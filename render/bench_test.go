@@ -5,11 +5,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -120,13 +122,28 @@ func oneDeviceChange(tree render.Tree) (string, string) {
 }
 
 // TestWriteFleet writes the benchmark fleet as a repository to $GITBROKER_FLEET_DIR, so the
-// command itself can be measured on it (make bench-cli). It is skipped otherwise.
+// command itself can be measured on it (make bench-cli), and with $GITBROKER_HELM_DIR the same
+// fleet as values of the Helm chart in fixtures/helm (make bench-helm). $GITBROKER_FLEET_DEVICES
+// picks another size (10 devices per node). It is skipped otherwise.
 func TestWriteFleet(t *testing.T) {
 	dir := os.Getenv("GITBROKER_FLEET_DIR")
 	if dir == "" {
 		t.Skip("GITBROKER_FLEET_DIR is not set")
 	}
-	for p, b := range generateFleet(fleet10k) {
+	spec := fleet10k
+	if n, err := strconv.Atoi(os.Getenv("GITBROKER_FLEET_DEVICES")); err == nil && n > 0 {
+		spec.devices, spec.nodes = n, n/10
+	}
+	if helm := os.Getenv("GITBROKER_HELM_DIR"); helm != "" {
+		chart := os.DirFS("../fixtures/helm")
+		if err := os.CopyFS(helm, chart); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(helm, "values.yaml"), fixtures.FleetHelmValues(spec.fixture()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, b := range generateFleet(spec) {
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)

@@ -22,8 +22,8 @@ type fleetSpec struct {
 }
 
 // generateFleet writes the repository of a fleet. The same spec always gives the same files.
-func generateFleet(s fleetSpec) render.Tree {
-	return render.Tree(fixtures.Fleet(fixtures.FleetSpec{
-		Nodes: s.nodes, Configurations: s.configurations, Devices: s.devices, Shards: s.shards, Seed: s.seed,
-	}))
+func generateFleet(s fleetSpec) render.Tree { return render.Tree(fixtures.Fleet(s.fixture())) }
+
+func (s fleetSpec) fixture() fixtures.FleetSpec {
+	return fixtures.FleetSpec{Nodes: s.nodes, Configurations: s.configurations, Devices: s.devices, Shards: s.shards, Seed: s.seed}
 }

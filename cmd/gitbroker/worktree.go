@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
-	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gitbroker/gitbroker/render"
 )
@@ -79,91 +81,108 @@ func readFSWithUnreadable(fsys fs.FS) (render.Tree, map[string]string, error) {
 	return t, unreadable, nil
 }
 
-// writeOwned changes rendered/ and history/ under dir from prev (what the render read) to next.
+// writeOwned writes the owned files of next that differ from prev, removes the owned files of
+// prev that next no longer has, and then the folders that removal emptied.
 func writeOwned(dir string, prev, next render.Tree) error {
-	w := &treeWriter{dir: dir, made: map[string]bool{}}
+	var writes []string
 	for _, p := range next.Paths() {
 		if old, ok := prev[p]; render.IsOwned(p) && (!ok || !bytes.Equal(old, next[p])) {
-			if err := w.write(p, next[p]); err != nil {
-				return err
-			}
+			writes = append(writes, p)
 		}
 	}
+	if err := writeFiles(dir, next, writes); err != nil {
+		return err
+	}
+	emptied := map[string]bool{}
 	for _, p := range prev.Owned().Paths() {
 		if _, keep := next[p]; !keep {
 			if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("removing %s: %w", p, err)
 			}
+			emptied[path.Dir(p)] = true
 		}
 	}
-	return removeEmptyDirs(dir, []string{"rendered", "history"})
+	removeEmptyDirs(dir, emptied)
+	return nil
 }
 
 // writeAll writes every file of t under dir (used to materialize a repository).
-func writeAll(dir string, t render.Tree) error {
-	w := &treeWriter{dir: dir, made: map[string]bool{}}
-	for _, p := range t.Paths() {
-		if err := w.write(p, t[p]); err != nil {
+func writeAll(dir string, t render.Tree) error { return writeFiles(dir, t, t.Paths()) }
+
+// writeFiles writes the files of t named by paths (sorted) under dir. A large fleet renders to
+// tens of thousands of files, and creating a file costs the file system more than writing it:
+// each folder is created once, and the files are written by several goroutines, each to a
+// temporary name and renamed, so a reader never sees half a file. The error is the one of the
+// first path that failed.
+func writeFiles(dir string, t render.Tree, paths []string) error {
+	made := map[string]bool{}
+	for _, p := range paths {
+		parent := path.Dir(p)
+		if made[parent] {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(parent)), 0o755); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
+		}
+		made[parent] = true
+	}
+	errs := make([]error, len(paths))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(paths) {
+					return
+				}
+				errs[i] = writeFile(filepath.Join(dir, filepath.FromSlash(paths[i])), t[paths[i]])
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("writing %s: %w", paths[i], errs[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// treeWriter writes files with as few system calls as it can, since a large fleet renders to
-// tens of thousands of files: each directory is created once, and each file is written to a
-// temporary name and renamed, so a reader never sees half a file.
-type treeWriter struct {
-	dir  string
-	made map[string]bool
-}
+// writers is how many files are written at once: file creation waits on the file system's
+// journal more than on a CPU, so more writers than cores keep it busy.
+const writers = 8
 
-func (w *treeWriter) write(p string, data []byte) error {
-	full := filepath.Join(w.dir, filepath.FromSlash(p))
-	parent := filepath.Dir(full)
-	if !w.made[parent] {
-		if err := os.MkdirAll(parent, 0o755); err != nil {
-			return fmt.Errorf("writing %s: %w", p, err)
-		}
-		w.made[parent] = true
-	}
-	tmp := filepath.Join(parent, ".gitbroker-tmp-"+filepath.Base(full))
+func writeFile(full string, data []byte) error {
+	tmp := filepath.Join(filepath.Dir(full), ".gitbroker-tmp-"+filepath.Base(full))
 	err := os.WriteFile(tmp, data, 0o644)
 	if err == nil {
 		err = os.Rename(tmp, full)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", p, err)
 	}
-	return nil
+	return err
 }
 
-func removeEmptyDirs(dir string, roots []string) error {
-	for _, root := range roots {
-		var dirs []string
-		err := filepath.WalkDir(filepath.Join(dir, root), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return fs.SkipAll
-				}
-				return err
+// removeEmptyDirs removes the folders of dirs (slash paths under root) that are now empty, and
+// then their parents up to rendered/ and history/, which stay.
+func removeEmptyDirs(root string, dirs map[string]bool) {
+	for len(dirs) > 0 {
+		parents := map[string]bool{}
+		for d := range dirs {
+			if d == "." || !strings.Contains(d, "/") {
+				continue
 			}
-			if d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		sep := string(filepath.Separator)
-		sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], sep) > strings.Count(dirs[j], sep) })
-		for _, d := range dirs {
-			if entries, err := os.ReadDir(d); err == nil && len(entries) == 0 {
-				_ = os.Remove(d)
+			if os.Remove(filepath.Join(root, filepath.FromSlash(d))) == nil {
+				parents[path.Dir(d)] = true
 			}
 		}
+		dirs = parents
 	}
-	return nil
 }

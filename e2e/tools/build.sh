@@ -2,8 +2,10 @@
 # build.sh builds the programs the e2e suite runs, from Go modules, into a
 # cache outside the clone, and prints the folder that holds them.
 #
-#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize
+#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
 #   e2e/tools/build.sh all
+#
+# helm is for make bench-helm only; "all" does not build it.
 #
 # "all" builds every component and prints a folder of links to all their
 # programs, kwok's stages (kwok.yaml), Flux's CRDs (crds/) and Argo CD's
@@ -19,7 +21,7 @@
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|all}
+component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
@@ -85,6 +87,11 @@ kustomize)
 	# Argo CD's repo-server runs kustomize build on every rendered folder.
 	module=sigs.k8s.io/kustomize/kustomize/v5
 	pkgs=("$module")
+	;;
+helm)
+	# Only for make bench-helm: helm template on the fleet's chart, next to gitbroker render.
+	module=helm.sh/helm/v3
+	pkgs=("$module/cmd/helm")
 	;;
 *)
 	echo "build.sh: unknown component $component" >&2
