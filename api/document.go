@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	kjson "sigs.k8s.io/json"
@@ -18,14 +19,31 @@ import (
 // MaxFileSize bounds one input file; larger files are refused rather than parsed.
 const MaxFileSize = 8 << 20
 
-// Document is one YAML document of a file: its JSON form (as kubectl would read it) and its node
-// tree, kept to point errors at lines.
+// Document is one YAML document of a file: its JSON form (as kubectl would read it) and its text,
+// from which its node tree is parsed again when an error needs a line. A fleet's inventories
+// are read on every render and rarely wrong: keeping every node tree would hold more memory
+// than the whole rendered output.
 type Document struct {
 	File string
 	// Line is the first line of the document in its file.
 	Line int
 	JSON []byte
-	root *yamlv3.Node
+
+	text     []byte
+	rootOnce sync.Once
+	root     *yamlv3.Node
+}
+
+// tree is the document's node tree, lines counted in its file.
+func (d *Document) tree() *yamlv3.Node {
+	d.rootOnce.Do(func() {
+		var root yamlv3.Node
+		if yamlv3.Unmarshal(d.text, &root) == nil {
+			shiftLines(&root, d.Line-1)
+			d.root = &root
+		}
+	})
+	return d.root
 }
 
 var yamlLineRE = regexp.MustCompile(`line (\d+)`)
@@ -39,6 +57,10 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 	var docs []*Document
 	for _, chunk := range splitYAML(data) {
 		if isBlankYAML(chunk.data) {
+			continue
+		}
+		if js, ok := blockJSON(chunk.data); ok {
+			docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, text: chunk.data})
 			continue
 		}
 		var root yamlv3.Node
@@ -62,7 +84,7 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			continue
 		}
-		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, root: &root})
+		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, text: chunk.data})
 	}
 	return docs, nil
 }
@@ -352,10 +374,10 @@ func (d *Document) Errorf(field string, format string, args ...any) *FieldError 
 // type errors), in which case the first element that has the rest of the path is chosen. When the
 // path cannot be followed to the end, the line of the deepest node reached is returned.
 func (d *Document) LineOf(field string) int {
-	if d == nil || d.root == nil {
+	if d == nil || d.tree() == nil {
 		return 0
 	}
-	n := d.root
+	n := d.tree()
 	if n.Kind == yamlv3.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}

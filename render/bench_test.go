@@ -49,9 +49,17 @@ func peakHeap(f func()) float64 {
 	return float64(peak.Load()) / (1 << 20)
 }
 
+// fleet100k is ten times fleet10k: 100,000 devices on 10,000 nodes, the same 20 Configurations.
+var fleet100k = fleetSpec{nodes: 10000, configurations: 20, devices: 100000, seed: 42}
+
 // BenchmarkRenderFleet10k is the full render of the fleet from nothing, with a fresh Renderer.
-func BenchmarkRenderFleet10k(b *testing.B) {
-	tree := generateFleet(fleet10k)
+func BenchmarkRenderFleet10k(b *testing.B) { benchmarkRender(b, fleet10k) }
+
+// BenchmarkRenderFleet100k is the same on fleet100k (about 167,000 files).
+func BenchmarkRenderFleet100k(b *testing.B) { benchmarkRender(b, fleet100k) }
+
+func benchmarkRender(b *testing.B, spec fleetSpec) {
+	tree := generateFleet(spec)
 	var peak float64
 	var res *render.Result
 	b.ResetTimer()
