@@ -121,6 +121,8 @@ type emitter struct {
 	arena []jnode
 	stack []jnode
 	out   bytes.Buffer
+	// keys and values remember the YAML form of strings already seen.
+	keys, values map[string]jnode
 }
 
 var emitters = sync.Pool{New: func() any { return new(emitter) }}
@@ -238,11 +240,7 @@ func (e *emitter) value() (jnode, bool) {
 	case c == '[':
 		return e.array()
 	case c == '"':
-		s, ok := e.str()
-		if !ok {
-			return jnode{}, false
-		}
-		return scalarNode(s, false)
+		return e.scalar(false)
 	case c == 't' && bytes.HasPrefix(e.src[e.pos:], []byte("true")):
 		e.pos += 4
 		return jnode{kind: 's', text: "true"}, true
@@ -277,18 +275,11 @@ func (e *emitter) object() (jnode, bool) {
 		if e.pos >= len(e.src) || e.src[e.pos] != '"' {
 			return jnode{}, false
 		}
-		raw, ok := e.str()
-		if !ok || raw == "" || len(raw) > maxSimpleKey || e.pos >= len(e.src) || e.src[e.pos] != ':' {
+		k, ok := e.scalar(true)
+		if !ok || e.pos >= len(e.src) || e.src[e.pos] != ':' {
 			return jnode{}, false
 		}
-		k, ok := scalarNode(raw, true)
-		if !ok {
-			return jnode{}, false
-		}
-		key := k.text
-		if k.quote != 0 {
-			key = string(k.quote) + k.text + string(k.quote)
-		}
+		key, raw := k.key, k.raw
 		e.pos++
 		v, ok := e.value()
 		if !ok {
@@ -340,6 +331,54 @@ func (e *emitter) array() (jnode, bool) {
 		e.pos++
 	}
 }
+
+// scalar reads a JSON string as a scalar, or as a key (its YAML form in key, the string in raw).
+// Rendered objects repeat the same keys and many of the same values thousands of times, so the
+// forms are remembered.
+func (e *emitter) scalar(key bool) (jnode, bool) {
+	start := e.pos
+	end := start + 1
+	for end < len(e.src) && e.src[end] != '"' && e.src[end] != '\\' {
+		end++
+	}
+	cache := &e.values
+	if key {
+		cache = &e.keys
+	}
+	if end < len(e.src) && e.src[end] == '"' {
+		if n, hit := (*cache)[string(e.src[start+1:end])]; hit {
+			e.pos = end + 1
+			return n, true
+		}
+	}
+	s, ok := e.str()
+	if !ok {
+		return jnode{}, false
+	}
+	if key && (s == "" || len(s) > maxSimpleKey) {
+		return jnode{}, false
+	}
+	n, ok := scalarNode(s, key)
+	if !ok {
+		return jnode{}, false
+	}
+	if key {
+		n.key, n.raw = n.text, s
+		if n.quote != 0 {
+			n.key = string(n.quote) + n.text + string(n.quote)
+		}
+	}
+	if *cache == nil || len(*cache) >= maxCachedScalars {
+		// Start again rather than stop remembering: the strings every object has come back
+		// at once, the ones only one object has do not.
+		*cache = make(map[string]jnode, 256)
+	}
+	(*cache)[s] = n
+	return n, true
+}
+
+// maxCachedScalars bounds each emitter's memory of scalar forms.
+const maxCachedScalars = 4096
 
 // str reads a JSON string. Escapes (encoding/json writes \", \\, \n, \u003c and the like) are
 // decoded by encoding/json.
