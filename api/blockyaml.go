@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // blockJSON reads the block YAML that gitbroker itself writes (an agent's inventory, the
@@ -208,7 +210,7 @@ func (p *blockParser) scalar(s string, indent int) bool {
 	return plainJSON(p.buf, s)
 }
 
-// plainScalar is a one-line plain scalar YAML reads as the whole of s: printable ASCII, not
+// plainScalar is a one-line plain scalar YAML reads as the whole of s (s is printable ASCII): not
 // starting with an indicator, without ": ", " #" or a trailing ':' or space.
 func plainScalar(s string) bool {
 	switch s[0] {
@@ -218,8 +220,8 @@ func plainScalar(s string) bool {
 			return false
 		}
 	}
-	return !strings.Contains(s, ": ") && !strings.Contains(s, " #") && !strings.HasSuffix(s, ":") && !strings.HasSuffix(s, " ") &&
-		!strings.ContainsAny(s, "[]{},")
+	// ",[]{}" after the first character are text in a block scalar ("Force=true,Replace=true").
+	return !strings.Contains(s, ": ") && !strings.Contains(s, " #") && !strings.HasSuffix(s, ":") && !strings.HasSuffix(s, " ")
 }
 
 // splitKey splits "key: value" or "key:" where key is letters, digits and ._/- (and not a word
@@ -249,4 +251,13 @@ func printableASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// YAMLToJSON is sigs.k8s.io/yaml's YAMLToJSON, reading the block YAML gitbroker writes without
+// yaml.v2 (see blockJSON): what the renderer uses to read back its own rendered files.
+func YAMLToJSON(data []byte) ([]byte, error) {
+	if js, ok := blockJSON(data); ok {
+		return js, nil
+	}
+	return yaml.YAMLToJSON(data)
 }

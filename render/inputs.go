@@ -1,7 +1,9 @@
 package render
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"path"
 	"runtime"
@@ -10,36 +12,43 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gitbroker/gitbroker/api"
 	"sigs.k8s.io/yaml"
 )
 
 // memo keeps parse results by path and content, so unchanged files are parsed once per Renderer.
-// Each render keeps only what it used, so the memo never outgrows the repository.
+// Each render keeps only what it used, so the memo never outgrows the repository. An entry
+// keeps the content it was parsed from: a daemon's next tree shares most of its files' bytes
+// with the last one, and comparing a slice with itself costs nothing, where hashing every file
+// of a large fleet on every render did.
 type memo[T any] struct {
 	old, cur map[string]memoEntry[T]
 }
 
 type memoEntry[T any] struct {
-	sum [32]byte
-	val T
+	data []byte
+	val  T
+}
+
+func sameContent(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b) || bytes.Equal(a, b))
 }
 
 func (m *memo[T]) get(p string, data []byte, parse func() T) T {
 	if m.cur == nil {
-		m.cur = map[string]memoEntry[T]{}
+		m.cur = make(map[string]memoEntry[T], len(m.old))
 	}
-	sum := sha256.Sum256(data)
-	if e, ok := m.cur[p]; ok && e.sum == sum {
+	if e, ok := m.cur[p]; ok && sameContent(e.data, data) {
 		return e.val
 	}
-	if e, ok := m.old[p]; ok && e.sum == sum {
+	if e, ok := m.old[p]; ok && sameContent(e.data, data) {
 		m.cur[p] = e
 		return e.val
 	}
 	v := parse()
-	m.cur[p] = memoEntry[T]{sum: sum, val: v}
+	m.cur[p] = memoEntry[T]{data: data, val: v}
 	return v
 }
 
@@ -47,17 +56,15 @@ func (m *memo[T]) get(p string, data []byte, parse func() T) T {
 // the key: what else the parse depends on.
 func (m *memo[T]) getMany(scope string, paths []string, files Tree, parse func(p string, data []byte) T) []T {
 	if m.cur == nil {
-		m.cur = map[string]memoEntry[T]{}
+		m.cur = make(map[string]memoEntry[T], len(m.old))
 	}
 	out := make([]T, len(paths))
-	sums := make([][32]byte, len(paths))
 	var miss []int
 	for i, p := range paths {
-		sums[i] = sha256.Sum256(files[p])
 		key := scope + "\x00" + p
-		if e, ok := m.cur[key]; ok && e.sum == sums[i] {
+		if e, ok := m.cur[key]; ok && sameContent(e.data, files[p]) {
 			out[i] = e.val
-		} else if e, ok := m.old[key]; ok && e.sum == sums[i] {
+		} else if e, ok := m.old[key]; ok && sameContent(e.data, files[p]) {
 			out[i] = e.val
 			m.cur[key] = e
 		} else {
@@ -69,7 +76,7 @@ func (m *memo[T]) getMany(scope string, paths []string, files Tree, parse func(p
 		out[i] = parse(paths[i], files[paths[i]])
 	})
 	for _, i := range miss {
-		m.cur[scope+"\x00"+paths[i]] = memoEntry[T]{sum: sums[i], val: out[i]}
+		m.cur[scope+"\x00"+paths[i]] = memoEntry[T]{data: files[paths[i]], val: out[i]}
 	}
 	return out
 }
@@ -90,7 +97,7 @@ func (m *memo[T]) lookup(key string) (T, bool) {
 
 func (m *memo[T]) store(key string, v T) {
 	if m.cur == nil {
-		m.cur = map[string]memoEntry[T]{}
+		m.cur = make(map[string]memoEntry[T], len(m.old))
 	}
 	m.cur[key] = memoEntry[T]{val: v}
 }
@@ -211,9 +218,14 @@ func (o *objectHead) eachPin(fn func(values []string)) {
 	}
 }
 
+// parseHead reads a rendered file as sigs.k8s.io/yaml's Unmarshal would.
 func parseHead(data []byte) *objectHead {
 	var h objectHead
-	if err := yaml.Unmarshal(data, &h); err != nil {
+	js, err := api.YAMLToJSON(data)
+	if err == nil {
+		err = json.Unmarshal(js, &h)
+	}
+	if err != nil {
 		h.err = err
 	}
 	return &h

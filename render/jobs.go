@@ -17,7 +17,7 @@ func (p *pass) renderJobs() {
 	p.retired = map[string]bool{}
 	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
 	runningNames := map[string]bool{}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		ref, ok := parseObjectPath(f)
 		if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
 			continue
@@ -174,7 +174,7 @@ func (p *pass) renderJobs() {
 // historyLimit runs of each instance; git history keeps the rest.
 func (p *pass) renderHistory() {
 	groups := map[string][]*historyEntry{}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		if !strings.HasPrefix(f, HistoryDir) {
 			continue
 		}

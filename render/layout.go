@@ -23,13 +23,13 @@ func (p *pass) copyFrozenConfigurations() {
 		ns, name, _ := strings.Cut(k, "/")
 		p.plan.config(ns, name, "invalid")
 		prefix := configFolder(ns, name) + "/"
-		for _, f := range p.prev.Paths() {
+		for _, f := range p.prevPaths() {
 			if strings.HasPrefix(f, prefix) {
 				p.out[f] = p.prev[f]
 			}
 		}
 	}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		if !strings.HasPrefix(f, RenderedDir+"flux/") {
 			continue
 		}
@@ -399,7 +399,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 		}
 	}
 	total, removed := map[string]int{}, map[string]int{}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		ref, ok := parseObjectPath(f)
 		if !ok {
 			continue

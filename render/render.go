@@ -17,7 +17,8 @@ import (
 // Request is one render: the repository files at one commit.
 type Request struct {
 	// Files holds the repository: gitbroker.yaml, configurations/, inventory/, status/jobs/ and
-	// the previous rendered/ and history/. Other paths are ignored.
+	// the previous rendered/ and history/. Other paths are ignored. A Renderer keeps the
+	// files' bytes to know them again: they must not be changed after the render.
 	Files Tree
 	// SourceCommit is recorded in the metadata file and on Jobs started by this render. It may
 	// be empty (a work tree that is not a commit).
@@ -114,8 +115,11 @@ func (r *Renderer) Render(req Request) *Result {
 }
 
 func (r *Renderer) pass(req Request, held map[string]string) (*Result, *pass) {
-	p := &pass{r: r, req: req, prev: req.Files.Owned(), out: Tree{}, plan: newPlanBuilder(),
-		meta: map[string]objMeta{}, held: held}
+	prev := req.Files.Owned()
+	// The output is about as large as the previous one: maps made to size are not grown and
+	// rehashed a hundred thousand entries at a time.
+	p := &pass{r: r, req: req, prev: prev, out: make(Tree, len(prev)), plan: newPlanBuilder(),
+		meta: make(map[string]objMeta, len(prev)), held: held}
 	return p.run(), p
 }
 
@@ -150,6 +154,24 @@ type pass struct {
 	retired map[string]bool // object ids of Jobs retired in this render
 	meta    map[string]objMeta
 	pending []*pendingBuild
+
+	// The sorted paths of prev and of the request's files, each sorted once per pass: a
+	// fleet's tree holds over a hundred thousand paths.
+	prevSorted, filesSorted []string
+}
+
+func (p *pass) prevPaths() []string {
+	if p.prevSorted == nil {
+		p.prevSorted = p.prev.Paths()
+	}
+	return p.prevSorted
+}
+
+func (p *pass) filePaths() []string {
+	if p.filesSorted == nil {
+		p.filesSorted = p.req.Files.Paths()
+	}
+	return p.filesSorted
 }
 
 // objMeta says which configuration and instance an output file belongs to, for the plan.
@@ -233,7 +255,7 @@ func (p *pass) loadConfigurations() {
 	var files []string
 	parsedFiles := map[string]parsedConfigFile{}
 	definers := map[string][]string{} // Configuration key -> the files that define it
-	for _, f := range p.req.Files.Paths() {
+	for _, f := range p.filePaths() {
 		if !isConfigurationPath(f) {
 			continue
 		}
@@ -341,7 +363,7 @@ func (p *pass) planConfigurations() {
 func (p *pass) loadInventories() {
 	p.frozenNodes = map[string]bool{}
 	var paths []string
-	for _, f := range p.req.Files.Paths() {
+	for _, f := range p.filePaths() {
 		if isInventoryPath(f) {
 			paths = append(paths, f)
 		}
@@ -424,7 +446,7 @@ func (p *pass) loadRecords() {
 	if p.req.RenderedJobsOnly {
 		rendered = p.renderedJobs()
 	}
-	for _, f := range p.req.Files.Paths() {
+	for _, f := range p.filePaths() {
 		if !isRecordPath(f) {
 			continue
 		}
@@ -445,7 +467,7 @@ func (p *pass) loadRecords() {
 		p.records[k] = parsed.rec.JobRecord
 		p.recordBytes[k] = data
 	}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		if !strings.HasPrefix(f, "history/jobs/") {
 			continue
 		}
@@ -618,7 +640,7 @@ func (p *pass) findFrozenInstances() {
 	}
 	files := map[string][]string{}
 	involved := map[string]bool{}
-	for _, f := range p.prev.Paths() {
+	for _, f := range p.prevPaths() {
 		ref, ok := parseObjectPath(f)
 		if !ok {
 			continue

@@ -30,7 +30,7 @@ func (t Tree) Paths() []string {
 
 // Owned returns the part of the tree the renderer owns: rendered/ and history/.
 func (t Tree) Owned() Tree {
-	out := Tree{}
+	out := make(Tree, len(t))
 	for p, b := range t {
 		if IsOwned(p) {
 			out[p] = b
@@ -84,8 +84,11 @@ func parseObjectPath(p string) (objectRef, bool) {
 	if !strings.HasPrefix(p, RenderedDir) || !strings.HasSuffix(p, ".yaml") {
 		return objectRef{}, false
 	}
-	parts := strings.Split(strings.TrimPrefix(p, RenderedDir), "/")
-	if len(parts) < 3 || len(parts) > 4 || parts[0] == "flux" {
+	rest := p[len(RenderedDir):]
+	ns, rest, _ := strings.Cut(rest, "/")
+	cfg, rest, _ := strings.Cut(rest, "/")
+	// rest is <file> or <sub>/<file>.
+	if ns == "" || cfg == "" || rest == "" || ns == "flux" || strings.Count(rest, "/") > 1 {
 		return objectRef{}, false
 	}
 	base := strings.TrimSuffix(path.Base(p), ".yaml")
@@ -98,7 +101,7 @@ func parseObjectPath(p string) (objectRef, bool) {
 	default:
 		return objectRef{}, false
 	}
-	return objectRef{namespace: parts[0], configuration: parts[1], kind: kind, name: name}, true
+	return objectRef{namespace: ns, configuration: cfg, kind: kind, name: name}, true
 }
 
 func (o objectRef) id() string { return o.kind + "/" + o.namespace + "/" + o.name }
