@@ -110,11 +110,17 @@ func (p *pass) renderJobs() {
 			continue
 		}
 		chash := jobHash(cfg)
-		for _, in := range p.instances[k] {
+		list := p.instances[k]
+		hashes := make([]string, len(list))
+		parallel(len(list), func(i int) {
+			in := list[i]
+			hashes[i] = hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+		})
+		for i, in := range list {
 			if p.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
-			ih := hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+			ih := hashes[i]
 			d := &desired{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
 			d.bj, d.hit = p.r.jobs.lookup(d.key)
 			want = append(want, d)

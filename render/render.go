@@ -558,7 +558,16 @@ func (p *pass) buildInstances() {
 			}
 		}
 	}
-	for _, k := range sortedKeys(devs) {
+	// Each Configuration's instances are named on a CPU of their own; the warnings and the
+	// index are gathered after, in order.
+	keys := sortedKeys(devs)
+	type named struct {
+		list  []*instance
+		warns []string
+	}
+	results := make([]named, len(keys))
+	parallel(len(keys), func(i int) {
+		k := keys[i]
 		cfg := p.configs[k]
 		idents := sortedKeys(devs[k])
 		digests := make(map[string]string, len(idents))
@@ -582,7 +591,7 @@ func (p *pass) buildInstances() {
 						ids = append(ids, fmt.Sprintf("%q", devs[k][id].id))
 					}
 					if size == 3 {
-						p.warn("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12)
+						results[i].warns = append(results[i].warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12))
 					}
 					pending = append(pending, g...)
 				}
@@ -591,7 +600,7 @@ func (p *pass) buildInstances() {
 				break
 			}
 		}
-		var list []*instance
+		list := make([]*instance, 0, len(idents))
 		for _, id := range idents {
 			a := devs[k][id]
 			in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
@@ -600,10 +609,18 @@ func (p *pass) buildInstances() {
 			sort.Strings(in.nodes)
 			in.folder = p.instanceFolder(cfg, in.name)
 			list = append(list, in)
-			p.instByKey[k+"/"+in.name] = in
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
-		p.instances[k] = list
+		results[i].list = list
+	})
+	for i, k := range keys {
+		for _, w := range results[i].warns {
+			p.warn("%s", w)
+		}
+		for _, in := range results[i].list {
+			p.instByKey[k+"/"+in.name] = in
+		}
+		p.instances[k] = results[i].list
 	}
 }
 
@@ -728,7 +745,14 @@ func (p *pass) renderBrokers() {
 			cshash = serviceHash(cfg, "configuration-service", cfg.Spec.ConfigurationServiceSpec)
 		}
 		withBrokers := 0
-		for _, in := range p.instances[k] {
+		// What each instance's objects are keyed and named by, worked out on every CPU: the
+		// loop after it only looks them up.
+		list := p.instances[k]
+		pre := make([]podBrokerInputs, len(list))
+		if cfg.IsPodBroker() {
+			parallel(len(list), func(i int) { pre[i] = podInputs(cfg, list[i], phash, ishash) })
+		}
+		for i, in := range list {
 			ik := k + "/" + in.name
 			if _, frozen := p.frozenInstances[ik]; frozen {
 				continue
@@ -737,26 +761,22 @@ func (p *pass) renderBrokers() {
 				continue
 			}
 			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-			nodes := in.nodes
-			if len(nodes) > cfg.Policy.Capacity {
-				nodes = nodes[:cfg.Policy.Capacity]
-			}
+			nodes := pre[i].nodes
 			if reason := p.afterHeld(cfg, in); reason != "" {
 				for _, n := range nodes {
 					p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
 				}
 				continue
 			}
-			env := in.env()
+			env := pre[i].env
 			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
-			props := propsJSON(in.properties)
-			for _, n := range nodes {
-				ih := hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
-				p.build("pod/"+ih, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml", m, func() []byte { return buildPod(in, n, env, ih) })
+			for j, n := range nodes {
+				ih := pre[i].podHashes[j]
+				p.build("pod/"+ih, pre[i].podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
 			}
 			withBrokers++
 			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
-				ih := hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
+				ih := pre[i].serviceHash
 				name := instanceServiceName(in.name)
 				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
 					labels := in.labels()
@@ -799,6 +819,31 @@ func (p *pass) renderBrokers() {
 		}
 	}
 	p.flushBuilds()
+}
+
+// podBrokerInputs is what a Pod broker instance's objects are keyed and named by.
+type podBrokerInputs struct {
+	nodes               []string // the nodes that get a Pod, at most the capacity
+	env                 []corev1.EnvVar
+	podHashes, podPaths []string
+	serviceHash         string
+}
+
+func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte) podBrokerInputs {
+	nodes := in.nodes
+	if len(nodes) > cfg.Policy.Capacity {
+		nodes = nodes[:cfg.Policy.Capacity]
+	}
+	pi := podBrokerInputs{nodes: nodes, env: in.env()}
+	props := propsJSON(in.properties)
+	for _, n := range nodes {
+		pi.podHashes = append(pi.podHashes, hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props))
+		pi.podPaths = append(pi.podPaths, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml")
+	}
+	if cfg.Spec.InstanceServiceSpec != nil {
+		pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
+	}
+	return pi
 }
 
 // pendingBuild is an object whose inputs are new to the Renderer's memo.
