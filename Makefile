@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/gitbroker/gitbroker/cmd/internal/cli.version=$(VERSION) -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=$(COMMIT)
 
-.PHONY: all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm vet fmt fmt-check fuzz golden generate clean
+.PHONY: all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm bench-100k vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -45,13 +45,22 @@ e2e-tools:
 demo:
 	$(GO) run ./cmd/gitbroker demo
 
-# Benchmarks: the full render of a 10,000-device fleet and the re-render after one change; one
+# Benchmarks (docs/PERFORMANCE.md): the full render of a 10,000-device fleet and the re-render
+# after one change (fleet-100k has its own target, bench-100k); one
 # changed file committed and pushed on a 50,000-file branch; 50 agents pushing at once; the
 # remote render of one changed device on the rendered 10,000-device fleet.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x ./render/
+	$(GO) test -run '^$$' -bench 10k -benchmem -benchtime 5x ./render/
 	$(MAKE) bench-cli
 	$(MAKE) bench-git
+
+# fleet-100k: 100,000 devices on 10,000 nodes, 166,788 files. The full render, the re-render of
+# one changed device by a kept Renderer, and the daemon's render, commit and push of one changed
+# device with 10,000 node refs (its first render pushes the whole fleet: over a minute). About
+# 10 minutes.
+bench-100k:
+	$(GO) test -run '^$$' -bench '100k' -benchmem -benchtime 3x ./render/
+	GITBROKER_BENCH_DEVICES=100000 $(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 3x -timeout 30m ./cmd/gitbroker/
 
 # gitbroker next to helm on the same fleet, in the same run: the CPU time of reading and rendering
 # the 10,000-device fleet against `helm template` on fixtures/helm's chart (helm v3.22.0, built
@@ -85,10 +94,14 @@ fmt:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Short fuzzing runs of the parsers (they must never panic).
+# Short fuzzing runs of the parsers (they must never panic) and of the fast YAML readers and
+# emitter against yaml.v3, sigs.k8s.io/yaml and yaml.v2 (they must agree).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseConfigurations -fuzztime 30s ./api/
 	$(GO) test -run '^$$' -fuzz FuzzParseInventory -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzBlockJSON -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzNodeJSON -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzEmit -fuzztime 30s ./render/
 
 # Rewrite the golden files under fixtures/ from the current renderer.
 golden:
