@@ -2,13 +2,11 @@ package api
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gitbroker/gitbroker/fixtures"
 	yamlv3 "go.yaml.in/yaml/v3"
-	"sigs.k8s.io/yaml"
 )
 
 var blockCorner = []string{
@@ -62,13 +60,7 @@ func compareBlockJSON(t *testing.T, doc string) bool {
 	if err := duplicateKeys("f", &root); err != nil {
 		t.Fatalf("blockJSON read a document with a duplicate key:\n%s", doc)
 	}
-	slow, err := yaml.YAMLToJSON([]byte(doc))
-	if err != nil {
-		t.Fatalf("blockJSON read a document YAMLToJSON refuses (%v):\n%s", err, doc)
-	}
-	if a, b := decodeJSON(t, fast), decodeJSON(t, slow); !reflect.DeepEqual(a, b) {
-		t.Fatalf("blockJSON differs from YAMLToJSON on\n%s\nblockJSON: %s\nYAMLToJSON: %s", doc, fast, slow)
-	}
+	sameAsYAMLToJSON(t, "blockJSON", doc, fast)
 	return true
 }
 

@@ -76,14 +76,20 @@ func compareNodeJSON(t *testing.T, doc string) bool {
 	if !ok {
 		return false
 	}
+	sameAsYAMLToJSON(t, "the node tree", doc, fast)
+	return true
+}
+
+// sameAsYAMLToJSON fails unless YAMLToJSON reads doc and gets what fast decodes to.
+func sameAsYAMLToJSON(t *testing.T, reader, doc string, fast []byte) {
+	t.Helper()
 	slow, err := yaml.YAMLToJSON([]byte(doc))
 	if err != nil {
-		t.Fatalf("the node tree converted a document YAMLToJSON refuses (%v):\n%s", err, doc)
+		t.Fatalf("%s read a document YAMLToJSON refuses (%v):\n%s", reader, err, doc)
 	}
 	if a, b := decodeJSON(t, fast), decodeJSON(t, slow); !reflect.DeepEqual(a, b) {
-		t.Fatalf("the node tree's JSON differs from YAMLToJSON on\n%s\nnode tree: %s\nYAMLToJSON: %s", doc, fast, slow)
+		t.Fatalf("%s differs from YAMLToJSON on\n%s\n%s: %s\nYAMLToJSON: %s", reader, doc, reader, fast, slow)
 	}
-	return true
 }
 
 func TestNodeJSONMatchesYAMLToJSON(t *testing.T) {
