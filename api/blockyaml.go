@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -67,6 +68,7 @@ type entry struct {
 // mapping reads the entries of a block mapping at indent.
 func (p *blockParser) mapping(indent int) bool {
 	var entries []entry
+	var seen map[string]bool
 	outer := p.buf
 	defer func() { p.buf = outer }()
 	for p.pos < len(p.lines) {
@@ -81,9 +83,24 @@ func (p *blockParser) mapping(indent int) bool {
 		if !ok {
 			return false
 		}
-		for _, e := range entries {
-			if e.key == key {
+		if seen != nil {
+			if seen[key] {
 				return false
+			}
+			seen[key] = true
+		} else {
+			for _, e := range entries {
+				if e.key == key {
+					return false
+				}
+			}
+			if len(entries) == 16 {
+				// A node writes this file: a mapping of many keys must not cost their square.
+				seen = make(map[string]bool, 64)
+				for _, e := range entries {
+					seen[e.key] = true
+				}
+				seen[key] = true
 			}
 		}
 		var value bytes.Buffer
@@ -99,11 +116,7 @@ func (p *blockParser) mapping(indent int) bool {
 		entries = append(entries, entry{key, value.Bytes()})
 	}
 	p.buf = outer
-	for i := 1; i < len(entries); i++ {
-		for j := i; j > 0 && entries[j].key < entries[j-1].key; j-- {
-			entries[j], entries[j-1] = entries[j-1], entries[j]
-		}
-	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	p.buf.WriteByte('{')
 	for i, e := range entries {
 		if i > 0 {

@@ -106,3 +106,24 @@ func FuzzBlockJSON(f *testing.F) {
 		compareBlockJSON(t, doc)
 	})
 }
+
+// A mapping of many keys is read in one pass, and a key given twice in it is still refused,
+// with both lines named.
+func TestBlockJSONManyKeys(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: n\nspec:\n  configurations:\n  - name: c\n    devices:\n    - id: d\n      properties:\n")
+	for i := 0; i < 5000; i++ {
+		fmt.Fprintf(&b, "        P%d: v\n", i)
+	}
+	if !compareBlockJSON(t, b.String()) {
+		t.Fatal("blockJSON did not read the document")
+	}
+	b.WriteString("        P17: again\n")
+	if _, ok := blockJSON([]byte(b.String())); ok {
+		t.Fatal("blockJSON read a duplicate key")
+	}
+	_, err := SplitDocuments("inventory/n.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), `key "P17" is given twice`) || !strings.Contains(err.Error(), "inventory/n.yaml:5011:") || !strings.Contains(err.Error(), "first on line 28") {
+		t.Fatalf("want the duplicate key named with its line, got %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -43,11 +44,7 @@ func nodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
 			}
 			idx = append(idx, i)
 		}
-		for i := 1; i < len(idx); i++ {
-			for j := i; j > 0 && n.Content[idx[j]].Value < n.Content[idx[j-1]].Value; j-- {
-				idx[j], idx[j-1] = idx[j-1], idx[j]
-			}
-		}
+		slices.SortFunc(idx, func(a, b int) int { return strings.Compare(n.Content[a].Value, n.Content[b].Value) })
 		buf.WriteByte('{')
 		for j, i := range idx {
 			if j > 0 {

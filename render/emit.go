@@ -526,6 +526,20 @@ func plainAllowed(s string) bool {
 // an order, yaml.v2's result depends on the map's iteration; this insertion sort of the
 // byte-ordered keys always gives the same one.
 func sortKeys(keys []jnode) {
+	if len(keys) > 64 {
+		// Labels or annotations by the thousand: a merge sort, deterministic like the
+		// insertion sort below, without its square.
+		slices.SortStableFunc(keys, func(a, b jnode) int {
+			switch {
+			case keyLess(a.raw, b.raw):
+				return -1
+			case keyLess(b.raw, a.raw):
+				return 1
+			}
+			return 0
+		})
+		return
+	}
 	for i := 1; i < len(keys); i++ {
 		for j := i; j > 0 && keyLess(keys[j].raw, keys[j-1].raw); j-- {
 			keys[j], keys[j-1] = keys[j-1], keys[j]

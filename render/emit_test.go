@@ -223,3 +223,23 @@ func TestEmitKeyOrderMatchesYAMLv2(t *testing.T) {
 		t.Fatalf("only %d key sets compared", compared)
 	}
 }
+
+// Objects with many keys are sorted another way; the order must still be yaml.v2's.
+func TestEmitManyKeys(t *testing.T) {
+	m := map[string]any{}
+	for i := 0; i < 300; i++ {
+		m[fmt.Sprintf("key%d", i)] = i
+		m[fmt.Sprintf("k.io/a%d-b", i)] = "v"
+	}
+	js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": m}})
+	want, err := yamlv2.Marshal(map[string]any{"metadata": map[string]any{"labels": m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slowYAML(js); string(got) != string(want) {
+		t.Fatalf("yaml.v2 path: key order differs from yaml.v2")
+	}
+	if got, ok := fastYAML(js); !ok || string(got) != string(want) {
+		t.Fatalf("fast path (took it: %v): key order differs from yaml.v2", ok)
+	}
+}
