@@ -56,7 +56,11 @@ type blockParser struct {
 	lines []blockLine
 	pos   int
 	buf   *bytes.Buffer
+	depth int
 }
+
+// maxBlockDepth is how deep blockJSON nests; deeper documents are left to yaml.v3 and its limits.
+const maxBlockDepth = 64
 
 // entry is one "key: value" of a mapping, its value written to its own buffer so the keys can
 // be sorted as YAMLToJSON's encoding/json sorts them.
@@ -67,6 +71,10 @@ type entry struct {
 
 // mapping reads the entries of a block mapping at indent.
 func (p *blockParser) mapping(indent int) bool {
+	if p.depth++; p.depth > maxBlockDepth {
+		return false
+	}
+	defer func() { p.depth-- }()
 	var entries []entry
 	var seen map[string]bool
 	outer := p.buf
@@ -151,6 +159,10 @@ func (p *blockParser) nested(indent int) bool {
 // sequence reads the items of a block sequence at indent. An item that starts a mapping
 // ("- key: value") continues at indent+2.
 func (p *blockParser) sequence(indent int) bool {
+	if p.depth++; p.depth > maxBlockDepth {
+		return false
+	}
+	defer func() { p.depth-- }()
 	p.buf.WriteByte('[')
 	for n := 0; p.pos < len(p.lines); n++ {
 		l := p.lines[p.pos]
