@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/gitbroker/gitbroker/api"
 	yamlv2 "go.yaml.in/yaml/v2"
@@ -551,10 +550,9 @@ func byRaw(a, b jnode) int { return strings.Compare(a.raw, b.raw) }
 
 // keyLess is yaml.v2's keyList.Less for two strings (sorter.go).
 func keyLess(a, b string) bool {
-	if isASCII(a) && isASCII(b) {
-		return asciiKeyLess(a, b)
-	}
-	ar, br := []rune(a), []rune(b)
+	// Runes in buffers on the stack: keys are short, and this runs for every pair sorted.
+	var abuf, bbuf [64]rune
+	ar, br := appendRunes(abuf[:0], a), appendRunes(bbuf[:0], b)
 	for i := 0; i < len(ar) && i < len(br); i++ {
 		if ar[i] == br[i] {
 			continue
@@ -595,55 +593,9 @@ func keyLess(a, b string) bool {
 	return len(ar) < len(br)
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
+func appendRunes(buf []rune, s string) []rune {
+	for _, r := range s {
+		buf = append(buf, r)
 	}
-	return true
-}
-
-// asciiKeyLess is keyLess for ASCII keys, where unicode.IsLetter is [A-Za-z] and
-// unicode.IsDigit is [0-9], without converting to runes.
-func asciiKeyLess(a, b string) bool {
-	letter := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-	digit := func(c byte) bool { return c >= '0' && c <= '9' }
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] == b[i] {
-			continue
-		}
-		al, bl := letter(a[i]), letter(b[i])
-		if al && bl {
-			return a[i] < b[i]
-		}
-		if al || bl {
-			return bl
-		}
-		var ai, bi int
-		var an, bn int64
-		if a[i] == '0' || b[i] == '0' {
-			for j := i - 1; j >= 0 && digit(a[j]); j-- {
-				if a[j] != '0' {
-					an = 1
-					bn = 1
-					break
-				}
-			}
-		}
-		for ai = i; ai < len(a) && digit(a[ai]); ai++ {
-			an = an*10 + int64(a[ai]-'0')
-		}
-		for bi = i; bi < len(b) && digit(b[bi]); bi++ {
-			bn = bn*10 + int64(b[bi]-'0')
-		}
-		if an != bn {
-			return an < bn
-		}
-		if ai != bi {
-			return ai < bi
-		}
-		return a[i] < b[i]
-	}
-	return len(a) < len(b)
+	return buf
 }
