@@ -486,21 +486,33 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	}
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
-	if err != nil {
-		if errors.Is(err, ErrNoChanges) {
+	ref, old, derr := dest(base, snap)
+	switch {
+	case errors.Is(err, ErrNoChanges) && base != nil && ref == r.branch && len(change.Companions)+len(change.CompanionPrefix) > 0:
+		// Nothing to commit, but the companions may still need to move to the head: the first
+		// render that has them, or a tip someone else pushed there.
+		moved, err := r.push(ctx, ref, old, base.Hash, nil, change)
+		res.CompanionsMoved = moved
+		if err != nil {
 			return err
 		}
+		return ErrNoChanges
+	case errors.Is(err, ErrNoChanges):
+		return err
+	case err != nil:
 		return &writerError{fmt.Errorf("building commit: %w", err)}
-	}
-	ref, old, err := dest(base, snap)
-	if err != nil {
-		return &writerError{err}
+	case derr != nil:
+		return &writerError{derr}
 	}
 	res.Attempts++
-	if err := r.push(ctx, ref, old, commit, objects); err != nil {
+	if ref != r.branch {
+		change = nil
+	}
+	moved, err := r.push(ctx, ref, old, commit, objects, change)
+	if err != nil {
 		return err
 	}
-	res.Commit = commit.String()
+	res.Commit, res.CompanionsMoved = commit.String(), moved
 	if ref == r.branch {
 		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.remoteRef(), commit)); err != nil {
 			return &writerError{fmt.Errorf("recording pushed head: %w", err)}
@@ -518,40 +530,44 @@ func (e *writerError) Unwrap() error { return e.err }
 
 // push sends objects and moves ref from old to commit, only if ref is
 // still at old: a compare-and-swap on the server. A zero old means ref
-// must not exist yet.
-func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, commit plumbing.Hash, objects []plumbing.Hash) error {
+// must not exist yet; commit equal to old leaves ref where it is. The
+// companions of c move in the same atomic push, each also only from the
+// value the server advertised. It returns how many companions it moved.
+func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, commit plumbing.Hash, objects []plumbing.Hash, c *Change) (int, error) {
 	ep, err := transport.NewEndpoint(r.url)
 	if err != nil {
-		return &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
+		return 0, &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
 	}
-	c, err := client.NewClient(ep)
+	cl, err := client.NewClient(ep)
 	if err != nil {
-		return &writerError{err}
+		return 0, &writerError{err}
 	}
-	sess, err := c.NewReceivePackSession(ep, r.auth)
+	sess, err := cl.NewReceivePackSession(ep, r.auth)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", r.URL(), err)
+		return 0, fmt.Errorf("connecting to %s: %w", r.URL(), err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
-		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+		return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 	}
-	current := plumbing.ZeroHash
+	advertised := map[plumbing.ReferenceName]plumbing.Hash{}
 	if ar != nil {
 		refs, err := ar.AllReferences()
 		if err != nil {
-			return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+			return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 		}
-		if cur, err := refs.Reference(ref); err == nil {
-			current = cur.Hash()
+		for name, ref := range refs {
+			if ref.Type() == plumbing.HashReference {
+				advertised[name] = ref.Hash()
+			}
 		}
 	}
-	if current != old {
+	if advertised[ref] != old {
 		if ref != r.branch {
-			return &writerError{fmt.Errorf("%s: %w", ref.Short(), ErrBranchExists)}
+			return 0, &writerError{fmt.Errorf("%s: %w", ref.Short(), ErrBranchExists)}
 		}
-		return errConflict
+		return 0, errConflict
 	}
 	caps := capability.NewList()
 	if ar != nil {
@@ -560,53 +576,142 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	req := packp.NewReferenceUpdateRequestFromCapabilities(caps)
 	if len(r.pushOptions) > 0 {
 		if !caps.Supports(capability.PushOptions) {
-			return &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
+			return 0, &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
 		}
 		_ = req.Capabilities.Set(capability.PushOptions)
 		for _, k := range slices.Sorted(maps.Keys(r.pushOptions)) {
 			req.Options = append(req.Options, &packp.Option{Key: k, Value: r.pushOptions[k]})
 		}
 	}
-	req.Commands = []*packp.Command{{Name: ref, Old: old, New: commit}}
-
-	rd, wr := io.Pipe()
-	req.Packfile = rd
-	done := make(chan error, 1)
-	go func() {
-		e := packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta))
-		if _, err := e.Encode(objects, 10); err != nil {
-			done <- wr.CloseWithError(err)
-			return
-		}
-		done <- wr.Close()
-	}()
-	rs, err := sess.ReceivePack(ctx, req)
+	if commit != old {
+		req.Commands = append(req.Commands, &packp.Command{Name: ref, Old: old, New: commit})
+	}
+	companions, err := r.companionCommands(advertised, commit, c)
 	if err != nil {
-		_ = rd.Close()
+		return 0, &writerError{err}
+	}
+	req.Commands = append(req.Commands, companions...)
+	switch {
+	case len(req.Commands) == 0:
+		return 0, nil
+	case len(req.Commands) > 1:
+		if !caps.Supports(capability.Atomic) {
+			return 0, &writerError{fmt.Errorf("pushing to %s: the server does not accept atomic pushes, which companion branches need", r.URL())}
+		}
+		_ = req.Capabilities.Set(capability.Atomic)
+	}
+	done := make(chan error, 1)
+	// A push that only deletes sends no pack (git's receive-pack expects none then).
+	if slices.ContainsFunc(req.Commands, func(c *packp.Command) bool { return c.New != plumbing.ZeroHash }) {
+		rd, wr := io.Pipe()
+		req.Packfile = rd
+		go func() {
+			e := packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta))
+			if _, err := e.Encode(objects, 10); err != nil {
+				done <- wr.CloseWithError(err)
+				return
+			}
+			done <- wr.Close()
+		}()
+		defer rd.Close()
+	} else {
+		done <- nil
+	}
+	rs, err := sess.ReceivePack(ctx, req)
+	if err != nil && req.Packfile != nil {
+		_ = req.Packfile.Close()
 	}
 	if perr := <-done; perr != nil && err == nil {
-		return fmt.Errorf("encoding pack: %w", perr)
+		return 0, fmt.Errorf("encoding pack: %w", perr)
 	}
 	// The server's report comes back with an error when it refused the
 	// update; read the report before the error.
 	if rs != nil {
 		if rs.UnpackStatus != "" && rs.UnpackStatus != "ok" {
-			return fmt.Errorf("pushing to %s: server could not unpack: %s", r.URL(), rs.UnpackStatus)
+			return 0, fmt.Errorf("pushing to %s: server could not unpack: %s", r.URL(), rs.UnpackStatus)
 		}
 		for _, cs := range rs.CommandStatuses {
 			if cs.Status == "ok" {
 				continue
 			}
 			if movedRef(cs.Status) {
-				return errConflict
+				return 0, errConflict
 			}
-			return &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
+			// An atomic push refuses every other command for the one that failed; report that one.
+			if (strings.Contains(cs.Status, "atomic push failure") || strings.Contains(cs.Status, "atomic transaction failed")) && len(rs.CommandStatuses) > 1 {
+				continue
+			}
+			return 0, &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+		return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 	}
-	return nil
+	return len(companions), nil
+}
+
+// companionCommands returns the ref updates that bring c's companions to commit (see
+// Change.Companions): advertised holds the server's refs.
+func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]*packp.Command, error) {
+	if c == nil || (len(c.Companions) == 0 && c.CompanionPrefix == "") {
+		return nil, nil
+	}
+	head, err := object.GetCommit(r.repo.Storer, commit)
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s: %w", commit, err)
+	}
+	headTree, err := head.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("reading tree of %s: %w", commit, err)
+	}
+	var cmds []*packp.Command
+	for _, name := range slices.Sorted(maps.Keys(c.Companions)) {
+		ref := plumbing.NewBranchReferenceName(name)
+		cur, ok := advertised[ref]
+		if ok && cur == commit {
+			continue
+		}
+		want, err := headTree.Tree(c.Companions[name])
+		if err != nil {
+			return nil, fmt.Errorf("companion %s: folder %s of %s: %w", name, c.Companions[name], commit, err)
+		}
+		if ok && r.keepCompanion(cur, c.Companions[name], want.Hash, c.KeepCompanion) {
+			continue
+		}
+		cmds = append(cmds, &packp.Command{Name: ref, Old: cur, New: commit})
+	}
+	prefix := plumbing.NewBranchReferenceName(c.CompanionPrefix).String()
+	for _, name := range slices.Sorted(maps.Keys(advertised)) {
+		if c.CompanionPrefix == "" || !strings.HasPrefix(name.String(), prefix) || name == r.branch {
+			continue
+		}
+		if _, ok := c.Companions[name.Short()]; !ok {
+			cmds = append(cmds, &packp.Command{Name: name, Old: advertised[name], New: plumbing.ZeroHash})
+		}
+	}
+	return cmds, nil
+}
+
+// keepCompanion reports whether a companion at tip may stay: tip is a commit this store holds,
+// keep accepts it, and it shows the tree want at folder.
+func (r *Repository) keepCompanion(tip plumbing.Hash, folder string, want plumbing.Hash, keep func(*Commit) bool) bool {
+	c, err := object.GetCommit(r.repo.Storer, tip)
+	if err != nil {
+		return false
+	}
+	t, err := c.Tree()
+	if err != nil {
+		return false
+	}
+	sub, err := t.Tree(folder)
+	if err != nil || sub.Hash != want {
+		return false
+	}
+	if keep == nil {
+		return true
+	}
+	k, err := r.commitOf(context.Background(), r.branch.Short(), tip.String(), false)
+	return err == nil && keep(k)
 }
 
 // movedRef reports whether a refused push means the branch moved under us,

@@ -7,6 +7,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // ErrNoChanges is returned by a write whose files equal what the branch
@@ -73,6 +75,20 @@ type Change struct {
 	Trailers  []Trailer
 	Author    Signature
 	Committer Signature
+	// Companions are further branches, each showing one folder of this branch, that move with
+	// it in the same atomic push (a Flux source per folder follows one, so a change to one folder
+	// moves one source). A companion, keyed by its short branch name and mapped to its folder,
+	// moves to the new commit when its tip is missing, is not in the object store, is refused by
+	// KeepCompanion, or shows a different tree at that folder; otherwise it stays where it is. It
+	// moves even when the branch itself has nothing to commit. Every other branch under
+	// CompanionPrefix is deleted. Companions are only pushed with the Repository's own branch,
+	// never to a review branch, and need a server that accepts atomic pushes; a work tree (Dir)
+	// has no branches and ignores them.
+	Companions      map[string]string
+	CompanionPrefix string
+	// KeepCompanion reports whether a companion may stay at its current tip (whether this
+	// writer signed it); nil keeps any tip that shows the folder's tree.
+	KeepCompanion func(*Commit) bool
 }
 
 // Result describes how an Update went.
@@ -88,6 +104,8 @@ type Result struct {
 	// Retries counts fetches or pushes repeated after a transient error
 	// (network, server).
 	Retries int
+	// CompanionsMoved counts the companion branches the push created, moved or deleted.
+	CompanionsMoved int
 	// Elapsed is the time from the first fetch to the end.
 	Elapsed time.Duration
 }
@@ -134,6 +152,17 @@ func (c *Change) validate() error {
 	}
 	if strings.TrimSpace(c.Message) == "" {
 		return errors.New("change has no commit message")
+	}
+	for name, folder := range c.Companions {
+		if !strings.HasPrefix(name, c.CompanionPrefix) || c.CompanionPrefix == "" {
+			return fmt.Errorf("companion branch %q is not under the companion prefix %q", name, c.CompanionPrefix)
+		}
+		if err := plumbing.NewBranchReferenceName(name).Validate(); err != nil {
+			return fmt.Errorf("companion branch %q: %w", name, err)
+		}
+		if err := checkPath(folder); err != nil {
+			return fmt.Errorf("companion %q folder %q: %w", name, folder, err)
+		}
 	}
 	return nil
 }

@@ -383,3 +383,15 @@ func (s *Server) SetRef(branch, commit string) {
 	}
 	Git(s.t, s.Bare(), "update-ref", "refs/heads/"+branch, commit)
 }
+
+// Hook installs a server-side hook (git's hooks: update, post-receive, ...; not pre-receive,
+// which records push options) as a shell script body.
+func (s *Server) Hook(name, script string) {
+	s.t.Helper()
+	if name == "pre-receive" {
+		s.t.Fatal("gitsynctest: the pre-receive hook records push options")
+	}
+	if err := os.WriteFile(filepath.Join(s.Bare(), "hooks", name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+}

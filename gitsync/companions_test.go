@@ -1,0 +1,143 @@
+package gitsync_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+// rev is what the server's branch points at, or "" when it does not exist.
+func rev(t *testing.T, srv *gitsynctest.Server, branch string) string {
+	t.Helper()
+	out := gitsynctest.Git(t, srv.Bare(), "for-each-ref", "--format=%(objectname)", "refs/heads/"+branch)
+	return strings.TrimSpace(out)
+}
+
+// folders writes rendered/ with the given folders' files and names one companion per folder.
+func folders(files map[string]string, companions map[string]string, keep func(*gitsync.Commit) bool) gitsync.UpdateFunc {
+	return func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		c := change([]string{"rendered/"}, files)
+		c.Message = "render"
+		c.CompanionPrefix = "folders/"
+		c.Companions = companions
+		c.KeepCompanion = keep
+		return c, nil
+	}
+}
+
+func TestCompanionsMoveOnlyWithTheirFolder(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	ctx := context.Background()
+	companions := map[string]string{"folders/x": "rendered/default/x", "folders/y": "rendered/default/y"}
+	files := map[string]string{
+		"rendered/default/x/pod-a.yaml": "pod: a\n",
+		"rendered/default/y/pod-c.yaml": "pod: c\n",
+		"rendered/kustomization.yaml":   "resources: [default/x, default/y]\n",
+	}
+	res, err := r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+	first := res.Commit
+	require.Equal(t, 2, res.CompanionsMoved)
+	require.Equal(t, first, rev(t, srv, "folders/x"))
+	require.Equal(t, first, rev(t, srv, "folders/y"))
+
+	// A change to y's folder moves y; x stays on the commit that last changed it.
+	files["rendered/default/y/pod-c.yaml"] = "pod: c2\n"
+	res, err = r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+	second := res.Commit
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Equal(t, first, rev(t, srv, "folders/x"))
+	require.Equal(t, second, rev(t, srv, "folders/y"))
+
+	// A change outside every folder moves none.
+	files["rendered/kustomization.yaml"] = "resources: [default/y, default/x]\n"
+	res, err = r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+	require.Equal(t, 0, res.CompanionsMoved)
+	require.Equal(t, first, rev(t, srv, "folders/x"))
+	require.Equal(t, second, rev(t, srv, "folders/y"))
+
+	// A folder that goes deletes its companion, in the same push as the commit.
+	delete(files, "rendered/default/y/pod-c.yaml")
+	delete(companions, "folders/y")
+	pushes := srv.Pushes()
+	res, err = r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Equal(t, pushes+1, srv.Pushes())
+	require.Equal(t, "", rev(t, srv, "folders/y"))
+	require.Equal(t, first, rev(t, srv, "folders/x"))
+	require.Equal(t, res.Commit, srv.Head())
+}
+
+func TestCompanionsAreRepairedWithoutACommit(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	ctx := context.Background()
+	files := map[string]string{"rendered/default/x/pod-a.yaml": "pod: a\n", "rendered/default/x/pod-b.yaml": "pod: b\n", "rendered/kustomization.yaml": "resources: []\n"}
+	companions := map[string]string{"folders/x": "rendered/default/x"}
+	head := srv.Head()
+
+	// The seed already holds these files: nothing to commit, but the companion is created.
+	res, err := r.Update(ctx, folders(files, companions, nil))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Equal(t, head, rev(t, srv, "folders/x"))
+	require.Equal(t, head, srv.Head())
+
+	// Someone else moves the companion to a commit of theirs, with the same folder, and plants
+	// a branch under the prefix; a writer that keeps only its own commits puts both right.
+	theirs := srv.Commit(map[string]string{"configurations/other.yaml": "x\n"}, nil, "someone else")
+	srv.SetRef("folders/x", theirs)
+	srv.SetRef("folders/planted", theirs)
+	srv.SetRef("main", head)
+	own := func(c *gitsync.Commit) bool { return c.Hash == head }
+	res, err = r.Update(ctx, folders(files, companions, own))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, 2, res.CompanionsMoved)
+	require.Equal(t, head, rev(t, srv, "folders/x"))
+	require.Equal(t, "", rev(t, srv, "folders/planted"))
+
+	// In order now: no push at all.
+	pushes := srv.Pushes()
+	res, err = r.Update(ctx, folders(files, companions, own))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, 0, res.CompanionsMoved)
+	require.Equal(t, pushes, srv.Pushes())
+}
+
+func TestCompanionPushIsAtomic(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv, gitsync.WithFailFast())
+	ctx := context.Background()
+	// A hook refuses any update of folders/x: the branch and the other companion must not move.
+	srv.Hook("update", `case "$1" in refs/heads/folders/x) echo "no x" >&2; exit 1;; esac`)
+	head := srv.Head()
+	companions := map[string]string{"folders/x": "rendered/default/x", "folders/z": "rendered/default/z"}
+	files := map[string]string{"rendered/default/x/pod-a.yaml": "pod: a2\n", "rendered/default/z/pod.yaml": "z\n"}
+	_, err := r.Update(ctx, folders(files, companions, nil))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "folders/x")
+	require.Equal(t, head, srv.Head())
+	require.Equal(t, "", rev(t, srv, "folders/z"))
+	require.Equal(t, "", rev(t, srv, "folders/x"))
+}
+
+func TestCompanionsAreValidated(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	for name, folder := range map[string]string{"other/x": "rendered/x", "folders/x..y": "rendered/x", "folders/ok": "../x"} {
+		_, err := r.Update(context.Background(), folders(map[string]string{"rendered/x/a.yaml": "a\n"}, map[string]string{name: folder}, nil))
+		require.Error(t, err, name)
+		require.False(t, errors.Is(err, gitsync.ErrNoChanges))
+	}
+	require.ElementsMatch(t, []string{"main"}, srv.Branches())
+}
