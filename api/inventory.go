@@ -2,7 +2,9 @@ package api
 
 import (
 	"fmt"
+	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"text/template"
 
@@ -200,6 +202,9 @@ func ParseJobRecordFile(file string, data []byte) (*ParsedJobRecord, ErrorList) 
 	return ParseJobRecord(file, docs[0])
 }
 
+// folderSourceURL is what a Flux GitRepository accepts as its URL, without spaces.
+var folderSourceURL = regexp.MustCompile(`^(http|https|ssh)://[^\s]+$`)
+
 // ResolvedSettings is gitbroker.yaml with every default applied.
 type ResolvedSettings struct {
 	DefaultNamespace    string
@@ -307,6 +312,23 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 	}
 	if f.NamespacesServiceAccountName == "" {
 		f.NamespacesServiceAccountName = DefaultFluxNamespacesServiceAccount
+	}
+	if fs := f.FolderSources; fs != nil {
+		c := *fs
+		if c.VerifySecretRef == nil {
+			c.VerifySecretRef = &LocalObjectReference{Name: DefaultFluxVerifySecret}
+		}
+		f.FolderSources = &c
+		if u, err := url.Parse(c.URL); err != nil || !folderSourceURL.MatchString(c.URL) {
+			errs = append(errs, d.Errorf("spec.flux.folderSources.url", "must be an http, https or ssh URL without spaces: what Flux fetches this repository from"))
+		} else if _, ok := u.User.Password(); ok {
+			errs = append(errs, d.Errorf("spec.flux.folderSources.url", "holds a password: name a Secret in spec.flux.folderSources.secretRef instead"))
+		}
+		for field, ref := range map[string]*LocalObjectReference{"spec.flux.folderSources.secretRef.name": c.SecretRef, "spec.flux.folderSources.verifySecretRef.name": c.VerifySecretRef} {
+			if ref != nil && len(validation.IsDNS1123Subdomain(ref.Name)) > 0 {
+				errs = append(errs, d.Errorf(field, "%q is not a valid name", ref.Name))
+			}
+		}
 	}
 	switch f.SourceRef.Kind {
 	case "GitRepository", "OCIRepository", "Bucket":

@@ -68,6 +68,11 @@ const (
 	DefaultFluxServiceAccount = "gitbroker-applier"
 	// DefaultFluxNamespacesServiceAccount applies the rendered namespaces (deploy/flux).
 	DefaultFluxNamespacesServiceAccount = "gitbroker-namespaces"
+	// DefaultFluxVerifySecret holds the renderer's public key (deploy/flux).
+	DefaultFluxVerifySecret = "gitbroker-renderer-verify"
+	// FolderBranchPrefix is where the branches of spec.flux.folderSources live: one per rendered
+	// folder, moved by the renderer only when that folder changes.
+	FolderBranchPrefix = "gitbroker/folders/"
 
 	// DefaultRecorderNamespace and DefaultRecorderServiceAccount are where deploy/ runs the
 	// recorder; RecorderPodsClusterRole is what it is granted in each broker namespace (list
@@ -280,6 +285,33 @@ type FluxSettings struct {
 	// NamespacesServiceAccountName applies rendered/_namespaces/ (default gitbroker-namespaces):
 	// it may create Namespaces, and RoleBindings to gitbroker-applier's ClusterRole only.
 	NamespacesServiceAccountName string `json:"namespacesServiceAccountName,omitempty"`
+	// FolderSources, when set, gives every rendered folder a GitRepository of its own, in
+	// rendered/flux/sources/, that follows a branch the renderer moves only when that folder's
+	// content changes (gitbroker/folders/<Kustomization name>). A commit that changes one folder
+	// then reconciles one Kustomization instead of all of them. Without it, every Kustomization
+	// builds from SourceRef and reconciles on every render.
+	FolderSources *FolderSources `json:"folderSources,omitempty"`
+}
+
+// FolderSources configures the per-folder GitRepositories.
+type FolderSources struct {
+	// URL Flux fetches this repository from (http, https or ssh; required), as deploy/flux's
+	// GitRepository names it.
+	URL string `json:"url"`
+	// SecretRef names the Secret, in the Flux namespace, with the credentials for URL (none for
+	// a repository anyone may read).
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// VerifySecretRef names the Secret, in the Flux namespace, with the renderer's public key:
+	// every source applies only a head the renderer signed (default gitbroker-renderer-verify,
+	// deploy/flux's).
+	VerifySecretRef *LocalObjectReference `json:"verifySecretRef,omitempty"`
+	// Interval between fetches (default 1m).
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	Name string `json:"name"`
 }
 
 // FluxSourceRef names the Flux source the Kustomizations build from.

@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
@@ -34,7 +35,11 @@ func (p *pass) copyFrozenConfigurations() {
 			continue
 		}
 		h := p.head(f, p.prev[f])
-		rel := strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir)
+		folder := h.Spec.Path
+		if strings.HasPrefix(f, FolderSourcesDir) {
+			folder = h.Metadata.Annotations[AnnotationFolder]
+		}
+		rel := strings.TrimPrefix(path.Clean(folder), RenderedDir)
 		parts := strings.Split(rel, "/")
 		if len(parts) >= 2 && p.frozenConfigs[parts[0]+"/"+parts[1]] {
 			p.out[f] = p.prev[f]
@@ -161,6 +166,7 @@ func (p *pass) layout() {
 				ServiceAccountName: f.ServiceAccountName,
 			},
 		}
+		p.folderSource(&fk, fileName, d, parts[1])
 		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
 		n := len(dirs[d])
 		if max := p.settings.MaxObjectsPerFolder; n > max {
@@ -256,6 +262,10 @@ func (p *pass) planFromDiff() {
 				ch.Action = Updated
 			}
 			p.plan.plan.Namespaces = append(p.plan.plan.Namespaces, ch)
+			continue
+		}
+		if strings.HasPrefix(f, FolderSourcesDir) {
+			// Each follows its Kustomization, which the plan lists.
 			continue
 		}
 		if strings.HasPrefix(f, RenderedDir+"flux/") {
@@ -489,7 +499,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 		files = append(files, "namespace-"+ns+".yaml", "recorder-rolebinding-"+ns+".yaml", "rolebinding-"+ns+".yaml")
 	}
 	p.out[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
-	p.out[NamespacesFluxFile] = marshal(fluxKustomization{
+	fk := fluxKustomization{
 		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
 		Kind:       "Kustomization",
 		Metadata:   metav1.ObjectMeta{Name: NamespacesKustomization, Namespace: f.Namespace, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}},
@@ -502,6 +512,108 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 			SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
 			ServiceAccountName: f.NamespacesServiceAccountName,
 		},
-	})
+	}
+	p.folderSource(&fk, strings.TrimSuffix(path.Base(NamespacesFluxFile), ".yaml"), strings.TrimSuffix(NamespacesDir, "/"), "")
+	p.out[NamespacesFluxFile] = marshal(fk)
 	return true
+}
+
+// FolderSourcesDir holds the GitRepositories of spec.flux.folderSources, one per Flux
+// Kustomization and named like it; AnnotationFolder names the folder each one shows.
+const (
+	FolderSourcesDir = RenderedDir + "flux/sources/"
+	AnnotationFolder = "gitbroker.dev/folder"
+)
+
+// gitRepository is the subset of source.toolkit.fluxcd.io/v1 GitRepository written here.
+type gitRepository struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		URL       string                    `json:"url"`
+		SecretRef *api.LocalObjectReference `json:"secretRef,omitempty"`
+		Interval  string                    `json:"interval"`
+		Ref       struct {
+			Branch string `json:"branch"`
+		} `json:"ref"`
+		Verify struct {
+			Mode      string                   `json:"mode"`
+			SecretRef api.LocalObjectReference `json:"secretRef"`
+		} `json:"verify"`
+		Ignore string `json:"ignore"`
+	} `json:"spec"`
+}
+
+// folderSource points fk at a GitRepository of its own when spec.flux.folderSources is set, and
+// writes it: it follows FolderBranch(name), which the renderer moves only when folder changes
+// (Companions), verifies the renderer's signature like deploy/flux's, and keeps only folder in
+// its artifact.
+func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configuration string) {
+	fs := p.settings.Flux.FolderSources
+	if fs == nil {
+		return
+	}
+	var g gitRepository
+	g.APIVersion, g.Kind = "source.toolkit.fluxcd.io/v1", "GitRepository"
+	g.Metadata = metav1.ObjectMeta{Name: fk.Metadata.Name, Namespace: fk.Metadata.Namespace,
+		Labels:      map[string]string{LabelManagedBy: ManagedByGitbroker},
+		Annotations: map[string]string{AnnotationFolder: folder}}
+	if configuration != "" {
+		g.Metadata.Labels[LabelConfiguration] = configuration
+	}
+	g.Spec.URL, g.Spec.SecretRef = fs.URL, fs.SecretRef
+	g.Spec.Interval = durationOr(fs.Interval, time.Minute)
+	g.Spec.Ref.Branch = FolderBranch(fk.Metadata.Name)
+	g.Spec.Verify.Mode, g.Spec.Verify.SecretRef = "HEAD", *fs.VerifySecretRef
+	g.Spec.Ignore = folderIgnore(folder)
+	p.out[FolderSourcesDir+fileName+".yaml"] = marshal(g)
+	fk.Spec.SourceRef = fluxSourceRef{Kind: "GitRepository", Name: g.Metadata.Name}
+}
+
+// FolderBranch is the branch a folder's source follows, named after its Flux Kustomization
+// (unique in its namespace, and a DNS subdomain, so a valid branch name unless it ends in
+// ".lock").
+func FolderBranch(kustomization string) string {
+	if strings.HasSuffix(kustomization, ".lock") {
+		kustomization += "-" + hashHex(8, []byte(kustomization))
+	}
+	return api.FolderBranchPrefix + kustomization
+}
+
+// folderIgnore is the .gitignore that keeps only folder (and its parents' entries to it) in
+// a source's artifact.
+func folderIgnore(folder string) string {
+	var b strings.Builder
+	b.WriteString("/*\n")
+	parts := strings.Split(folder, "/")
+	for i := range parts {
+		dir := "/" + strings.Join(parts[:i+1], "/")
+		if i > 0 {
+			b.WriteString("/" + strings.Join(parts[:i], "/") + "/*\n")
+		}
+		b.WriteString("!" + dir + "/\n")
+	}
+	return b.String()
+}
+
+// Companions lists the branches of the folder sources a rendered tree holds, each with the
+// folder it shows: what the renderer moves with its commit (gitsync.Change.Companions).
+func Companions(files Tree) map[string]string {
+	out := map[string]string{}
+	for f, data := range files {
+		if !strings.HasPrefix(f, FolderSourcesDir) || !strings.HasSuffix(f, ".yaml") {
+			continue
+		}
+		var g gitRepository
+		js, err := api.YAMLToJSON(data)
+		if err != nil || json.Unmarshal(js, &g) != nil {
+			continue
+		}
+		branch, folder := g.Spec.Ref.Branch, g.Metadata.Annotations[AnnotationFolder]
+		if strings.HasPrefix(branch, api.FolderBranchPrefix) && strings.HasPrefix(folder+"/", RenderedDir) {
+			out[branch] = folder
+		}
+	}
+	return out
 }

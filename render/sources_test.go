@@ -1,0 +1,110 @@
+package render_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/render"
+)
+
+const folderSourcesSettings = `apiVersion: gitbroker.dev/v1alpha1
+kind: Settings
+spec:
+  flux:
+    folderSources:
+      url: https://git.example.com/fleet/edge.git
+      secretRef:
+        name: edge-git
+`
+
+func TestFolderSourcesGiveEachFolderItsOwnSource(t *testing.T) {
+	tree := repo(map[string]string{
+		"gitbroker.yaml":          folderSourcesSettings,
+		"configurations/cam.yaml": podConfig,
+		"configurations/fw.yaml":  jobConfig("fw", ""),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1"), entry("fw", "plc-1")),
+	})
+	res := renderOK(t, tree)
+	var k struct {
+		Spec struct {
+			Path      string            `json:"path"`
+			SourceRef map[string]string `json:"sourceRef"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(res.Files["rendered/flux/default-cam.yaml"], &k))
+	require.Equal(t, map[string]string{"kind": "GitRepository", "name": "gitbroker-default-cam"}, k.Spec.SourceRef)
+
+	src := res.Files["rendered/flux/sources/default-cam.yaml"]
+	require.Equal(t, `apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata:
+  annotations:
+    gitbroker.dev/folder: rendered/default/cam
+  labels:
+    akri.sh/configuration: cam
+    app.kubernetes.io/managed-by: gitbroker
+  name: gitbroker-default-cam
+  namespace: flux-system
+spec:
+  ignore: |
+    /*
+    !/rendered/
+    /rendered/*
+    !/rendered/default/
+    /rendered/default/*
+    !/rendered/default/cam/
+  interval: 1m0s
+  ref:
+    branch: gitbroker/folders/gitbroker-default-cam
+  secretRef:
+    name: edge-git
+  url: https://git.example.com/fleet/edge.git
+  verify:
+    mode: HEAD
+    secretRef:
+      name: gitbroker-renderer-verify
+`, string(src))
+	require.Equal(t, map[string]string{
+		"gitbroker/folders/gitbroker-default-cam": "rendered/default/cam",
+		"gitbroker/folders/gitbroker-default-fw":  "rendered/default/fw",
+		"gitbroker/folders/gitbroker-namespaces":  "rendered/_namespaces",
+	}, render.Companions(res.Files))
+	require.NotContains(t, planText(res.Plan), "GitRepository", "a source follows its Kustomization in the plan")
+
+	// An invalid Configuration keeps its source with its Kustomization and folder.
+	tree = apply(tree, res)
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "image:", "imagee:", 1))
+	res = render.Render(render.Request{Files: tree})
+	require.Len(t, res.Errors, 1)
+	require.Equal(t, src, res.Files["rendered/flux/sources/default-cam.yaml"])
+	require.Contains(t, render.Companions(res.Files), "gitbroker/folders/gitbroker-default-cam")
+
+	// Without the setting, no sources, no companions.
+	tree = apply(tree, res)
+	tree["configurations/cam.yaml"] = []byte(podConfig)
+	delete(tree, "gitbroker.yaml")
+	res = renderOK(t, tree)
+	require.Empty(t, filesUnder(res.Files, "rendered/flux/sources/", ""))
+	require.Empty(t, render.Companions(res.Files))
+}
+
+func TestFolderSourcesSettingsAreValidated(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"git@github.com:fleet/edge.git", "spec.flux.folderSources.url"},
+		{"https://user:secret@git.example.com/edge.git", "holds a password"},
+		{"", "spec.flux.folderSources.url"},
+	} {
+		tree := repo(map[string]string{
+			"gitbroker.yaml":          strings.Replace(folderSourcesSettings, "https://git.example.com/fleet/edge.git", c.url, 1),
+			"configurations/cam.yaml": podConfig,
+			"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+		})
+		res := render.Render(render.Request{Files: tree})
+		require.NotEmpty(t, res.Errors, c.url)
+		require.Contains(t, res.Errors[0].Error(), c.want)
+		require.NotContains(t, res.Errors[0].Error(), "secret@")
+	}
+}
