@@ -123,6 +123,9 @@ type Inputs struct {
 	// so the render must commit over it even when nothing else changed.
 	Previous  string
 	Overwrite bool
+	// Own reports whether a commit is this renderer's own, as the previous render was checked;
+	// nil when the repository has no allowed_signers and any commit counts.
+	Own func(*gitsync.Commit) bool
 }
 
 // mode is how the source branch is trusted at one commit.
@@ -380,6 +383,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 		}
 		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
 	}
+	in.Own = own
 	if c := gitsync.HeadCommit(rendered); c != nil && own(c) {
 		in.Previous = head
 		return rendered.Files("")

@@ -121,6 +121,12 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		for p, b := range result.Files {
 			change.Files[p] = b
 		}
+		// Each folder source's branch moves with the commit when its folder changed; once the
+		// setting is gone, the branches are deleted.
+		change.Companions = render.Companions(result.Files)
+		if len(change.Companions) > 0 || len(render.Companions(result.Previous)) > 0 {
+			change.CompanionPrefix, change.KeepCompanion = api.FolderBranchPrefix, in.Own
+		}
 		return change, nil
 	}
 	var res gitsync.Result

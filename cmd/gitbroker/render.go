@@ -242,6 +242,9 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	default:
 		fmt.Fprintf(stderr, "committed %s to %s (rendered from %s; %d attempt(s))\n",
 			out.Commit, target, out.Source, out.Push.Attempts)
+		if n := out.Push.CompanionsMoved; n > 0 {
+			fmt.Fprintf(stderr, "moved %d folder source branch(es) under %s\n", n, api.FolderBranchPrefix)
+		}
 	}
 	if remote.PRDescription != "" && out.Result != nil && (err == nil || errors.Is(err, gitsync.ErrBranchExists)) {
 		desc, err := r.pullRequest(out)

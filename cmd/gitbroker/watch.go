@@ -204,7 +204,7 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 			d.metrics.sourceToPush.Observe(time.Since(out.SourceTime).Seconds())
 		}
 		d.log.Info("render committed", "commit", out.Commit, "source", out.Source,
-			"summary", out.Result.Plan.Summary.String(), "attempts", out.Push.Attempts, "duration", time.Since(start).String())
+			"summary", out.Result.Plan.Summary.String(), "attempts", out.Push.Attempts, "folderSourcesMoved", out.Push.CompanionsMoved, "duration", time.Since(start).String())
 		d.ready.Store(true)
 	}
 }
