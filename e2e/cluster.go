@@ -314,6 +314,16 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 	return nil
 }
 
+// Process is the cluster process of that name (kustomize-controller, ...), or nil.
+func (c *Cluster) Process(name string) *process {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // Stop stops every process, the last started first.
 func (c *Cluster) Stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {

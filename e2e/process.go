@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -88,3 +89,28 @@ func freePort() (int, error) {
 
 // addr is 127.0.0.1:port.
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// CPU is the CPU time (user and system) the process has used so far, from /proc.
+func (p *process) CPU() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's name, which is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", s)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", s)
+	}
+	// Linux reports clock ticks, USER_HZ, which is 100 on every architecture Go supports.
+	return time.Duration(utime+stime) * (time.Second / 100), nil
+}

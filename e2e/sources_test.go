@@ -1,0 +1,270 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+const (
+	sourcesNamespace     = "sources"
+	sourcesFluxNamespace = "flux-sources"
+	sourcesNode          = "sources-1"
+)
+
+// A device change with one source for every folder reconciles every Kustomization (the
+// reconcile storm of flux2#5470); with spec.flux.folderSources it reconciles the folder's
+// Kustomization and the root one, which applies only Flux objects. Measured side by side on one
+// repository: the same change before and after the setting, counting the reconciles
+// kustomize-controller reports and its CPU time. Switching changes no broker object.
+func TestFolderSources(t *testing.T) {
+	ctx := context.Background()
+	require.NoError(t, cluster.CreateNamespace(ctx, sourcesFluxNamespace))
+	settings := func(folderSources bool) string {
+		s := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + sourcesNamespace +
+			"\n  flux:\n    namespace: " + sourcesFluxNamespace + "\n    retryInterval: 5s\n"
+		if folderSources {
+			s += "    folderSources:\n      url: " + "__URL__" + "\n      interval: " + sourceInterval.String() + "\n"
+		}
+		return s
+	}
+	configs := []string{"cam-a", "cam-b", "cam-c"}
+	files := map[string]string{api.SettingsPath: settings(false)}
+	for _, c := range configs {
+		files["configurations/"+c+".yaml"] = trustConfiguration(c, "dev-"+c)
+	}
+	srv := gitsynctest.NewServer(t, "main", files)
+	withURL := func(s string) string { return strings.Replace(s, "__URL__", srv.URL(), 1) }
+	rendererKey := filepath.Join(t.TempDir(), "renderer")
+	_, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
+	require.NoError(t, err)
+	applyFlux(t, sourcesFluxNamespace, srv.URL(), rendererKey+".pub")
+	require.NoError(t, cluster.AddNode(ctx, sourcesNode))
+	run := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command(gitbroker, args...).CombinedOutput()
+		require.NoError(t, err, "gitbroker %s: %s", strings.Join(args, " "), out)
+	}
+	discoverAndRender := func() {
+		t.Helper()
+		run("agent", "--git", srv.URL(), "--node", sourcesNode, "--once", "--debug-echo-shared=false",
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+		run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+	}
+	discoverAndRender()
+	waitSourcesApplied(t, srv, sourcesFluxNamespace)
+	require.Len(t, podUIDs(t, sourcesNamespace), 3)
+
+	// addDevice gives cam-b one more device, as its node discovers it, and measures what the
+	// cluster does until its Pod runs and every Kustomization has applied its source's head.
+	kc := cluster.Process("kustomize-controller")
+	require.NotNil(t, kc)
+	devices := 1
+	addDevice := func(t *testing.T) (reconciled map[string]int, cpu, toPod time.Duration) {
+		t.Helper()
+		devices++
+		var descs []string
+		for i := 1; i <= devices; i++ {
+			descs = append(descs, fmt.Sprintf("dev-cam-b-%d", i))
+		}
+		srv.Commit(map[string]string{"configurations/cam-b.yaml": strings.Replace(trustConfiguration("cam-b", "dev-cam-b"),
+			`["dev-cam-b"]`, `["dev-cam-b", "`+strings.Join(descs[1:], `", "`)+`"]`, 1)}, nil, "another cam-b device")
+		mark := logLineCount(t, kc.Log)
+		cpu0, err := kc.CPU()
+		require.NoError(t, err)
+		start := time.Now()
+		discoverAndRender()
+		eventually(t, 3*time.Minute, "cam-b's new Pod to run", func() (bool, string) {
+			list, err := cluster.Client.CoreV1().Pods(sourcesNamespace).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=cam-b"})
+			require.NoError(t, err)
+			running := 0
+			for _, p := range list.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			return running == devices, fmt.Sprintf("%d of %d running", running, devices)
+		})
+		toPod = time.Since(start)
+		waitSourcesApplied(t, srv, sourcesFluxNamespace)
+		// Reconciles triggered by the change have finished once every Kustomization applied
+		// its head; give kustomize-controller a moment to log the last one.
+		time.Sleep(2 * time.Second)
+		cpu1, err := kc.CPU()
+		require.NoError(t, err)
+		return reconcilesSince(t, kc.Log, mark, sourcesFluxNamespace), cpu1 - cpu0, toPod
+	}
+
+	storm, stormCPU, stormPod := addDevice(t)
+	t.Logf("one source: a device change reconciled %v; kustomize-controller CPU %s; time to Pod %s", storm, stormCPU, stormPod.Round(time.Millisecond))
+	for _, k := range []string{"gitbroker", "gitbroker-namespaces", "gitbroker-sources-cam-a", "gitbroker-sources-cam-b", "gitbroker-sources-cam-c"} {
+		require.Positive(t, storm[k], "with one source, %s reconciles on every render: %v", k, storm)
+	}
+
+	// One source per folder: the switch moves each Kustomization to its own source and
+	// re-creates nothing.
+	before := podUIDs(t, sourcesNamespace)
+	srv.Commit(map[string]string{api.SettingsPath: withURL(settings(true))}, nil, "one source per folder")
+	run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+	waitSourcesApplied(t, srv, sourcesFluxNamespace)
+	for _, c := range configs {
+		k, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(sourcesFluxNamespace).Get(ctx, "gitbroker-sources-"+c, metav1.GetOptions{})
+		require.NoError(t, err)
+		name, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "name")
+		require.Equal(t, "gitbroker-sources-"+c, name)
+		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(sourcesFluxNamespace).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		verified, why := condition(repo, "SourceVerified")
+		require.True(t, verified, "Flux verified the renderer's signature on %s: %s", name, why)
+	}
+	require.Equal(t, before, podUIDs(t, sourcesNamespace), "every broker Pod is the same object")
+	before = podUIDs(t, sourcesNamespace, "cam-a", "cam-c")
+
+	quiet, quietCPU, quietPod := addDevice(t)
+	t.Logf("one source per folder: a device change reconciled %v; kustomize-controller CPU %s; time to Pod %s", quiet, quietCPU, quietPod.Round(time.Millisecond))
+	require.Positive(t, quiet["gitbroker-sources-cam-b"], "%v", quiet)
+	for _, k := range []string{"gitbroker-namespaces", "gitbroker-sources-cam-a", "gitbroker-sources-cam-c"} {
+		require.Zero(t, quiet[k], "%s's folder did not change: %v", k, quiet)
+	}
+	require.Equal(t, before, podUIDs(t, sourcesNamespace, "cam-a", "cam-c"))
+
+	// A folder's branch moved by a node's key is not applied, and the renderer puts it back.
+	branch := api.FolderBranchPrefix + "gitbroker-sources-cam-a"
+	good := srv.On(branch).Head()
+	nodeKey := filepath.Join(t.TempDir(), "node")
+	_, _, err = trust.LoadOrCreateSigner(nodeKey, trust.NodePrincipal(sourcesNode))
+	require.NoError(t, err)
+	bad := srv.On(branch).CommitSigned(nodeKey, map[string]string{"rendered/" + sourcesNamespace + "/cam-a/pod-planted.yaml": "x: 1\n"}, nil, "planted")
+	eventually(t, 2*time.Minute, "cam-a's source to refuse the node's commit", func() (bool, string) {
+		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(sourcesFluxNamespace).Get(ctx, "gitbroker-sources-cam-a", metav1.GetOptions{})
+		require.NoError(t, err)
+		ok, why := condition(repo, "SourceVerified")
+		return !ok, why
+	})
+	run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+	require.NotEqual(t, bad, srv.On(branch).Head())
+	require.Equal(t, srv.On(verify.RenderedBranch).Head(), srv.On(branch).Head(), "put back on the renderer's head, which shows the same folder as %s", good[:12])
+	waitSourcesApplied(t, srv, sourcesFluxNamespace)
+}
+
+// waitSourcesApplied waits until every Kustomization of Flux namespace ns is Ready and has
+// applied the head of the branch its source follows: gitbroker/rendered for deploy/flux's
+// GitRepository, a folder's branch for spec.flux.folderSources'.
+func waitSourcesApplied(t *testing.T, srv *gitsynctest.Server, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 4*time.Minute, "every Kustomization to apply its source's head", func() (bool, string) {
+		ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(ks.Items) < 2 {
+			return false, fmt.Sprintf("%d Kustomizations", len(ks.Items))
+		}
+		for _, k := range ks.Items {
+			source, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "name")
+			repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Get(ctx, source, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			branch, _, _ := unstructured.NestedString(repo.Object, "spec", "ref", "branch")
+			head := srv.On(branch).Head()
+			want := branch + "@sha1:" + head
+			last, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+			if ready, why := readyCondition(&k); last != want || !ready {
+				return false, fmt.Sprintf("Kustomization %s applied %q, want %q, ready=%v: %s", k.GetName(), last, want, ready, why)
+			}
+		}
+		return true, ""
+	})
+}
+
+// podUIDs is the UID of every broker Pod in ns of the given configurations (all without any).
+func podUIDs(t *testing.T, ns string, configurations ...string) map[string]types.UID {
+	t.Helper()
+	list, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: managed})
+	require.NoError(t, err)
+	out := map[string]types.UID{}
+	for _, p := range list.Items {
+		if len(configurations) == 0 || contains(configurations, p.Labels["akri.sh/configuration"]) {
+			out[p.Name] = p.UID
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func logLineCount(t *testing.T, file string) int {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		n++
+	}
+	require.NoError(t, sc.Err())
+	return n
+}
+
+// reconcilesSince counts, by name, the Kustomizations of namespace ns that kustomize-controller
+// logged as reconciled after the first skip lines of its log.
+func reconcilesSince(t *testing.T, file string, skip int, ns string) map[string]int {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for n := 0; sc.Scan(); n++ {
+		if n < skip {
+			continue
+		}
+		var line struct {
+			Msg           string `json:"msg"`
+			Kustomization struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"Kustomization"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Kustomization.Namespace != ns {
+			continue
+		}
+		if strings.HasPrefix(line.Msg, "Reconciliation finished") {
+			out[line.Kustomization.Name]++
+		}
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
