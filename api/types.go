@@ -73,6 +73,9 @@ const (
 	// FolderBranchPrefix is where the branches of spec.flux.folderSources live: one per rendered
 	// folder, moved by the renderer only when that folder changes.
 	FolderBranchPrefix = "gitbroker/folders/"
+	// FluxFolderBranch shows rendered/flux/ alone, for the root Kustomization's GitRepository
+	// (deploy/flux), so that it too reconciles only when a Flux object changes.
+	FluxFolderBranch = FolderBranchPrefix + "flux"
 
 	// DefaultRecorderNamespace and DefaultRecorderServiceAccount are where deploy/ runs the
 	// recorder; RecorderPodsClusterRole is what it is granted in each broker namespace (list

@@ -7,6 +7,8 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -108,4 +110,35 @@ spec:
 	require.NoError(t, yaml.Unmarshal(res.Files["rendered/flux/default-echo.yaml"], &ks))
 	require.Equal(t, ref{Kind: repo.Kind, Name: repo.Metadata.Name}, ks.Spec.SourceRef)
 	require.Equal(t, repo.Metadata.Namespace, ks.Metadata.Namespace)
+}
+
+// deploy/flux-folder-sources is deploy/flux with the root GitRepository on the branch the
+// renderer keeps for rendered/flux/ alone.
+func TestFluxFolderSourcesOverlay(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), "flux-folder-sources")
+	require.NoError(t, err)
+	base, err := k.Run(filesys.MakeFsOnDisk(), "flux")
+	require.NoError(t, err)
+	require.Equal(t, base.Size(), m.Size(), "the same objects")
+	for _, r := range m.Resources() {
+		if r.GetKind() != "GitRepository" {
+			continue
+		}
+		data, err := r.AsYAML()
+		require.NoError(t, err)
+		var repo struct {
+			Spec struct {
+				Ref struct {
+					Branch string `json:"branch"`
+				} `json:"ref"`
+				Ignore string `json:"ignore"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal(data, &repo))
+		require.Equal(t, api.FluxFolderBranch, repo.Spec.Ref.Branch)
+		require.Equal(t, "/*\n!/rendered/\n/rendered/*\n!/rendered/flux/", strings.TrimSpace(repo.Spec.Ignore))
+		return
+	}
+	t.Fatal("no GitRepository")
 }

@@ -598,9 +598,15 @@ func folderIgnore(folder string) string {
 }
 
 // Companions lists the branches of the folder sources a rendered tree holds, each with the
-// folder it shows: what the renderer moves with its commit (gitsync.Change.Companions).
+// folder it shows, and with them api.FluxFolderBranch for rendered/flux: what the renderer
+// moves with its commit (gitsync.Change.Companions).
 func Companions(files Tree) map[string]string {
 	out := map[string]string{}
+	defer func() {
+		if len(out) > 0 {
+			out[api.FluxFolderBranch] = RenderedDir + "flux"
+		}
+	}()
 	for f, data := range files {
 		if !strings.HasPrefix(f, FolderSourcesDir) || !strings.HasSuffix(f, ".yaml") {
 			continue

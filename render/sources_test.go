@@ -71,6 +71,7 @@ spec:
 		"gitbroker/folders/gitbroker-default-cam": "rendered/default/cam",
 		"gitbroker/folders/gitbroker-default-fw":  "rendered/default/fw",
 		"gitbroker/folders/gitbroker-namespaces":  "rendered/_namespaces",
+		"gitbroker/folders/flux":                  "rendered/flux",
 	}, render.Companions(res.Files))
 	require.NotContains(t, planText(res.Plan), "GitRepository", "a source follows its Kustomization in the plan")
 

@@ -34,13 +34,14 @@ func TestFolderSourceBranches(t *testing.T) {
 		namespace = api.FolderBranchPrefix + "gitbroker-namespaces"
 	)
 	require.Equal(t, map[string]string{
-		echo:      "rendered/default/akri-debug-echo",
-		firmware:  "rendered/plant/plc-firmware",
-		namespace: "rendered/_namespaces",
+		echo:                 "rendered/default/akri-debug-echo",
+		firmware:             "rendered/plant/plc-firmware",
+		namespace:            "rendered/_namespaces",
+		api.FluxFolderBranch: "rendered/flux",
 	}, render.Companions(out.Result.Files))
 	first := s.rendered().Head()
-	require.Equal(t, 3, out.Push.CompanionsMoved)
-	for _, b := range []string{echo, firmware, namespace} {
+	require.Equal(t, 4, out.Push.CompanionsMoved)
+	for _, b := range []string{echo, firmware, namespace, api.FluxFolderBranch} {
 		require.Equal(t, first, s.srv.On(b).Head(), b)
 	}
 	msg, err := s.srv.VerifyCommit(s.srv.On(echo).Head(), s.allowed)
@@ -57,6 +58,7 @@ func TestFolderSourceBranches(t *testing.T) {
 	require.Equal(t, second, s.srv.On(echo).Head())
 	require.Equal(t, first, s.srv.On(firmware).Head())
 	require.Equal(t, first, s.srv.On(namespace).Head())
+	require.Equal(t, first, s.srv.On(api.FluxFolderBranch).Head(), "no Flux object changed")
 
 	// A stolen node credential moves a folder's branch to a commit of its own, with the same
 	// folder, and plants another: the next render, with nothing to commit, puts both right.
@@ -74,7 +76,7 @@ func TestFolderSourceBranches(t *testing.T) {
 	out = s.renderTrust()
 	require.NotEmpty(t, out.Commit)
 	require.Empty(t, render.Companions(out.Result.Files))
-	for _, b := range []string{echo, firmware, namespace} {
+	for _, b := range []string{echo, firmware, namespace, api.FluxFolderBranch} {
 		require.Equal(t, "", s.srv.On(b).Head(), b)
 	}
 }
