@@ -9,11 +9,6 @@ import (
 	"testing"
 	"time"
 
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -59,7 +54,11 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	gitsynctest.Git(b, work, "add", "-A")
 	gitsynctest.Git(b, work, "-c", "user.name=seed", "-c", "user.email=seed@example.com", "commit", "--quiet", "-m", "fleet")
 	gitsynctest.Git(b, work, "push", "--quiet", "file://"+srv.Bare(), "HEAD:refs/heads/main")
-	seedNodeRefs(b, srv.Bare(), nodes)
+	refs := map[string]map[string][]byte{}
+	for p, content := range nodes {
+		refs[verify.InventoryBranch(strings.TrimSuffix(filepath.Base(p), ".yaml"))] = map[string][]byte{p: content}
+	}
+	srv.SeedBranches(refs)
 
 	r := newLayout(b, srv.URL(), gitsync.WithDepth(envInt("GITBROKER_BENCH_DEPTH", 1)-1)).renderer(nil)
 	rendered := srv.On(verify.RenderedBranch)
@@ -102,48 +101,4 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	b.ReportMetric(first.Seconds(), "first-render-s")
 	b.ReportMetric(float64(len(nodes)), "node-refs")
 	b.ReportMetric(float64(files), "files")
-}
-
-// seedNodeRefs writes each inventory as the one file of its node's ref, gitbroker/inventory/<node>,
-// in the bare repository at bare.
-func seedNodeRefs(b *testing.B, bare string, inventories map[string][]byte) {
-	repo, err := git.PlainOpen(bare)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := repo.Storer
-	put := func(o interface {
-		Encode(plumbing.EncodedObject) error
-	}) plumbing.Hash {
-		obj := s.NewEncodedObject()
-		if err := o.Encode(obj); err != nil {
-			b.Fatal(err)
-		}
-		h, err := s.SetEncodedObject(obj)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return h
-	}
-	when := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	for p, content := range inventories {
-		blob := s.NewEncodedObject()
-		blob.SetType(plumbing.BlobObject)
-		w, _ := blob.Writer()
-		_, _ = w.Write(content)
-		_ = w.Close()
-		bh, err := s.SetEncodedObject(blob)
-		if err != nil {
-			b.Fatal(err)
-		}
-		file := filepath.Base(p)
-		inner := put(&object.Tree{Entries: []object.TreeEntry{{Name: file, Mode: filemode.Regular, Hash: bh}}})
-		root := put(&object.Tree{Entries: []object.TreeEntry{{Name: api.InventoryDir, Mode: filemode.Dir, Hash: inner}}})
-		sig := object.Signature{Name: "gitbroker-agent", Email: "agent@gitbroker.dev", When: when}
-		commit := put(&object.Commit{Author: sig, Committer: sig, Message: "inventory\n", TreeHash: root})
-		node := strings.TrimSuffix(file, ".yaml")
-		if err := s.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName(verify.InventoryBranch(node)), commit)); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

@@ -16,10 +16,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // RepoPath is the repository's path on the server.
@@ -393,5 +399,85 @@ func (s *Server) Hook(name, script string) {
 	}
 	if err := os.WriteFile(filepath.Join(s.Bare(), "hooks", name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
 		s.t.Fatal(err)
+	}
+}
+
+// SeedBranches writes each branch as one unsigned commit holding exactly its files, straight
+// into the server's object store: a thousand node refs in a second, where a thousand pushes
+// would take minutes.
+func (s *Server) SeedBranches(branches map[string]map[string][]byte) {
+	s.t.Helper()
+	repo, err := git.PlainOpen(s.Bare())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	st := repo.Storer
+	put := func(o interface {
+		Encode(plumbing.EncodedObject) error
+	}) plumbing.Hash {
+		obj := st.NewEncodedObject()
+		if err := o.Encode(obj); err != nil {
+			s.t.Fatal(err)
+		}
+		h, err := st.SetEncodedObject(obj)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return h
+	}
+	blob := func(content []byte) plumbing.Hash {
+		obj := st.NewEncodedObject()
+		obj.SetType(plumbing.BlobObject)
+		w, _ := obj.Writer()
+		_, _ = w.Write(content)
+		_ = w.Close()
+		h, err := st.SetEncodedObject(obj)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return h
+	}
+	// tree writes the files under dir ("" for the root) and returns its hash.
+	var tree func(files map[string][]byte, dir string) plumbing.Hash
+	tree = func(files map[string][]byte, dir string) plumbing.Hash {
+		entries := map[string]object.TreeEntry{}
+		for p, content := range files {
+			rest, ok := strings.CutPrefix(p, dir)
+			if !ok {
+				continue
+			}
+			name, _, sub := strings.Cut(rest, "/")
+			if _, done := entries[name]; done {
+				continue
+			}
+			if sub {
+				entries[name] = object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: tree(files, dir+name+"/")}
+			} else {
+				entries[name] = object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: blob(content)}
+			}
+		}
+		t := &object.Tree{}
+		for _, e := range entries {
+			t.Entries = append(t.Entries, e)
+		}
+		// git sorts a tree's entries by name, a folder's as if it ended in "/".
+		sort.Slice(t.Entries, func(i, j int) bool {
+			key := func(e object.TreeEntry) string {
+				if e.Mode == filemode.Dir {
+					return e.Name + "/"
+				}
+				return e.Name
+			}
+			return key(t.Entries[i]) < key(t.Entries[j])
+		})
+		return put(t)
+	}
+	when := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	sig := object.Signature{Name: "gitsynctest", Email: "seed@gitbroker.dev", When: when}
+	for branch, files := range branches {
+		commit := put(&object.Commit{Author: sig, Committer: sig, Message: "seed\n", TreeHash: tree(files, "")})
+		if err := st.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName(branch), commit)); err != nil {
+			s.t.Fatal(err)
+		}
 	}
 }
