@@ -296,6 +296,10 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 			"--enable-leader-election=false",
 			"--log-level=debug",
 		}
+		// make bench-cluster tries the controllers' own knobs (--concurrent, ...):
+		// GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS, GITBROKER_E2E_SOURCE_CONTROLLER_ARGS.
+		knobs := "GITBROKER_E2E_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_ARGS"
+		args = append(args, strings.Fields(os.Getenv(knobs))...)
 		if name == "source-controller" {
 			args = append(args,
 				"--storage-path="+filepath.Join(c.Dir, "storage"),
@@ -405,9 +409,15 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	return err
 }
 
-// AddNode registers a node that kwok manages as if a kubelet ran it.
-func (c *Cluster) AddNode(ctx context.Context, name string) error {
+// AddNode registers a node that kwok manages as if a kubelet ran it, with extra resources
+// (the akri.sh/<instance> slots a device plugin would announce) on top of CPU, memory and Pods.
+func (c *Cluster) AddNode(ctx context.Context, name string, extra ...corev1.ResourceList) error {
 	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	for _, e := range extra {
+		for k, v := range e {
+			resources[k] = v
+		}
+	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,

@@ -37,7 +37,7 @@ var (
 
 // eventually polls cond every 250ms until it holds or timeout passes, then
 // fails with what cond last said and where the logs are.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -65,7 +65,7 @@ func instance(configuration, deviceID, node string) string {
 }
 
 // build runs kustomize over a folder of this repository.
-func build(t *testing.T, dir string) []*unstructured.Unstructured {
+func build(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
@@ -108,7 +108,7 @@ func startGitbroker(t *testing.T, name, started string, args ...string) *gbProce
 }
 
 // logLines parses a daemon's JSON log lines (other lines are skipped).
-func logLines(t *testing.T, path string) []map[string]any {
+func logLines(t testing.TB, path string) []map[string]any {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
@@ -208,7 +208,14 @@ func readyCondition(obj *unstructured.Unstructured) (bool, string) {
 // url, fetching every sourceInterval, and verifying the renderer's commits with the public key
 // in rendererPub; and binds its gitbroker-applier and the recorder in each broker namespace with
 // deploy/applier's RoleBindings, as an administrator would.
-func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...string) {
+func applyFlux(t testing.TB, ns, url, rendererPub string, brokerNamespaces ...string) {
+	t.Helper()
+	applyFluxFrom(t, "../deploy/flux", ns, url, rendererPub, brokerNamespaces...)
+}
+
+// applyFluxFrom is applyFlux with deploy/flux's objects as the kustomization in dir builds them
+// (deploy/flux-folder-sources).
+func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, brokerNamespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
 	pub, err := os.ReadFile(rendererPub)
@@ -218,7 +225,7 @@ func applyFlux(t *testing.T, ns, url, rendererPub string, brokerNamespaces ...st
 		Data:       map[string][]byte{"renderer.sshpub": pub},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	for _, obj := range build(t, "../deploy/flux") {
+	for _, obj := range build(t, dir) {
 		if obj.GetNamespace() != "" {
 			obj.SetNamespace(ns)
 		}

@@ -126,30 +126,53 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 	if base != nil {
 		commit.ParentHashes = []plumbing.Hash{base.Hash}
 	}
+	h, err := b.commit(commit)
+	if err != nil {
+		return plumbing.ZeroHash, nil, err
+	}
+	return h, b.created, nil
+}
+
+// commit signs commit (when the builder has a signer) and writes it.
+func (b *commitBuilder) commit(commit *object.Commit) (plumbing.Hash, error) {
 	if b.signer != nil {
 		unsigned := &plumbing.MemoryObject{}
 		if err := commit.EncodeWithoutSignature(unsigned); err != nil {
-			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+			return plumbing.ZeroHash, fmt.Errorf("encoding commit: %w", err)
 		}
 		rd, err := unsigned.Reader()
 		if err != nil {
-			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+			return plumbing.ZeroHash, fmt.Errorf("encoding commit: %w", err)
 		}
 		payload, err := io.ReadAll(rd)
 		if err != nil {
-			return plumbing.ZeroHash, nil, fmt.Errorf("encoding commit: %w", err)
+			return plumbing.ZeroHash, fmt.Errorf("encoding commit: %w", err)
 		}
 		sig, err := b.signer.Sign(payload)
 		if err != nil {
-			return plumbing.ZeroHash, nil, err
+			return plumbing.ZeroHash, err
 		}
 		commit.PGPSignature = string(sig)
 	}
 	h, err := b.store(commit)
 	if err != nil {
-		return plumbing.ZeroHash, nil, fmt.Errorf("writing commit: %w", err)
+		return plumbing.ZeroHash, fmt.Errorf("writing commit: %w", err)
 	}
-	return h, b.created, nil
+	return h, nil
+}
+
+// folderTree writes the root tree that holds only sub, at folder, and returns its hash.
+func (b *commitBuilder) folderTree(folder string, sub plumbing.Hash) (plumbing.Hash, error) {
+	h := sub
+	parts := strings.Split(folder, "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		t := &object.Tree{Entries: []object.TreeEntry{{Name: parts[i], Mode: filemode.Dir, Hash: h}}}
+		var err error
+		if h, err = b.store(t); err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("writing tree: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // rewrite returns the hash of tree (nil if absent) with edits applied. Edit
@@ -389,7 +412,7 @@ func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
 		return out, nil
 	}
 	t := s.root
-	if dir != "" {
+	if dir = strings.TrimSuffix(dir, "/"); dir != "" {
 		sub, err := s.root.Tree(dir)
 		if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
 			return out, nil

@@ -31,6 +31,14 @@ func folders(files map[string]string, companions map[string]string, keep func(*g
 	}
 }
 
+// shows returns the files of a branch's tip, and checks that it is one commit with no parent.
+func shows(t *testing.T, srv *gitsynctest.Server, branch string) []string {
+	t.Helper()
+	parents := strings.Fields(gitsynctest.Git(t, srv.Bare(), "rev-list", "--parents", "-n", "1", "refs/heads/"+branch))
+	require.Len(t, parents, 1, "%s is one commit of its own", branch)
+	return strings.Fields(gitsynctest.Git(t, srv.Bare(), "ls-tree", "-r", "--name-only", "refs/heads/"+branch))
+}
+
 func TestCompanionsMoveOnlyWithTheirFolder(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", seed())
 	r := open(t, srv)
@@ -43,27 +51,33 @@ func TestCompanionsMoveOnlyWithTheirFolder(t *testing.T) {
 	}
 	res, err := r.Update(ctx, folders(files, companions, nil))
 	require.NoError(t, err)
-	first := res.Commit
 	require.Equal(t, 2, res.CompanionsMoved)
-	require.Equal(t, first, rev(t, srv, "folders/x"))
-	require.Equal(t, first, rev(t, srv, "folders/y"))
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "folders/x"), "the folder alone")
+	require.Equal(t, []string{"rendered/default/y/pod-c.yaml"}, shows(t, srv, "folders/y"))
+	x, y := rev(t, srv, "folders/x"), rev(t, srv, "folders/y")
+	got, ok := srv.FileAt("folders/y", "rendered/default/y/pod-c.yaml")
+	require.True(t, ok)
+	require.Equal(t, "pod: c\n", got)
 
-	// A change to y's folder moves y; x stays on the commit that last changed it.
+	// A change to y's folder moves y; x stays.
 	files["rendered/default/y/pod-c.yaml"] = "pod: c2\n"
 	res, err = r.Update(ctx, folders(files, companions, nil))
 	require.NoError(t, err)
-	second := res.Commit
 	require.Equal(t, 1, res.CompanionsMoved)
-	require.Equal(t, first, rev(t, srv, "folders/x"))
-	require.Equal(t, second, rev(t, srv, "folders/y"))
+	require.Equal(t, x, rev(t, srv, "folders/x"))
+	require.NotEqual(t, y, rev(t, srv, "folders/y"))
+	y = rev(t, srv, "folders/y")
+	got, _ = srv.FileAt("folders/y", "rendered/default/y/pod-c.yaml")
+	require.Equal(t, "pod: c2\n", got)
 
-	// A change outside every folder moves none.
+	// A change outside every folder moves none; nor does a new writer with an empty store,
+	// which reads the companions' tips from the server.
 	files["rendered/kustomization.yaml"] = "resources: [default/y, default/x]\n"
-	res, err = r.Update(ctx, folders(files, companions, nil))
+	res, err = open(t, srv).Update(ctx, folders(files, companions, nil))
 	require.NoError(t, err)
 	require.Equal(t, 0, res.CompanionsMoved)
-	require.Equal(t, first, rev(t, srv, "folders/x"))
-	require.Equal(t, second, rev(t, srv, "folders/y"))
+	require.Equal(t, x, rev(t, srv, "folders/x"))
+	require.Equal(t, y, rev(t, srv, "folders/y"))
 
 	// A folder that goes deletes its companion, in the same push as the commit.
 	delete(files, "rendered/default/y/pod-c.yaml")
@@ -74,7 +88,7 @@ func TestCompanionsMoveOnlyWithTheirFolder(t *testing.T) {
 	require.Equal(t, 1, res.CompanionsMoved)
 	require.Equal(t, pushes+1, srv.Pushes())
 	require.Equal(t, "", rev(t, srv, "folders/y"))
-	require.Equal(t, first, rev(t, srv, "folders/x"))
+	require.Equal(t, x, rev(t, srv, "folders/x"))
 	require.Equal(t, res.Commit, srv.Head())
 }
 
@@ -90,25 +104,33 @@ func TestCompanionsAreRepairedWithoutACommit(t *testing.T) {
 	res, err := r.Update(ctx, folders(files, companions, nil))
 	require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	require.Equal(t, 1, res.CompanionsMoved)
-	require.Equal(t, head, rev(t, srv, "folders/x"))
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml", "rendered/default/x/pod-b.yaml"}, shows(t, srv, "folders/x"))
 	require.Equal(t, head, srv.Head())
+	own := rev(t, srv, "folders/x")
 
-	// Someone else moves the companion to a commit of theirs, with the same folder, and plants
+	// Someone else moves the companion to a commit of theirs, with the same tree, and plants
 	// a branch under the prefix; a writer that keeps only its own commits puts both right.
-	theirs := srv.Commit(map[string]string{"configurations/other.yaml": "x\n"}, nil, "someone else")
+	theirs := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "commit-tree", "-m", "theirs", own+"^{tree}"))
 	srv.SetRef("folders/x", theirs)
 	srv.SetRef("folders/planted", theirs)
-	srv.SetRef("main", head)
-	own := func(c *gitsync.Commit) bool { return c.Hash == head }
-	res, err = r.Update(ctx, folders(files, companions, own))
+	mine := func(c *gitsync.Commit) bool { return c.Hash != theirs }
+	res, err = r.Update(ctx, folders(files, companions, mine))
 	require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	require.Equal(t, 2, res.CompanionsMoved)
-	require.Equal(t, head, rev(t, srv, "folders/x"))
+	require.NotEqual(t, theirs, rev(t, srv, "folders/x"))
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml", "rendered/default/x/pod-b.yaml"}, shows(t, srv, "folders/x"))
 	require.Equal(t, "", rev(t, srv, "folders/planted"))
+
+	// A tip that shows more than the folder is replaced too.
+	srv.SetRef("folders/x", head)
+	res, err = r.Update(ctx, folders(files, companions, mine))
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Len(t, shows(t, srv, "folders/x"), 2)
 
 	// In order now: no push at all.
 	pushes := srv.Pushes()
-	res, err = r.Update(ctx, folders(files, companions, own))
+	res, err = r.Update(ctx, folders(files, companions, mine))
 	require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	require.Equal(t, 0, res.CompanionsMoved)
 	require.Equal(t, pushes, srv.Pushes())

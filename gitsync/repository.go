@@ -487,6 +487,11 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
 	ref, old, derr := dest(base, snap)
+	if change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil && (err == nil || errors.Is(err, ErrNoChanges)) {
+		if ferr := r.fetchCompanions(ctx, change.CompanionPrefix); ferr != nil {
+			return ferr
+		}
+	}
 	switch {
 	case errors.Is(err, ErrNoChanges) && base != nil && ref == r.branch && len(change.Companions)+len(change.CompanionPrefix) > 0:
 		// Nothing to commit, but the companions may still need to move to the head: the first
@@ -586,11 +591,12 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	if commit != old {
 		req.Commands = append(req.Commands, &packp.Command{Name: ref, Old: old, New: commit})
 	}
-	companions, err := r.companionCommands(advertised, commit, c)
+	companions, more, err := r.companionCommands(advertised, commit, c)
 	if err != nil {
 		return 0, &writerError{err}
 	}
 	req.Commands = append(req.Commands, companions...)
+	objects = append(objects, more...)
 	switch {
 	case len(req.Commands) == 0:
 		return 0, nil
@@ -651,34 +657,46 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 }
 
 // companionCommands returns the ref updates that bring c's companions to commit (see
-// Change.Companions): advertised holds the server's refs.
-func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]*packp.Command, error) {
+// Change.Companions), and the objects they need: advertised holds the server's refs, and the
+// store the companions' tips (fetchCompanions).
+func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]*packp.Command, []plumbing.Hash, error) {
 	if c == nil || (len(c.Companions) == 0 && c.CompanionPrefix == "") {
-		return nil, nil
+		return nil, nil, nil
 	}
 	head, err := object.GetCommit(r.repo.Storer, commit)
 	if err != nil {
-		return nil, fmt.Errorf("reading commit %s: %w", commit, err)
+		return nil, nil, fmt.Errorf("reading commit %s: %w", commit, err)
 	}
 	headTree, err := head.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("reading tree of %s: %w", commit, err)
+		return nil, nil, fmt.Errorf("reading tree of %s: %w", commit, err)
 	}
 	var cmds []*packp.Command
+	var objects []plumbing.Hash
 	for _, name := range slices.Sorted(maps.Keys(c.Companions)) {
-		ref := plumbing.NewBranchReferenceName(name)
-		cur, ok := advertised[ref]
-		if ok && cur == commit {
-			continue
-		}
-		want, err := headTree.Tree(c.Companions[name])
+		ref, folder := plumbing.NewBranchReferenceName(name), c.Companions[name]
+		sub, err := headTree.Tree(folder)
 		if err != nil {
-			return nil, fmt.Errorf("companion %s: folder %s of %s: %w", name, c.Companions[name], commit, err)
+			return nil, nil, fmt.Errorf("companion %s: folder %s of %s: %w", name, folder, commit, err)
 		}
-		if ok && r.keepCompanion(cur, c.Companions[name], want.Hash, c.KeepCompanion) {
+		b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
+		root, err := b.folderTree(folder, sub.Hash)
+		if err != nil {
+			return nil, nil, err
+		}
+		cur, ok := advertised[ref]
+		if ok && r.keepCompanion(cur, root, c.KeepCompanion) {
 			continue
 		}
-		cmds = append(cmds, &packp.Command{Name: ref, Old: cur, New: commit})
+		author := object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.Author.When}
+		committer := object.Signature{Name: c.committer().Name, Email: c.committer().Email, When: c.committer().When}
+		h, err := b.commit(&object.Commit{Author: author, Committer: committer, TreeHash: root,
+			Message: fmt.Sprintf("%s of %s at %s\n", folder, r.branch.Short(), commit)})
+		if err != nil {
+			return nil, nil, err
+		}
+		objects = append(objects, b.created...)
+		cmds = append(cmds, &packp.Command{Name: ref, Old: cur, New: h})
 	}
 	prefix := plumbing.NewBranchReferenceName(c.CompanionPrefix).String()
 	for _, name := range slices.Sorted(maps.Keys(advertised)) {
@@ -689,22 +707,14 @@ func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plu
 			cmds = append(cmds, &packp.Command{Name: name, Old: advertised[name], New: plumbing.ZeroHash})
 		}
 	}
-	return cmds, nil
+	return cmds, objects, nil
 }
 
 // keepCompanion reports whether a companion at tip may stay: tip is a commit this store holds,
-// keep accepts it, and it shows the tree want at folder.
-func (r *Repository) keepCompanion(tip plumbing.Hash, folder string, want plumbing.Hash, keep func(*Commit) bool) bool {
+// keep accepts it, and its tree is root.
+func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) bool) bool {
 	c, err := object.GetCommit(r.repo.Storer, tip)
-	if err != nil {
-		return false
-	}
-	t, err := c.Tree()
-	if err != nil {
-		return false
-	}
-	sub, err := t.Tree(folder)
-	if err != nil || sub.Hash != want {
+	if err != nil || c.TreeHash != root {
 		return false
 	}
 	if keep == nil {
@@ -712,6 +722,27 @@ func (r *Repository) keepCompanion(tip plumbing.Hash, folder string, want plumbi
 	}
 	k, err := r.commitOf(context.Background(), r.branch.Short(), tip.String(), false)
 	return err == nil && keep(k)
+}
+
+// fetchCompanions brings the tips of the branches under prefix into the store, so that
+// keepCompanion can read them.
+func (r *Repository) fetchCompanions(ctx context.Context, prefix string) error {
+	src := plumbing.NewBranchReferenceName(prefix)
+	err := r.fetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s*:%s*", src, plumbing.NewRemoteReferenceName("origin", prefix)))},
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+		Prune:      true,
+	})
+	var noRef git.NoMatchingRefSpecError
+	switch {
+	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate), errors.As(err, &noRef), errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return nil
+	default:
+		return fmt.Errorf("fetching %s* from %s: %w", prefix, r.URL(), err)
+	}
 }
 
 // movedRef reports whether a refused push means the branch moved under us,

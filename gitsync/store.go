@@ -78,12 +78,13 @@ type Change struct {
 	// Companions are further branches, each showing one folder of this branch, that move with
 	// it in the same atomic push (a Flux source per folder follows one, so a change to one folder
 	// moves one source). A companion, keyed by its short branch name and mapped to its folder,
-	// moves to the new commit when its tip is missing, is not in the object store, is refused by
-	// KeepCompanion, or shows a different tree at that folder; otherwise it stays where it is. It
-	// moves even when the branch itself has nothing to commit. Every other branch under
-	// CompanionPrefix is deleted. Companions are only pushed with the Repository's own branch,
-	// never to a review branch, and need a server that accepts atomic pushes; a work tree (Dir)
-	// has no branches and ignores them.
+	// points at a commit of its own, with no parent, whose tree holds that folder alone, signed
+	// like the branch's commits. It gets a new one when its tip is missing, is refused by
+	// KeepCompanion, or shows anything else; otherwise it stays where it is, also when the
+	// branch itself has nothing to commit. Every other branch under CompanionPrefix is deleted.
+	// Companions are only pushed with the Repository's own branch, never to a review branch, and
+	// need a server that accepts atomic pushes; a work tree (Dir) has no branches and ignores
+	// them.
 	Companions      map[string]string
 	CompanionPrefix string
 	// KeepCompanion reports whether a companion may stay at its current tip (whether this

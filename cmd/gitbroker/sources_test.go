@@ -1,12 +1,14 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 const folderSources = `apiVersion: gitbroker.dev/v1alpha1
@@ -39,26 +41,41 @@ func TestFolderSourceBranches(t *testing.T) {
 		namespace:            "rendered/_namespaces",
 		api.FluxFolderBranch: "rendered/flux",
 	}, render.Companions(out.Result.Files))
-	first := s.rendered().Head()
 	require.Equal(t, 4, out.Push.CompanionsMoved)
-	for _, b := range []string{echo, firmware, namespace, api.FluxFolderBranch} {
-		require.Equal(t, first, s.srv.On(b).Head(), b)
+	tips := map[string]string{}
+	for b, folder := range render.Companions(out.Result.Files) {
+		tips[b] = s.srv.On(b).Head()
+		msg, err := s.srv.VerifyCommit(tips[b], s.allowed)
+		require.NoError(t, err, msg)
+		require.Contains(t, msg, `Good "git" signature for renderer`)
+		// The branch shows its folder, as the rendered branch has it, and nothing else.
+		files := s.srv.On(b).Files()
+		require.NotEmpty(t, files)
+		for _, f := range files {
+			require.True(t, strings.HasPrefix(f, folder+"/"), "%s shows %s", b, f)
+			want, _ := s.rendered().File(f)
+			got, _ := s.srv.On(b).File(f)
+			require.Equal(t, want, got, f)
+		}
 	}
-	msg, err := s.srv.VerifyCommit(s.srv.On(echo).Head(), s.allowed)
-	require.NoError(t, err, msg)
-	require.Contains(t, msg, `Good "git" signature for renderer`)
 
 	// One more device on edge-a: one folder changes, one branch moves.
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "bar1")
 	s.discover()
 	out = s.renderTrust()
-	second := s.rendered().Head()
-	require.NotEqual(t, first, second)
+	require.NotEmpty(t, out.Commit)
 	require.Equal(t, 1, out.Push.CompanionsMoved)
-	require.Equal(t, second, s.srv.On(echo).Head())
-	require.Equal(t, first, s.srv.On(firmware).Head())
-	require.Equal(t, first, s.srv.On(namespace).Head())
-	require.Equal(t, first, s.srv.On(api.FluxFolderBranch).Head(), "no Flux object changed")
+	require.NotEqual(t, tips[echo], s.srv.On(echo).Head())
+	for _, b := range []string{firmware, namespace, api.FluxFolderBranch} {
+		require.Equal(t, tips[b], s.srv.On(b).Head(), "%s did not change", b)
+	}
+	require.Len(t, s.srv.On(echo).Files(), len(s.srv.On(verify.RenderedBranch).Files())-len(filesOutside(s, "rendered/default/akri-debug-echo/")), "the folder with the new device's Pod")
+	bar1 := false
+	for _, f := range s.srv.On(echo).Files() {
+		got, _ := s.srv.On(echo).File(f)
+		bar1 = bar1 || strings.Contains(got, "bar1")
+	}
+	require.True(t, bar1, "the new device's Pod is on its folder's branch")
 
 	// A stolen node credential moves a folder's branch to a commit of its own, with the same
 	// folder, and plants another: the next render, with nothing to commit, puts both right.
@@ -68,7 +85,12 @@ func TestFolderSourceBranches(t *testing.T) {
 	out = s.renderTrust()
 	require.Equal(t, "", out.Commit)
 	require.Equal(t, 2, out.Push.CompanionsMoved)
-	require.Equal(t, second, s.srv.On(firmware).Head())
+	repaired := s.srv.On(firmware).Head()
+	require.NotEqual(t, forged, repaired)
+	msg, err := s.srv.VerifyCommit(repaired, s.allowed)
+	require.NoError(t, err, msg)
+	require.Contains(t, msg, `Good "git" signature for renderer`)
+	require.NotContains(t, s.srv.On(firmware).Files(), "configurations/x.yaml")
 	require.Equal(t, "", s.srv.On(api.FolderBranchPrefix+"planted").Head())
 
 	// Without the setting, the sources and their branches go in the same push.
@@ -79,4 +101,15 @@ func TestFolderSourceBranches(t *testing.T) {
 	for _, b := range []string{echo, firmware, namespace, api.FluxFolderBranch} {
 		require.Equal(t, "", s.srv.On(b).Head(), b)
 	}
+}
+
+// filesOutside lists the rendered branch's files that are not under folder.
+func filesOutside(s *signedLoop, folder string) []string {
+	var out []string
+	for _, f := range s.rendered().Files() {
+		if !strings.HasPrefix(f, folder) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

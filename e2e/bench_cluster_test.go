@@ -1,0 +1,469 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// BenchmarkClusterFleet10k (make bench-cluster) applies fleet-10k to this suite's cluster, 1,000
+// kwok nodes on the machine's cores, twice in one run: first the physical limit, a server-side
+// apply from client-go of exactly the rendered Pods, Jobs and Services (into a namespace of
+// their own, as many requests in flight as kustomize-controller's defaults allow), then
+// gitbroker's render through Flux with spec.flux.folderSources and deploy/flux-folder-sources.
+// It then makes one device change and measures the time to its Pod, the Kustomizations that
+// reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS passes
+// flags to kustomize-controller (--concurrent, --concurrent-ssa); GITBROKER_BENCH_DEVICES
+// scales the fleet (nodes are a tenth of it); GITBROKER_BENCH_STORM=1 also measures the same
+// device change with one source for every folder.
+func BenchmarkClusterFleet10k(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("one iteration is minutes of cluster time: run with -benchtime 1x")
+	}
+	ctx := context.Background()
+	spec := fixtures.Fleet10k
+	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_DEVICES")); n > 0 {
+		spec.Devices, spec.Nodes = n, max(n/10, 1)
+	}
+	const (
+		fleetNS = "fleet"
+		ssaNS   = "fleet-ssa"
+		fluxNS  = "flux-bench"
+	)
+	require.NoError(b, cluster.CreateNamespace(ctx, fluxNS))
+	settings := func(url string) string {
+		s := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + fleetNS +
+			"\n  flux:\n    namespace: " + fluxNS + "\n    retryInterval: 10s\n"
+		if url != "" {
+			s += "    folderSources:\n      url: " + url + "\n      interval: " + sourceInterval.String() + "\n"
+		}
+		return s
+	}
+
+	// The fleet's repository: Configurations on main, each node's inventory on its own ref.
+	people := map[string]string{}
+	refs := map[string]map[string][]byte{}
+	inventories := map[string]string{}
+	for p, content := range fixtures.Fleet(spec) {
+		if api.IsInventoryPath(p) {
+			node := strings.TrimSuffix(path.Base(p), ".yaml")
+			refs[verify.InventoryBranch(node)] = map[string][]byte{p: content}
+			inventories[node] = string(content)
+			continue
+		}
+		people[p] = string(content)
+	}
+	srv := gitsynctest.NewServer(b, "main", people)
+	srv.Commit(map[string]string{api.SettingsPath: settings(srv.URL())}, nil, "one source per folder")
+	srv.SeedBranches(refs)
+	rendererKey := filepath.Join(b.TempDir(), "renderer")
+	_, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
+	require.NoError(b, err)
+	renderOnce := func() time.Duration {
+		b.Helper()
+		start := time.Now()
+		out, err := exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey).CombinedOutput()
+		require.NoError(b, err, "gitbroker render: %s", out)
+		return time.Since(start)
+	}
+	b.Logf("first render and push: %s", renderOnce().Round(time.Millisecond))
+	rendered := renderedFiles(b, srv)
+
+	// What the cluster gets: the broker objects, and the akri.sh/<instance> slots each node's
+	// device plugin would announce for them.
+	var objs []*unstructured.Unstructured
+	slots := map[string]corev1.ResourceList{}
+	for p, data := range rendered {
+		if !strings.HasPrefix(p, render.RenderedDir+fleetNS+"/") || !isBroker(path.Base(p)) {
+			continue
+		}
+		o, err := Objects(data)
+		require.NoError(b, err, p)
+		require.Len(b, o, 1, p)
+		objs = append(objs, o[0])
+		addSlots(b, o[0], slots)
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })
+	counts := map[string]int{}
+	for _, o := range objs {
+		counts[o.GetKind()]++
+	}
+	b.Logf("fleet: %d nodes, %d devices, %d rendered files; objects %v", spec.Nodes, spec.Devices, len(rendered), counts)
+
+	start := time.Now()
+	nodes := make(chan string)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range nodes {
+				if err := cluster.AddNode(ctx, n, slots[n]); err != nil {
+					failed.Store(err)
+				}
+			}
+		}()
+	}
+	for n := range inventories {
+		nodes <- n
+	}
+	close(nodes)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d kwok nodes up in %s", len(inventories), time.Since(start).Round(time.Second))
+
+	cpu := newCPUMeter(b, "kube-apiserver", "etcd", "kustomize-controller", "source-controller")
+
+	// 1. The physical limit: the same objects, applied server-side from client-go.
+	require.NoError(b, cluster.CreateNamespace(ctx, ssaNS))
+	workers := 16
+	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_SSA_WORKERS")); n > 0 {
+		workers = n
+	}
+	cpu.mark()
+	start = time.Now()
+	ssaApply(b, objs, ssaNS, workers)
+	ssa := time.Since(start)
+	ssaCPU := cpu.since()
+	b.Logf("server-side apply of %d objects, %d in flight: %s; CPU %s", len(objs), workers, ssa.Round(time.Millisecond), ssaCPU)
+	waitScheduled(b, ssaNS, 15*time.Minute)
+
+	// 2. The same objects through gitbroker's render and Flux.
+	cpu.mark()
+	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
+	start = time.Now()
+	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, srv.URL(), rendererKey+".pub")
+	waitSourcesAppliedWithin(b, srv, fluxNS, 45*time.Minute)
+	flux := time.Since(start)
+	fluxCPU := cpu.since()
+	b.Logf("Flux: every Kustomization applied in %s (%.2fx the server-side apply); CPU %s", flux.Round(time.Millisecond), flux.Seconds()/ssa.Seconds(), fluxCPU)
+	logKustomizations(b, fluxNS, start)
+	b.Logf("reconciles: %v", reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS))
+	waitScheduled(b, fleetNS, 15*time.Minute)
+
+	// 3. One device change.
+	change := func(what string) (time.Duration, map[string]int, cpuUse) {
+		b.Helper()
+		node, inv := deviceChange(b, inventories, "cfg-00", what)
+		before := renderedFiles(b, srv)
+		cpu.mark()
+		mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
+		start := time.Now()
+		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
+		inventories[node] = inv
+		renderOnce()
+		var pod *unstructured.Unstructured
+		for p, data := range renderedFiles(b, srv) {
+			if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "pod-") {
+				o, err := Objects(data)
+				require.NoError(b, err)
+				pod = o[0]
+			}
+		}
+		require.NotNil(b, pod, "the new device's Pod is rendered")
+		// Its node's device plugin announces the new slot.
+		more := map[string]corev1.ResourceList{}
+		addSlots(b, pod, more)
+		for n, res := range more {
+			patchSlots(b, n, res)
+		}
+		eventually(b, 10*time.Minute, "the new device's Pod to run", func() (bool, string) {
+			p, err := cluster.Client.CoreV1().Pods(fleetNS).Get(ctx, pod.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+		})
+		toPod := time.Since(start)
+		waitSourcesAppliedWithin(b, srv, fluxNS, 20*time.Minute)
+		time.Sleep(2 * time.Second)
+		return toPod, reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS), cpu.since()
+	}
+	toPod, reconciled, changeCPU := change("bench-1")
+	b.Logf("one device change, one source per folder: Pod running after %s; reconciled %v; CPU %s", toPod.Round(time.Millisecond), reconciled, changeCPU)
+	b.ReportMetric(ssa.Seconds(), "ssa-s")
+	b.ReportMetric(flux.Seconds(), "flux-s")
+	b.ReportMetric(flux.Seconds()/ssa.Seconds(), "flux/ssa")
+	b.ReportMetric(ssaCPU["kube-apiserver"].Seconds(), "ssa-apiserver-cpu-s")
+	b.ReportMetric(fluxCPU["kube-apiserver"].Seconds(), "flux-apiserver-cpu-s")
+	b.ReportMetric(toPod.Seconds(), "change-to-pod-s")
+	b.ReportMetric(float64(total(reconciled)), "change-reconciles")
+	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "change-kc-cpu-s")
+
+	if os.Getenv("GITBROKER_BENCH_STORM") == "" {
+		return
+	}
+	// The same change with one source for every folder: the reconcile storm.
+	srv.Commit(map[string]string{api.SettingsPath: settings("")}, nil, "one source for all")
+	renderOnce()
+	for _, obj := range build(b, "../deploy/flux") {
+		if obj.GetKind() == "GitRepository" {
+			obj.SetNamespace(fluxNS)
+			obj.Object["spec"].(map[string]any)["url"] = srv.URL()
+			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
+			require.NoError(b, cluster.ApplyObject(ctx, obj))
+		}
+	}
+	waitSourcesAppliedWithin(b, srv, fluxNS, 45*time.Minute)
+	toPod, reconciled, changeCPU = change("bench-2")
+	b.Logf("one device change, one source: Pod running after %s; reconciled %v; CPU %s", toPod.Round(time.Millisecond), reconciled, changeCPU)
+	b.ReportMetric(toPod.Seconds(), "storm-change-to-pod-s")
+	b.ReportMetric(float64(total(reconciled)), "storm-change-reconciles")
+	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "storm-change-kc-cpu-s")
+}
+
+func isBroker(file string) bool {
+	for _, k := range []string{"pod-", "job-", "service-"} {
+		if strings.HasPrefix(file, k) {
+			return true
+		}
+	}
+	return false
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// renderedFiles is rendered/ at the rendered branch's head, read as Flux reads it.
+func renderedFiles(t testing.TB, srv *gitsynctest.Server) map[string][]byte {
+	t.Helper()
+	repo, err := gitsync.New(srv.URL(), verify.RenderedBranch)
+	require.NoError(t, err)
+	snap, err := repo.Snapshot(context.Background())
+	require.NoError(t, err)
+	files, err := snap.Files(render.RenderedDir)
+	require.NoError(t, err)
+	return files
+}
+
+// addSlots adds the akri.sh/<instance> resources a broker Pod asks for to the node it is
+// pinned to.
+func addSlots(t testing.TB, obj *unstructured.Unstructured, slots map[string]corev1.ResourceList) {
+	t.Helper()
+	if obj.GetKind() != "Pod" {
+		return
+	}
+	var pod corev1.Pod
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &pod))
+	a := pod.Spec.Affinity
+	require.NotNil(t, a, "Pod %s is pinned", pod.Name)
+	node := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
+	for _, c := range pod.Spec.Containers {
+		for r := range c.Resources.Limits {
+			if strings.HasPrefix(string(r), "akri.sh/") {
+				if slots[node] == nil {
+					slots[node] = corev1.ResourceList{}
+				}
+				slots[node][r] = resource.MustParse("10")
+			}
+		}
+	}
+}
+
+// patchSlots announces more slots on a node, as a device plugin does.
+func patchSlots(t testing.TB, node string, res corev1.ResourceList) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	require.NoError(t, err)
+	for k, v := range res {
+		n.Status.Capacity[k], n.Status.Allocatable[k] = v, v
+	}
+	_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// deviceChange adds a device to one node's inventory under configuration cfg.
+func deviceChange(t testing.TB, inventories map[string]string, cfg, id string) (node, inventory string) {
+	t.Helper()
+	entry := "  - name: " + cfg + "\n    devices:\n"
+	var names []string
+	for n, inv := range inventories {
+		if strings.Contains(inv, entry) {
+			names = append(names, n)
+		}
+	}
+	require.NotEmpty(t, names, "a node with %s devices", cfg)
+	sort.Strings(names)
+	node = names[0]
+	device := "    - id: " + id + "\n      shared: false\n      properties:\n        DEVICE: " + id + "\n"
+	return node, strings.Replace(inventories[node], entry, entry+device, 1)
+}
+
+var brokerGVR = map[string]schema.GroupVersionResource{
+	"Pod":     {Version: "v1", Resource: "pods"},
+	"Service": {Version: "v1", Resource: "services"},
+	"Job":     batchv1.SchemeGroupVersion.WithResource("jobs"),
+}
+
+// ssaApply applies objs into namespace ns server-side with as many requests in flight as
+// workers, from a client without client-side rate limits (the API server's priority and
+// fairness is the limit, as it is for Flux's controllers).
+func ssaApply(t testing.TB, objs []*unstructured.Unstructured, ns string, workers int) {
+	t.Helper()
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	dyn, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	work := make(chan *unstructured.Unstructured)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				c := o.DeepCopy()
+				c.SetNamespace(ns)
+				_, err := dyn.Resource(brokerGVR[c.GetKind()]).Namespace(ns).Apply(context.Background(), c.GetName(), c,
+					metav1.ApplyOptions{FieldManager: "bench-ssa", Force: true})
+				if err != nil {
+					failed.Store(fmt.Errorf("%s %s: %w", c.GetKind(), c.GetName(), err))
+				}
+			}
+		}()
+	}
+	for _, o := range objs {
+		work <- o
+	}
+	close(work)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitScheduled waits until no Pod in ns is waiting for a node, so the next phase does not share
+// the cores with the scheduler's backlog.
+func waitScheduled(t testing.TB, ns string, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	stable := 0
+	last := -1
+	eventually(t, timeout, "every Pod in "+ns+" on its node", func() (bool, string) {
+		list, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pending := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName == "" {
+				pending++
+			}
+		}
+		if pending == 0 && len(list.Items) == last {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = len(list.Items)
+		return stable >= 3, fmt.Sprintf("%d Pods, %d not scheduled", len(list.Items), pending)
+	})
+	t.Logf("every Pod in %s scheduled %s later", ns, time.Since(start).Round(time.Second))
+}
+
+// logKustomizations logs when each Kustomization of ns became Ready, from start.
+func logKustomizations(t testing.TB, ns string, start time.Time) {
+	t.Helper()
+	ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var lines []string
+	for _, k := range ks.Items {
+		conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Ready" {
+				at, _ := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"]))
+				inv, _, _ := unstructured.NestedSlice(k.Object, "status", "inventory", "entries")
+				lines = append(lines, fmt.Sprintf("%6.0fs %s (%d objects)", at.Sub(start).Seconds(), k.GetName(), len(inv)))
+			}
+		}
+	}
+	sort.Strings(lines)
+	t.Logf("Ready at:\n%s", strings.Join(lines, "\n"))
+}
+
+// cpuMeter reads the CPU time of the cluster's processes.
+type cpuMeter struct {
+	t     testing.TB
+	names []string
+	at    map[string]time.Duration
+}
+
+type cpuUse map[string]time.Duration
+
+func (u cpuUse) String() string {
+	var parts []string
+	for _, n := range []string{"kube-apiserver", "etcd", "kustomize-controller", "source-controller"} {
+		if d, ok := u[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1fs", n, d.Seconds()))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func newCPUMeter(t testing.TB, names ...string) *cpuMeter {
+	return &cpuMeter{t: t, names: names}
+}
+
+func (m *cpuMeter) read() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, n := range m.names {
+		p := cluster.Process(n)
+		require.NotNil(m.t, p, n)
+		d, err := p.CPU()
+		require.NoError(m.t, err)
+		out[n] = d
+	}
+	return out
+}
+
+func (m *cpuMeter) mark() { m.at = m.read() }
+
+func (m *cpuMeter) since() cpuUse {
+	now := m.read()
+	out := cpuUse{}
+	for n, d := range now {
+		out[n] = d - m.at[n]
+	}
+	return out
+}
