@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/gitbroker/gitbroker/cmd/internal/cli.version=$(VERSION) -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=$(COMMIT)
 
-.PHONY: all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm bench-100k vet fmt fmt-check fuzz golden generate clean
+.PHONY: bench-cluster all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm bench-100k vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -37,6 +37,16 @@ E2E_TIMEOUT ?= 30m
 e2e:
 	@bin=$$(e2e/tools/build.sh all) && \
 	GITBROKER_E2E_BIN=$$bin $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+
+# The cluster side of fleet scale (docs/PERFORMANCE.md): fleet-10k on 1,000 kwok nodes, a
+# server-side apply of the rendered objects against the same objects through Flux, and one
+# device change. About 40 minutes; not part of make e2e. GITBROKER_BENCH_STORM=1 adds the same
+# change with one source for every folder; GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
+# GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to Flux's controllers.
+BENCH_CLUSTER_TIMEOUT ?= 120m
+bench-cluster:
+	@bin=$$(e2e/tools/build.sh all) && \
+	GITBROKER_E2E_BIN=$$bin $(GO) test -tags e2e -count=1 -v -run '^$$' -bench BenchmarkClusterFleet10k -benchtime 1x -timeout $(BENCH_CLUSTER_TIMEOUT) ./e2e/
 
 # Build (or find in the cache) the e2e suite's programs and print their folder.
 e2e-tools:

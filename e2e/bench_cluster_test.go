@@ -155,15 +155,18 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		workers = n
 	}
 	cpu.mark()
+	reqs := requestCounts(b)
 	start = time.Now()
 	ssaApply(b, objs, ssaNS, workers)
 	ssa := time.Since(start)
 	ssaCPU := cpu.since()
 	b.Logf("server-side apply of %d objects, %d in flight: %s; CPU %s", len(objs), workers, ssa.Round(time.Millisecond), ssaCPU)
+	logRequests(b, "server-side apply", reqs)
 	waitScheduled(b, ssaNS, 15*time.Minute)
 
 	// 2. The same objects through gitbroker's render and Flux.
 	cpu.mark()
+	reqs = requestCounts(b)
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
 	start = time.Now()
 	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, srv.URL(), rendererKey+".pub")
@@ -171,6 +174,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	flux := time.Since(start)
 	fluxCPU := cpu.since()
 	b.Logf("Flux: every Kustomization applied in %s (%.2fx the server-side apply); CPU %s", flux.Round(time.Millisecond), flux.Seconds()/ssa.Seconds(), fluxCPU)
+	logRequests(b, "Flux", reqs)
 	logKustomizations(b, fluxNS, start)
 	b.Logf("reconciles: %v", reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS))
 	waitScheduled(b, fleetNS, 15*time.Minute)
@@ -466,4 +470,67 @@ func (m *cpuMeter) since() cpuUse {
 		out[n] = d - m.at[n]
 	}
 	return out
+}
+
+// requestCounts reads the API server's apiserver_request_total by verb, resource and dry run.
+func requestCounts(t testing.TB) map[string]float64 {
+	t.Helper()
+	raw, err := cluster.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(val, `"`)
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		if l["dry_run"] != "" {
+			key += " (dry run)"
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// logRequests logs the requests the API server served since before, most first.
+func logRequests(t testing.TB, what string, before map[string]float64) {
+	t.Helper()
+	after := requestCounts(t)
+	type kv struct {
+		k string
+		n float64
+	}
+	var d []kv
+	total := 0.0
+	for k, v := range after {
+		if n := v - before[k]; n > 0 {
+			d = append(d, kv{k, n})
+			total += n
+		}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i].n > d[j].n })
+	var lines []string
+	for i, e := range d {
+		if i == 20 {
+			break
+		}
+		lines = append(lines, fmt.Sprintf("%8.0f %s", e.n, e.k))
+	}
+	t.Logf("%s: %.0f API requests, most:\n%s", what, total, strings.Join(lines, "\n"))
 }

@@ -206,7 +206,10 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		"--service-account-private-key-file=" + c.pki.SAKey,
 		"--root-ca-file=" + c.pki.CACert,
 		"--service-cluster-ip-range=" + serviceCIDR,
-		"--controllers=*,-node-ipam-controller",
+		// kwok's Pods have loopback IPs, which an EndpointSlice refuses: its controller would
+		// retry every Service's slice forever, a load no real cluster carries (nothing here
+		// reads them).
+		"--controllers=*,-node-ipam-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
 	}); err != nil {
 		return err
 	}

@@ -30,12 +30,14 @@ func TestFolderSourcesGiveEachFolderItsOwnSource(t *testing.T) {
 	res := renderOK(t, tree)
 	var k struct {
 		Spec struct {
-			Path      string            `json:"path"`
-			SourceRef map[string]string `json:"sourceRef"`
+			Path      string              `json:"path"`
+			SourceRef map[string]string   `json:"sourceRef"`
+			DependsOn []map[string]string `json:"dependsOn"`
 		} `json:"spec"`
 	}
 	require.NoError(t, yaml.Unmarshal(res.Files["rendered/flux/default-cam.yaml"], &k))
 	require.Equal(t, map[string]string{"kind": "GitRepository", "name": "gitbroker-default-cam"}, k.Spec.SourceRef)
+	require.Equal(t, []map[string]string{{"name": "gitbroker-namespaces"}}, k.Spec.DependsOn, "applied once its namespace is")
 
 	src := res.Files["rendered/flux/sources/default-cam.yaml"]
 	require.Equal(t, `apiVersion: source.toolkit.fluxcd.io/v1
@@ -90,6 +92,7 @@ spec:
 	res = renderOK(t, tree)
 	require.Empty(t, filesUnder(res.Files, "rendered/flux/sources/", ""))
 	require.Empty(t, render.Companions(res.Files))
+	require.NotContains(t, string(res.Files["rendered/flux/default-cam.yaml"]), "dependsOn", "with one source, every render would make it wait")
 }
 
 func TestFolderSourcesSettingsAreValidated(t *testing.T) {
