@@ -128,12 +128,13 @@ func TestCompanionsAreRepairedWithoutACommit(t *testing.T) {
 	require.Equal(t, 1, res.CompanionsMoved)
 	require.Len(t, shows(t, srv, "folders/x"), 2)
 
-	// In order now: no push at all.
-	pushes := srv.Pushes()
+	// In order now: no push at all, not even a push session to look at the refs.
+	pushes, sessions := srv.Pushes(), srv.PushSessions()
 	res, err = r.Update(ctx, folders(files, companions, mine))
 	require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	require.Equal(t, 0, res.CompanionsMoved)
 	require.Equal(t, pushes, srv.Pushes())
+	require.Equal(t, sessions, srv.PushSessions())
 }
 
 func TestCompanionPushIsAtomic(t *testing.T) {

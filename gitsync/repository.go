@@ -496,6 +496,9 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	case errors.Is(err, ErrNoChanges) && base != nil && ref == r.branch && len(change.Companions)+len(change.CompanionPrefix) > 0:
 		// Nothing to commit, but the companions may still need to move to the head: the first
 		// render that has them, or a tip someone else pushed there.
+		if r.companionsInOrder(base.Hash, change) {
+			return ErrNoChanges
+		}
 		moved, err := r.push(ctx, ref, old, base.Hash, nil, change)
 		res.CompanionsMoved = moved
 		if err != nil {
@@ -722,6 +725,50 @@ func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) b
 	}
 	k, err := r.commitOf(context.Background(), r.branch.Short(), tip.String(), false)
 	return err == nil && keep(k)
+}
+
+// companionsInOrder reports whether the companions' tips, as fetchCompanions just read them,
+// already show commit's folders, with no other branch under the prefix: a render with nothing to
+// commit then opens no push.
+func (r *Repository) companionsInOrder(commit plumbing.Hash, c *Change) bool {
+	remote := plumbing.NewRemoteReferenceName("origin", c.CompanionPrefix).String()
+	tips := map[string]plumbing.Hash{}
+	iter, err := r.repo.Storer.IterReferences()
+	if err != nil {
+		return false
+	}
+	_ = iter.ForEach(func(ref *plumbing.Reference) error {
+		if name := ref.Name().String(); strings.HasPrefix(name, remote) {
+			tips[c.CompanionPrefix+strings.TrimPrefix(name, remote)] = ref.Hash()
+		}
+		return nil
+	})
+	if len(tips) != len(c.Companions) {
+		return false
+	}
+	head, err := object.GetCommit(r.repo.Storer, commit)
+	if err != nil {
+		return false
+	}
+	tree, err := head.Tree()
+	if err != nil {
+		return false
+	}
+	for name, folder := range c.Companions {
+		tip, ok := tips[name]
+		if !ok {
+			return false
+		}
+		sub, err := tree.Tree(folder)
+		if err != nil {
+			return false
+		}
+		root, err := (&commitBuilder{s: r.repo.Storer}).folderTree(folder, sub.Hash)
+		if err != nil || !r.keepCompanion(tip, root, c.KeepCompanion) {
+			return false
+		}
+	}
+	return true
 }
 
 // fetchCompanions brings the tips of the branches under prefix into the store, so that

@@ -52,6 +52,7 @@ type state struct {
 	down        atomic.Bool
 	dropPushes  atomic.Int32
 	receivePost atomic.Int64
+	receiveRefs atomic.Int64
 	onPush      atomic.Pointer[func()]
 }
 
@@ -188,11 +189,18 @@ func (s *Server) BeforeNextPush(f func()) { s.onPush.Store(&f) }
 // Pushes counts the pushes the server received.
 func (s *Server) Pushes() int64 { return s.receivePost.Load() }
 
+// PushSessions counts the push sessions opened (receive-pack ref advertisements), including those
+// that then pushed nothing.
+func (s *Server) PushSessions() int64 { return s.receiveRefs.Load() }
+
 func (s *Server) faults(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.down.Load() {
 			hangUp(w)
 			return
+		}
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/info/refs") && r.URL.Query().Get("service") == "git-receive-pack" {
+			s.receiveRefs.Add(1)
 		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
 			s.receivePost.Add(1)
