@@ -234,14 +234,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	// The same change with one source for every folder: the reconcile storm.
 	srv.Commit(map[string]string{api.SettingsPath: settings("")}, nil, "one source for all")
 	renderOnce()
-	for _, obj := range build(b, "../deploy/flux") {
-		if obj.GetKind() == "GitRepository" {
-			obj.SetNamespace(fluxNS)
-			obj.Object["spec"].(map[string]any)["url"] = srv.URL()
-			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
-			require.NoError(b, cluster.ApplyObject(ctx, obj))
-		}
-	}
+	applyRootSource(b, "../deploy/flux", fluxNS, srv.URL())
 	waitSourcesAppliedWithin(b, srv, fluxNS, 45*time.Minute)
 	toPod, reconciled, changeCPU = change("bench-2")
 	b.Logf("one device change, one source: Pod running after %s; reconciled %v; CPU %s", toPod.Round(time.Millisecond), reconciled, changeCPU)

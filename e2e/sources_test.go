@@ -123,14 +123,7 @@ func TestFolderSources(t *testing.T) {
 	srv.Commit(map[string]string{api.SettingsPath: withURL(settings(true))}, nil, "one source per folder")
 	run("render", "--git", srv.URL(), "--signing-key", rendererKey)
 	// The root's source as deploy/flux-folder-sources has it: rendered/flux/ alone.
-	for _, obj := range build(t, "../deploy/flux-folder-sources") {
-		if obj.GetKind() == "GitRepository" {
-			obj.SetNamespace(sourcesFluxNamespace)
-			obj.Object["spec"].(map[string]any)["url"] = srv.URL()
-			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
-			require.NoError(t, cluster.ApplyObject(ctx, obj))
-		}
-	}
+	applyRootSource(t, "../deploy/flux-folder-sources", sourcesFluxNamespace, srv.URL())
 	waitSourcesApplied(t, srv, sourcesFluxNamespace)
 	for _, c := range configs {
 		k, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(sourcesFluxNamespace).Get(ctx, "gitbroker-sources-"+c, metav1.GetOptions{})
@@ -239,6 +232,21 @@ func cameras(name string, n int) string {
 		descs = append(descs, fmt.Sprintf("dev-%s-%d", name, i))
 	}
 	return strings.Replace(trustConfiguration(name, "dev-"+name), `["dev-`+name+`"]`, `["`+strings.Join(descs, `", "`)+`"]`, 1)
+}
+
+// applyRootSource applies the GitRepository of the kustomization in dir (deploy/flux or
+// deploy/flux-folder-sources) into Flux namespace ns, pointed at url: the root Kustomization's
+// source.
+func applyRootSource(t testing.TB, dir, ns, url string) {
+	t.Helper()
+	for _, obj := range build(t, dir) {
+		if obj.GetKind() == "GitRepository" {
+			obj.SetNamespace(ns)
+			obj.Object["spec"].(map[string]any)["url"] = url
+			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
+			require.NoError(t, cluster.ApplyObject(context.Background(), obj))
+		}
+	}
 }
 
 // waitSourcesApplied waits until every Kustomization of Flux namespace ns is Ready and has
