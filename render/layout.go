@@ -80,12 +80,6 @@ type fluxSpec struct {
 	SourceRef     fluxSourceRef `json:"sourceRef"`
 	// ServiceAccountName is the account kustomize-controller impersonates to apply the folder.
 	ServiceAccountName string `json:"serviceAccountName"`
-	// DependsOn names the Kustomizations, in the same namespace, applied first.
-	DependsOn []fluxDependency `json:"dependsOn,omitempty"`
-}
-
-type fluxDependency struct {
-	Name string `json:"name"`
 }
 
 type fluxSourceRef struct {
@@ -171,15 +165,6 @@ func (p *pass) layout() {
 				SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
 				ServiceAccountName: f.ServiceAccountName,
 			},
-		}
-		if f.FolderSources != nil && renderNamespaces(f) {
-			// Flux applies a dependent only once its dependency is Ready at its source's latest
-			// revision, re-checking every --requeue-dependency (30 s). With one source for all,
-			// every render would make every folder wait for the namespaces to reconcile, so the
-			// folders do not depend on them and one applied before its namespace fails once and
-			// retries. With a source per folder the namespaces' revision moves only when a
-			// namespace does, and no folder is dry-run before its namespace and RoleBinding exist.
-			fk.Spec.DependsOn = []fluxDependency{{Name: NamespacesKustomization}}
 		}
 		p.folderSource(&fk, fileName, d, parts[1])
 		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
@@ -487,10 +472,11 @@ func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *
 // RoleBinding that lets the applier account apply there and the one that lets the recorder read
 // its broker Pods and their logs (list pods, get pods/log), and the Flux Kustomization that applies
 // them (never pruning: deleting a namespace deletes everything in it). The folders' Kustomizations
-// depend on it only with folder sources (see layout): with one source, Flux would re-check the
-// dependency every --requeue-dependency (30 s) on every revision, which would delay every change,
-// so a folder applied before its namespace exists fails once and retries after its
-// retryInterval. It reports whether it wrote any.
+// do not depend on it: Flux re-checks a dependency only every --requeue-dependency (30 s), on
+// every revision, which would delay every change; a folder applied before its namespace exists
+// fails once and retries after its retryInterval. (With folder sources, dependsOn also made the
+// namespaces' Kustomization reconcile on every folder's change, in TestFolderSources.) It reports
+// whether it wrote any.
 func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	f := p.settings.Flux
 	if !renderNamespaces(f) || len(folders) == 0 {

@@ -37,7 +37,7 @@ func TestFolderSourcesGiveEachFolderItsOwnSource(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(res.Files["rendered/flux/default-cam.yaml"], &k))
 	require.Equal(t, map[string]string{"kind": "GitRepository", "name": "gitbroker-default-cam"}, k.Spec.SourceRef)
-	require.Equal(t, []map[string]string{{"name": "gitbroker-namespaces"}}, k.Spec.DependsOn, "applied once its namespace is")
+	require.Empty(t, k.Spec.DependsOn)
 
 	src := res.Files["rendered/flux/sources/default-cam.yaml"]
 	require.Equal(t, `apiVersion: source.toolkit.fluxcd.io/v1
@@ -92,7 +92,7 @@ spec:
 	res = renderOK(t, tree)
 	require.Empty(t, filesUnder(res.Files, "rendered/flux/sources/", ""))
 	require.Empty(t, render.Companions(res.Files))
-	require.NotContains(t, string(res.Files["rendered/flux/default-cam.yaml"]), "dependsOn", "with one source, every render would make it wait")
+
 }
 
 func TestFolderSourcesSettingsAreValidated(t *testing.T) {
