@@ -164,3 +164,23 @@ func TestCompanionsAreValidated(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"main"}, srv.Branches())
 }
+
+// Anyone who can push under the prefix can plant a tip too large to fetch: the write still
+// lands, and the companion is replaced with the writer's own.
+func TestCompanionTooLargeToFetchIsReplaced(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv, gitsync.WithLimits(256<<10, 0))
+	ctx := context.Background()
+	companions := map[string]string{"folders/x": "rendered/default/x"}
+	files := map[string]string{"rendered/default/x/pod-a.yaml": "pod: a2\n"}
+	_, err := r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+
+	huge := srv.On("folders/x").Commit(map[string]string{"rendered/default/x/big.yaml": randomText(1 << 20)}, nil, "too large")
+	require.Equal(t, huge, rev(t, srv, "folders/x"))
+	files["rendered/default/x/pod-a.yaml"] = "pod: a3\n"
+	res, err := r.Update(ctx, folders(files, companions, nil))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "folders/x"))
+}

@@ -33,6 +33,10 @@ type Commit struct {
 func (r *Repository) Branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.branches(ctx, names...)
+}
+
+func (r *Repository) branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
 	if err := r.ensureStore(); err != nil {
 		return nil, err
 	}

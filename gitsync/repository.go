@@ -487,16 +487,16 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
 	ref, old, derr := dest(base, snap)
-	if change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil && (err == nil || errors.Is(err, ErrNoChanges)) {
-		if ferr := r.fetchCompanions(ctx, change.CompanionPrefix); ferr != nil {
-			return ferr
-		}
+	companions := change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil
+	var tips map[plumbing.ReferenceName]plumbing.Hash
+	if companions && (err == nil || errors.Is(err, ErrNoChanges)) {
+		tips = r.companionTips(ctx, change.CompanionPrefix)
 	}
 	switch {
-	case errors.Is(err, ErrNoChanges) && base != nil && ref == r.branch && len(change.Companions)+len(change.CompanionPrefix) > 0:
+	case errors.Is(err, ErrNoChanges) && base != nil && companions:
 		// Nothing to commit, but the companions may still need to move to the head: the first
 		// render that has them, or a tip someone else pushed there.
-		if r.companionsInOrder(base.Hash, change) {
+		if moves, deletes, serr := r.staleCompanions(tips, base.Hash, change); tips != nil && serr == nil && len(moves)+len(deletes) == 0 {
 			return ErrNoChanges
 		}
 		moved, err := r.push(ctx, ref, old, base.Hash, nil, change)
@@ -660,12 +660,47 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 }
 
 // companionCommands returns the ref updates that bring c's companions to commit (see
-// Change.Companions), and the objects they need: advertised holds the server's refs, and the
-// store the companions' tips (fetchCompanions).
+// Change.Companions), and the objects they need; advertised holds the server's refs.
 func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]*packp.Command, []plumbing.Hash, error) {
-	if c == nil || (len(c.Companions) == 0 && c.CompanionPrefix == "") {
+	if c == nil || c.CompanionPrefix == "" {
 		return nil, nil, nil
 	}
+	moves, deletes, err := r.staleCompanions(advertised, commit, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cmds []*packp.Command
+	var objects []plumbing.Hash
+	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
+	author := object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.Author.When}
+	committer := object.Signature{Name: c.committer().Name, Email: c.committer().Email, When: c.committer().When}
+	for _, m := range moves {
+		h, err := b.commit(&object.Commit{Author: author, Committer: committer, TreeHash: m.root,
+			Message: fmt.Sprintf("%s of %s at %s\n", m.folder, r.branch.Short(), commit)})
+		if err != nil {
+			return nil, nil, err
+		}
+		cmds = append(cmds, &packp.Command{Name: m.ref, Old: advertised[m.ref], New: h})
+		objects = append(objects, m.trees...)
+	}
+	for _, ref := range deletes {
+		cmds = append(cmds, &packp.Command{Name: ref, Old: advertised[ref], New: plumbing.ZeroHash})
+	}
+	return cmds, append(objects, b.created...), nil
+}
+
+// companionMove is a companion that needs a new commit, whose tree is root; trees are the tree
+// objects that wrap the folder up to root, which the push must send.
+type companionMove struct {
+	ref    plumbing.ReferenceName
+	folder string
+	root   plumbing.Hash
+	trees  []plumbing.Hash
+}
+
+// staleCompanions compares the companions' tips (branch to commit, as the server has them) with
+// commit: the companions that need a new commit, and the branches under the prefix to delete.
+func (r *Repository) staleCompanions(tips map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]companionMove, []plumbing.ReferenceName, error) {
 	head, err := object.GetCommit(r.repo.Storer, commit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading commit %s: %w", commit, err)
@@ -674,43 +709,30 @@ func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plu
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading tree of %s: %w", commit, err)
 	}
-	var cmds []*packp.Command
-	var objects []plumbing.Hash
+	var moves []companionMove
 	for _, name := range slices.Sorted(maps.Keys(c.Companions)) {
 		ref, folder := plumbing.NewBranchReferenceName(name), c.Companions[name]
 		sub, err := headTree.Tree(folder)
 		if err != nil {
 			return nil, nil, fmt.Errorf("companion %s: folder %s of %s: %w", name, folder, commit, err)
 		}
-		b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
-		root, err := b.folderTree(folder, sub.Hash)
+		tb := &commitBuilder{s: r.repo.Storer}
+		root, err := tb.folderTree(folder, sub.Hash)
 		if err != nil {
 			return nil, nil, err
 		}
-		cur, ok := advertised[ref]
-		if ok && r.keepCompanion(cur, root, c.KeepCompanion) {
-			continue
+		if tip, ok := tips[ref]; !ok || !r.keepCompanion(tip, root, c.KeepCompanion) {
+			moves = append(moves, companionMove{ref, folder, root, tb.created})
 		}
-		author := object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.Author.When}
-		committer := object.Signature{Name: c.committer().Name, Email: c.committer().Email, When: c.committer().When}
-		h, err := b.commit(&object.Commit{Author: author, Committer: committer, TreeHash: root,
-			Message: fmt.Sprintf("%s of %s at %s\n", folder, r.branch.Short(), commit)})
-		if err != nil {
-			return nil, nil, err
-		}
-		objects = append(objects, b.created...)
-		cmds = append(cmds, &packp.Command{Name: ref, Old: cur, New: h})
 	}
+	var deletes []plumbing.ReferenceName
 	prefix := plumbing.NewBranchReferenceName(c.CompanionPrefix).String()
-	for _, name := range slices.Sorted(maps.Keys(advertised)) {
-		if c.CompanionPrefix == "" || !strings.HasPrefix(name.String(), prefix) || name == r.branch {
-			continue
-		}
-		if _, ok := c.Companions[name.Short()]; !ok {
-			cmds = append(cmds, &packp.Command{Name: name, Old: advertised[name], New: plumbing.ZeroHash})
+	for _, ref := range slices.Sorted(maps.Keys(tips)) {
+		if _, ok := c.Companions[ref.Short()]; !ok && strings.HasPrefix(ref.String(), prefix) && ref != r.branch {
+			deletes = append(deletes, ref)
 		}
 	}
-	return cmds, objects, nil
+	return moves, deletes, nil
 }
 
 // keepCompanion reports whether a companion at tip may stay: tip is a commit this store holds,
@@ -727,69 +749,22 @@ func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) b
 	return err == nil && keep(k)
 }
 
-// companionsInOrder reports whether the companions' tips, as fetchCompanions just read them,
-// already show commit's folders, with no other branch under the prefix: a render with nothing to
-// commit then opens no push.
-func (r *Repository) companionsInOrder(commit plumbing.Hash, c *Change) bool {
-	remote := plumbing.NewRemoteReferenceName("origin", c.CompanionPrefix).String()
-	tips := map[string]plumbing.Hash{}
-	iter, err := r.repo.Storer.IterReferences()
+// companionTips fetches the branches under prefix into the store and returns their tips, so a
+// render with nothing to commit can tell whether its companions are in order without opening a
+// push, and keepCompanion can read them. It returns nil if they could not be read: a tip under
+// the prefix is anyone's who can push there, so one too large to fetch must not stop the render;
+// the push then replaces every companion whose tip the store lacks.
+func (r *Repository) companionTips(ctx context.Context, prefix string) map[plumbing.ReferenceName]plumbing.Hash {
+	snaps, err := r.branches(ctx, prefix)
 	if err != nil {
-		return false
-	}
-	_ = iter.ForEach(func(ref *plumbing.Reference) error {
-		if name := ref.Name().String(); strings.HasPrefix(name, remote) {
-			tips[c.CompanionPrefix+strings.TrimPrefix(name, remote)] = ref.Hash()
-		}
+		r.log.Info("reading the companion branches failed; the push replaces those it cannot read", "prefix", prefix, "error", r.redact.wrap(err).Error())
 		return nil
-	})
-	if len(tips) != len(c.Companions) {
-		return false
 	}
-	head, err := object.GetCommit(r.repo.Storer, commit)
-	if err != nil {
-		return false
+	tips := make(map[plumbing.ReferenceName]plumbing.Hash, len(snaps))
+	for name, s := range snaps {
+		tips[plumbing.NewBranchReferenceName(name)] = plumbing.NewHash(s.Commit())
 	}
-	tree, err := head.Tree()
-	if err != nil {
-		return false
-	}
-	for name, folder := range c.Companions {
-		tip, ok := tips[name]
-		if !ok {
-			return false
-		}
-		sub, err := tree.Tree(folder)
-		if err != nil {
-			return false
-		}
-		root, err := (&commitBuilder{s: r.repo.Storer}).folderTree(folder, sub.Hash)
-		if err != nil || !r.keepCompanion(tip, root, c.KeepCompanion) {
-			return false
-		}
-	}
-	return true
-}
-
-// fetchCompanions brings the tips of the branches under prefix into the store, so that
-// keepCompanion can read them.
-func (r *Repository) fetchCompanions(ctx context.Context, prefix string) error {
-	src := plumbing.NewBranchReferenceName(prefix)
-	err := r.fetchContext(ctx, &git.FetchOptions{
-		RemoteName: "origin",
-		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s*:%s*", src, plumbing.NewRemoteReferenceName("origin", prefix)))},
-		Auth:       r.auth,
-		Tags:       git.NoTags,
-		Force:      true,
-		Prune:      true,
-	})
-	var noRef git.NoMatchingRefSpecError
-	switch {
-	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate), errors.As(err, &noRef), errors.Is(err, transport.ErrEmptyRemoteRepository):
-		return nil
-	default:
-		return fmt.Errorf("fetching %s* from %s: %w", prefix, r.URL(), err)
-	}
+	return tips
 }
 
 // movedRef reports whether a refused push means the branch moved under us,
