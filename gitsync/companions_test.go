@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -183,4 +184,20 @@ func TestCompanionTooLargeToFetchIsReplaced(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.CompanionsMoved)
 	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "folders/x"))
+}
+
+// A write that grows the object store past its limit keeps what it built until it has pushed:
+// reading the companions' tips between the commit and the push must not start the store over.
+func TestCompanionsSurviveTheStoreLimit(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv, gitsync.WithResetAfterGrowth(1))
+	files := map[string]string{"rendered/kustomization.yaml": "resources: [default/x]\n"}
+	for i := range 1500 {
+		files[fmt.Sprintf("rendered/default/x/pod-%04d.yaml", i)] = fmt.Sprintf("pod: %d\n", i)
+	}
+	res, err := r.Update(context.Background(), folders(files, map[string]string{"folders/x": "rendered/default/x"}, nil))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.Equal(t, res.Commit, srv.Head())
+	require.Len(t, shows(t, srv, "folders/x"), 1500)
 }

@@ -33,13 +33,15 @@ type Commit struct {
 func (r *Repository) Branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.branches(ctx, names...)
-}
-
-func (r *Repository) branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
 	if err := r.ensureStore(); err != nil {
 		return nil, err
 	}
+	return r.branches(ctx, names...)
+}
+
+// branches is Branches into the store as it is: a write calls it between building its commit
+// and pushing it, when starting the store over would drop what it built.
+func (r *Repository) branches(ctx context.Context, names ...string) (map[string]Snapshot, error) {
 	specs := make([]config.RefSpec, 0, len(names))
 	for _, n := range names {
 		src := plumbing.NewBranchReferenceName(n)
