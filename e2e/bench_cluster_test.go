@@ -45,7 +45,8 @@ import (
 // It then makes one device change and measures the time to its Pod, the Kustomizations that
 // reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS passes
 // flags to kustomize-controller (--concurrent, --concurrent-ssa); GITBROKER_BENCH_DEVICES
-// scales the fleet (nodes are a tenth of it); GITBROKER_BENCH_STORM=1 also measures the same
+// scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
+// that many shards; GITBROKER_BENCH_STORM=1 also measures the same
 // device change with one source for every folder.
 func BenchmarkClusterFleet10k(b *testing.B) {
 	if b.N > 1 {
@@ -56,6 +57,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_DEVICES")); n > 0 {
 		spec.Devices, spec.Nodes = n, max(n/10, 1)
 	}
+	spec.Shards, _ = strconv.Atoi(os.Getenv("GITBROKER_BENCH_SHARDS"))
 	const (
 		fleetNS = "fleet"
 		ssaNS   = "fleet-ssa"
@@ -119,7 +121,8 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	for _, o := range objs {
 		counts[o.GetKind()]++
 	}
-	b.Logf("fleet: %d nodes, %d devices, %d rendered files; objects %v", spec.Nodes, spec.Devices, len(rendered), counts)
+	b.Logf("fleet: %d nodes, %d devices, %d shards per Configuration, %d rendered files; objects %v", spec.Nodes, spec.Devices, max(spec.Shards, 1), len(rendered), counts)
+	b.Logf("kustomize-controller %q, source-controller %q", os.Getenv("GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS"), os.Getenv("GITBROKER_E2E_SOURCE_CONTROLLER_ARGS"))
 
 	start := time.Now()
 	nodes := make(chan string)
