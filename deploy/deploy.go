@@ -1,7 +1,7 @@
 // Package deploy owns gitbroker's Kubernetes manifests: the kustomize bases
 // of the agent, the renderer and the recorder with their RBAC (this folder),
-// and the Flux (flux/) and Argo CD (argocd/) objects that apply a gitbroker
-// repository. The Flux and Argo CD objects are embedded so that
+// and the Flux (flux/, and flux-folder-sources/ for spec.flux.folderSources) and Argo CD
+// (argocd/) objects that apply a gitbroker repository. The Flux and Argo CD objects are embedded so that
 // `gitbroker init` writes exactly these into a new repository.
 package deploy
 
@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-//go:embed flux/*.yaml argocd/*.yaml
+//go:embed flux/*.yaml flux-folder-sources/*.yaml argocd/*.yaml
 var files embed.FS
 
 // PlaceholderURL is the repository URL the manifests carry until it is set.
@@ -21,7 +21,7 @@ const PlaceholderURL = "https://git.example.com/fleet/edge.git"
 
 var branchField = regexp.MustCompile(`(?m)^(\s*(?:branch|revision|targetRevision): )gitbroker/rendered$`)
 
-// Objects returns the files of folder ("flux" or "argocd"), keyed by their
+// Objects returns the files of folder ("flux", "flux-folder-sources" or "argocd"), keyed by their
 // name in it, with the repository URL and branch set (quoted, so any value
 // stays one YAML string).
 func Objects(folder, url, branch string) (map[string][]byte, error) {

@@ -86,6 +86,9 @@ var initFiles embed.FS
 type Scaffold struct {
 	// Flux and ArgoCD say which GitOps tool's objects the repository gets.
 	Flux, ArgoCD bool
+	// FolderSourcesURL, when set, is spec.flux.folderSources.url, already quoted as a YAML
+	// string: every rendered folder gets a Flux source of its own.
+	FolderSourcesURL string
 }
 
 // Init returns the files of a new GitOps repository, keyed by path: the

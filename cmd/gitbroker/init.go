@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,15 +17,17 @@ import (
 )
 
 const (
-	flagFlux       = "flux"
-	flagArgoCD     = "argocd"
-	flagRepoURL    = "repo-url"
-	flagRepoBranch = "repo-branch"
+	flagFlux          = "flux"
+	flagFolderSources = "folder-sources"
+	flagArgoCD        = "argocd"
+	flagRepoURL       = "repo-url"
+	flagRepoBranch    = "repo-branch"
 )
 
 type initOptions struct {
 	Dir                 string
 	Flux, ArgoCD        bool
+	FolderSources       bool
 	RepoURL, RepoBranch string
 }
 
@@ -43,11 +46,17 @@ Kustomizations build from by default) and a Kustomization that applies rendered/
 --argocd it adds argocd/: the AppProject gitbroker (Pods, Services, Jobs and Namespaces only,
 in the destinations it lists, from commits the renderer's OpenPGP key signed), an ApplicationSet
 with one Application per configuration folder, and a single Application for small fleets.
---repo-url and --repo-branch go into those objects.
+--repo-url and --repo-branch go into those objects. With --flux --folder-sources, gitbroker.yaml
+also sets spec.flux.folderSources to --repo-url, so every rendered folder gets a Flux source of
+its own and a device change reconciles one Kustomization, and flux-folder-sources/ (apply it
+instead of flux/) points the root at the branch that shows rendered/flux/ alone.
 
 Init never overwrites: it refuses a folder that already holds any file it would write.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.FolderSources && !o.Flux {
+				return exitf(exitInvalid, "--%s needs --%s: folder sources are Flux objects", flagFolderSources, flagFlux)
+			}
 			files, err := o.files()
 			if err != nil {
 				return exitf(exitInvalid, "%v", err)
@@ -77,6 +86,9 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				next += fmt.Sprintf("  cd %s && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
 			}
 			next += "  git remote add origin <URL> && git push -u origin main\n"
+			if o.FolderSources {
+				next += "Then apply flux-folder-sources/ (not flux/): it follows gitbroker/folders/flux, which the renderer's first render creates.\n"
+			}
 			if o.ArgoCD {
 				// The AppProject fails closed: with the placeholder key id Argo CD syncs nothing.
 				next += "Then in argocd/appproject.yaml set signatureKeys to the renderer's OpenPGP key id and destinations to the broker namespaces: until then Argo CD syncs nothing (README, Argo CD).\n"
@@ -87,6 +99,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	}
 	cmd.Flags().StringVar(&o.Dir, flagDir, ".", "folder of the new repository (created if missing)")
 	cmd.Flags().BoolVar(&o.Flux, flagFlux, false, "add flux/: the Flux GitRepository and Kustomization for this repository")
+	cmd.Flags().BoolVar(&o.FolderSources, flagFolderSources, false, "with --flux: a Flux source per rendered folder (spec.flux.folderSources), and flux-folder-sources/")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, deploy.PlaceholderURL, "the repository's URL, as Flux or Argo CD will fetch it")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
@@ -96,7 +109,16 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 // files is the new repository: the scaffold from templates/, the GitOps
 // tools' objects from deploy/, and the first render of it all.
 func (o *initOptions) files() (render.Tree, error) {
-	scaffold, err := templates.Init(templates.Scaffold{Flux: o.Flux, ArgoCD: o.ArgoCD})
+	s := templates.Scaffold{Flux: o.Flux, ArgoCD: o.ArgoCD}
+	if o.FolderSources {
+		// JSON's quoting of a string is a YAML string that reads back as the same.
+		url, err := json.Marshal(o.RepoURL)
+		if err != nil {
+			return nil, err
+		}
+		s.FolderSourcesURL = string(url)
+	}
+	scaffold, err := templates.Init(s)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +126,7 @@ func (o *initOptions) files() (render.Tree, error) {
 	for p, data := range scaffold {
 		tree[p] = data
 	}
-	for folder, on := range map[string]bool{"flux": o.Flux, "argocd": o.ArgoCD} {
+	for folder, on := range map[string]bool{"flux": o.Flux, "flux-folder-sources": o.FolderSources, "argocd": o.ArgoCD} {
 		if !on {
 			continue
 		}

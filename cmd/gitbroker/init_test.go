@@ -135,3 +135,40 @@ func TestInitCIWorkflows(t *testing.T) {
 	}
 	require.Len(t, seen, 4, "each workflow plans pull requests and checks the rendered branch: %v", seen)
 }
+
+// init --flux --folder-sources writes a repository whose renders give every folder a source of
+// its own, and the root's objects that follow the branch of rendered/flux/ alone.
+func TestInitWithFolderSources(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--folder-sources", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "apply flux-folder-sources/")
+	settings, err := os.ReadFile(filepath.Join(dir, "gitbroker.yaml"))
+	require.NoError(t, err)
+	s, errs := api.ParseSettings("gitbroker.yaml", settings)
+	require.Empty(t, errs)
+	require.NotNil(t, s.Flux.FolderSources)
+	require.Equal(t, "https://git.example.org/plant/edge.git", s.Flux.FolderSources.URL)
+
+	// A device reported: its folder gets a source of its own, on its folder's branch.
+	inv := "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-1\nspec:\n  configurations:\n  - name: akri-debug-echo\n    devices:\n    - id: dev-1\n      properties:\n        DEBUG_ECHO_DESCRIPTION: foo\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "inventory", "edge-1.yaml"), []byte(inv), 0o644))
+	code, _, stderr = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	source, err := os.ReadFile(filepath.Join(dir, "rendered", "flux", "sources", "default-akri-debug-echo.yaml"))
+	require.NoError(t, err, "the folder's GitRepository")
+	require.Contains(t, string(source), "branch: gitbroker/folders/gitbroker-default-akri-debug-echo")
+	require.Contains(t, string(source), "url: https://git.example.org/plant/edge.git")
+
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "flux-folder-sources"))
+	require.NoError(t, err)
+	root, err := m.AsYaml()
+	require.NoError(t, err)
+	require.Contains(t, string(root), "branch: gitbroker/folders/flux")
+	require.Contains(t, string(root), "url: https://git.example.org/plant/edge.git")
+
+	// Folder sources are Flux objects.
+	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--folder-sources")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--folder-sources needs --flux")
+}
