@@ -40,7 +40,7 @@ e2e:
 
 # The cluster side of fleet scale (docs/PERFORMANCE.md): fleet-10k on 1,000 kwok nodes, a
 # server-side apply of the rendered objects against the same objects through Flux, and one
-# device change. About an hour at fleet-10k on this machine; not part of make e2e.
+# device change. Over 1.5 hours at fleet-10k on this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
 # fairness); the Configurations get BENCH_SHARDS shards each. GITBROKER_BENCH_STORM=1 adds the
