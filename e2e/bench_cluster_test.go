@@ -42,12 +42,13 @@ import (
 // BenchmarkClusterFleet10k (make bench-cluster) applies fleet-10k to this suite's cluster, 1,000
 // kwok nodes on the machine's cores, twice in one run: first the physical limit, a server-side
 // apply from client-go of exactly the rendered Pods, Jobs and Services (into a namespace of
-// their own, as many requests in flight as kustomize-controller's defaults allow), then
+// their own, GITBROKER_BENCH_SSA_WORKERS requests in flight, 16 by default), then
 // gitbroker's render through Flux with spec.flux.folderSources and deploy/flux-folder-sources,
 // once the baseline's namespace is deleted, so both start from the same cluster.
 // It then makes one device change and measures the time to its Pod, the Kustomizations that
-// reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS passes
-// flags to kustomize-controller (--concurrent, --concurrent-ssa); GITBROKER_BENCH_DEVICES
+// reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
+// GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to Flux's controllers (make bench-cluster gives
+// them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
 // scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
 // that many shards; GITBROKER_BENCH_STORM=1 also measures the same
 // device change with one source for every folder.

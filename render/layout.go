@@ -472,11 +472,12 @@ func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *
 // RoleBinding that lets the applier account apply there and the one that lets the recorder read
 // its broker Pods and their logs (list pods, get pods/log), and the Flux Kustomization that applies
 // them (never pruning: deleting a namespace deletes everything in it). The folders' Kustomizations
-// do not depend on it: Flux re-checks a dependency only every --requeue-dependency (30 s), on
-// every revision, which would delay every change; a folder applied before its namespace exists
-// fails once and retries after its retryInterval. (With folder sources, dependsOn also made the
-// namespaces' Kustomization reconcile on every folder's change, in TestFolderSources.) It reports
-// whether it wrote any.
+// do not depend on it. With one source for all, a dependency must have applied the source's
+// revision first, re-checked every --requeue-dependency (30 s): every render would wait. With
+// folder sources, Flux enqueues a Kustomization's dependencies with it whenever its source moves
+// (fluxcd/pkg/runtime dependency.Sort), so every device change would reconcile the namespaces
+// too. A folder applied before its namespace exists fails once and retries after its
+// retryInterval. It reports whether it wrote any.
 func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	f := p.settings.Flux
 	if !renderNamespaces(f) || len(folders) == 0 {

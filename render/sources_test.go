@@ -92,7 +92,6 @@ spec:
 	res = renderOK(t, tree)
 	require.Empty(t, filesUnder(res.Files, "rendered/flux/sources/", ""))
 	require.Empty(t, render.Companions(res.Files))
-
 }
 
 func TestFolderSourcesSettingsAreValidated(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/deploy"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/templates"
@@ -121,6 +122,12 @@ func (o *initOptions) files() (render.Tree, error) {
 	scaffold, err := templates.Init(s)
 	if err != nil {
 		return nil, err
+	}
+	if o.FolderSources {
+		// The URL is the user's, not the scaffold's: say which flag to fix.
+		if _, errs := api.ParseSettings(api.SettingsPath, scaffold[api.SettingsPath]); len(errs) > 0 {
+			return nil, fmt.Errorf("--%s cannot be spec.flux.folderSources.url: %w", flagRepoURL, errs)
+		}
 	}
 	tree := render.Tree{}
 	for p, data := range scaffold {

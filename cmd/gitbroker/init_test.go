@@ -167,6 +167,13 @@ func TestInitWithFolderSources(t *testing.T) {
 	require.Contains(t, string(root), "branch: gitbroker/folders/flux")
 	require.Contains(t, string(root), "url: https://git.example.org/plant/edge.git")
 
+	// A URL Flux cannot fetch, or one that carries a password, names the flag and is not echoed.
+	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "https://git:s3cret@git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--repo-url cannot be spec.flux.folderSources.url")
+	require.Contains(t, stderr, "holds a password")
+	require.NotContains(t, stderr, "s3cret")
+
 	// Folder sources are Flux objects.
 	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--folder-sources")
 	require.Equal(t, exitInvalid, code)
