@@ -80,30 +80,40 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 		folders[dir] = m
 		return m, nil
 	}
-	edits, err := c.patch(
-		func(name string) (string, bool, error) {
-			if root == nil {
-				return "", false, nil
-			}
-			dir, file := path.Split(name)
-			m, err := entries(strings.TrimSuffix(dir, "/"))
-			if err != nil {
-				return "", false, err
-			}
-			e, ok := m[file]
-			if !ok || !e.Mode.IsFile() {
-				return "", false, nil
-			}
-			return e.Hash.String(), true, nil
-		},
-		func(dir string) ([]string, error) { return listFiles(root, dir) },
-		func(name string, content []byte) string {
-			if h, ok := known(name, content); ok {
-				return h.String()
-			}
-			return plumbing.ComputeHash(plumbing.BlobObject, content).String()
-		},
-	)
+	var edits map[string][]byte
+	var err error
+	if c.Edits != nil {
+		var head plumbing.Hash
+		if base != nil {
+			head = base.Hash
+		}
+		edits, err = c.editsOn(head)
+	} else {
+		edits, err = c.patch(
+			func(name string) (string, bool, error) {
+				if root == nil {
+					return "", false, nil
+				}
+				dir, file := path.Split(name)
+				m, err := entries(strings.TrimSuffix(dir, "/"))
+				if err != nil {
+					return "", false, err
+				}
+				e, ok := m[file]
+				if !ok || !e.Mode.IsFile() {
+					return "", false, nil
+				}
+				return e.Hash.String(), true, nil
+			},
+			func(dir string) ([]string, error) { return listFiles(root, dir) },
+			func(name string, content []byte) string {
+				if h, ok := known(name, content); ok {
+					return h.String()
+				}
+				return plumbing.ComputeHash(plumbing.BlobObject, content).String()
+			},
+		)
+	}
 	if err != nil {
 		return plumbing.ZeroHash, nil, err
 	}

@@ -53,6 +53,10 @@ func (d *Dir) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
 	if err := change.validate(); err != nil {
 		return res, err
 	}
+	if change.Edits != nil {
+		// A folder has no commit the edits could be known to apply to.
+		return res, errors.New("a work tree takes a change's Files, not Edits")
+	}
 	edits, err := change.patch(
 		func(name string) (string, bool, error) {
 			b, err := os.ReadFile(filepath.Join(d.root, filepath.FromSlash(name)))

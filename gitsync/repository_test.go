@@ -398,3 +398,76 @@ func TestUpdateNewBranchWithPushOptions(t *testing.T) {
 	require.ErrorIs(t, err, gitsync.ErrBranchExists)
 	require.Len(t, srv.PushOptions(), 2)
 }
+
+// A writer that knows the head (it wrote it) commits only its edits: the result is the tree the
+// same change gives as complete Files, and edits computed on another commit are refused rather
+// than applied to the wrong base.
+func TestUpdateFromEdits(t *testing.T) {
+	owned := []string{"rendered/", "history/"}
+	files := map[string]string{
+		"rendered/default/x/pod-a.yaml":   "pod: a2\n",
+		"rendered/default/x/pod-b.yaml":   "pod: b\n",
+		"rendered/default/y/pod-c.yaml":   "pod: c\n",
+		"rendered/kustomization.yaml":     "",
+		"history/jobs/default/x/i/j.yaml": "job: j\n",
+	}
+	full := gitsynctest.NewServer(t, "main", seed())
+	res, err := open(t, full).Update(context.Background(), write(owned, files))
+	require.NoError(t, err)
+	want := gitsynctest.Git(t, full.Bare(), "rev-parse", res.Commit+"^{tree}")
+
+	srv := gitsynctest.NewServer(t, "main", seed())
+	r := open(t, srv)
+	edits := map[string][]byte{
+		"rendered/default/x/pod-a.yaml":    []byte("pod: a2\n"),
+		"rendered/default/y/pod-c.yaml":    []byte("pod: c\n"),
+		"rendered/kustomization.yaml":      {},
+		"history/jobs/default/x/i/j.yaml":  []byte("job: j\n"),
+		"rendered/default/x/pod-gone.yaml": nil, // deleting what is not there is no edit
+	}
+	var bases []string
+	res, err = r.Update(context.Background(), func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		bases = append(bases, head.Commit())
+		c := change(owned, nil)
+		c.Files, c.Edits, c.EditsBase = nil, edits, head.Commit()
+		return c, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, want, gitsynctest.Git(t, srv.Bare(), "rev-parse", res.Commit+"^{tree}"))
+	require.Equal(t, bases[0], gitsynctest.Git(t, srv.Bare(), "rev-parse", res.Commit+"^")[:len(bases[0])])
+	gitsynctest.Git(t, srv.Bare(), "fsck", "--strict", "--no-progress")
+
+	// Deleting a file through an edit.
+	_, err = r.Update(context.Background(), func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		c := change(owned, nil)
+		c.Files, c.Edits, c.EditsBase = nil, map[string][]byte{"rendered/default/y/pod-c.yaml": nil}, head.Commit()
+		return c, nil
+	})
+	require.NoError(t, err)
+	_, ok := srv.File("rendered/default/y/pod-c.yaml")
+	require.False(t, ok)
+	_, ok = srv.File("rendered/default/x/pod-b.yaml")
+	require.True(t, ok)
+
+	// No edits: nothing to commit.
+	head := srv.Head()
+	_, err = r.Update(context.Background(), func(_ context.Context, s gitsync.Snapshot) (*gitsync.Change, error) {
+		c := change(owned, nil)
+		c.Files, c.Edits, c.EditsBase = nil, map[string][]byte{}, s.Commit()
+		return c, nil
+	})
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, head, srv.Head())
+
+	// Edits on a stale base, outside the owned paths, or with Files too.
+	for name, c := range map[string]*gitsync.Change{
+		"stale base": {EditsBase: bases[0], Edits: map[string][]byte{"rendered/a.yaml": []byte("a\n")}},
+		"not owned":  {EditsBase: head, Edits: map[string][]byte{"inventory/edge-a.yaml": []byte("a\n")}},
+		"and Files":  {EditsBase: head, Edits: map[string][]byte{"rendered/a.yaml": []byte("a\n")}, Files: map[string][]byte{}},
+	} {
+		c.Owned, c.Message, c.Author = owned, "edit", gitsync.Signature{Name: "a", Email: "a@b", When: when}
+		_, err := r.Update(context.Background(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) { return c, nil })
+		require.Error(t, err, name)
+		require.Equal(t, head, srv.Head(), name)
+	}
+}

@@ -69,6 +69,14 @@ type Change struct {
 	// that holds a file now but is missing here is deleted. Every key
 	// must be under Owned.
 	Files map[string][]byte
+	// Edits, when set, take the place of Files for a writer that knows what the head holds
+	// (it wrote that commit): they are the paths whose content differs from the head's, with
+	// their new content, nil deleting one. EditsBase is the head's commit they were computed on,
+	// which must be the head the UpdateFunc was given; Files must then be nil. The commit is
+	// then built from the edits alone, with no pass over the owned files. Every key must be
+	// under Owned.
+	Edits     map[string][]byte
+	EditsBase string
 	// Message is the commit message's subject and body; Trailers are
 	// appended after a blank line.
 	Message   string
@@ -140,12 +148,17 @@ func (c *Change) validate() error {
 			return fmt.Errorf("owned path %q: %w", o, err)
 		}
 	}
-	for name := range c.Files {
-		if err := checkPath(name); err != nil {
-			return fmt.Errorf("file %q: %w", name, err)
-		}
-		if !c.owns(name) {
-			return fmt.Errorf("file %q is not under the change's owned paths %v", name, c.Owned)
+	if c.Edits != nil && c.Files != nil {
+		return errors.New("change has both Files and Edits")
+	}
+	for _, files := range []map[string][]byte{c.Files, c.Edits} {
+		for name := range files {
+			if err := checkPath(name); err != nil {
+				return fmt.Errorf("file %q: %w", name, err)
+			}
+			if !c.owns(name) {
+				return fmt.Errorf("file %q is not under the change's owned paths %v", name, c.Owned)
+			}
 		}
 	}
 	if c.Author.Name == "" || c.Author.Email == "" || c.Author.When.IsZero() {
@@ -268,4 +281,17 @@ func checkPath(name string) error {
 		}
 	}
 	return nil
+}
+
+// editsOn returns the change's Edits as the edits to base, refusing edits computed on another
+// commit: applied to the wrong base they would silently keep or drop files.
+func (c *Change) editsOn(base plumbing.Hash) (map[string][]byte, error) {
+	head := ""
+	if !base.IsZero() {
+		head = base.String()
+	}
+	if c.EditsBase != head {
+		return nil, fmt.Errorf("the change's edits were computed on %q, but the head is %q", c.EditsBase, head)
+	}
+	return c.Edits, nil
 }

@@ -95,6 +95,21 @@ type Sources struct {
 	Adopt string
 	// Now is the clock certificates are checked against.
 	Now func() time.Time
+	// Known, when set, returns the files of a rendered-branch commit the caller already holds,
+	// because it wrote that commit (the render daemon's last push), so they are not read from
+	// the object store again; ok is false for any other commit. A commit's hash names its
+	// content, so what Known returns for it is what the branch holds.
+	Known func(commit string) (files map[string][]byte, ok bool)
+}
+
+// filesOf returns every file of a rendered-branch commit.
+func (s Sources) filesOf(snap gitsync.Snapshot) (map[string][]byte, error) {
+	if s.Known != nil {
+		if files, ok := s.Known(snap.Commit()); ok {
+			return files, nil
+		}
+	}
+	return snap.Files("")
 }
 
 // Inputs are the verified inputs of one render.
@@ -345,7 +360,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 	}
 	if tip.allowed == nil && tip.err == nil {
 		in.Previous = head
-		return rendered.Files("")
+		return s.filesOf(rendered)
 	}
 	want := ""
 	switch {
@@ -386,7 +401,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 	in.Own = own
 	if c := gitsync.HeadCommit(rendered); c != nil && own(c) {
 		in.Previous = head
-		return rendered.Files("")
+		return s.filesOf(rendered)
 	}
 	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
 	if err != nil {
@@ -406,7 +421,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 		if err != nil {
 			return nil, err
 		}
-		return snap.Files("")
+		return s.filesOf(snap)
 	}
 	return nil, fmt.Errorf("no commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
 		s.RenderedBranch, want, AllowedSignersPath)

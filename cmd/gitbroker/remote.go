@@ -44,6 +44,14 @@ type remoteRender struct {
 	allowDeletions bool
 	author         gitsync.Signature
 	now            func() time.Time
+
+	// last is what the rendered branch holds at the commit this renderer pushed or found last,
+	// kept from building that commit: the next render reads the previous rendered/ and history/
+	// from here instead of the object store, and commits only the paths that differ from it.
+	last struct {
+		commit string
+		files  render.Tree
+	}
 }
 
 // remoteOutcome is what one render against the remote did.
@@ -75,8 +83,14 @@ func (e *errRefused) Unwrap() error { return e.err }
 // commits nothing.
 func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	var out remoteOutcome
+	sources := r.sources
+	sources.Known = r.known
+	// What the final attempt commits: the rendered branch's files once its change lands.
+	var base string
+	var full render.Tree
 	write := func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		in, err := verify.Collect(ctx, r.sources, head)
+		base, full = "", nil
+		in, err := verify.Collect(ctx, sources, head)
 		if err != nil {
 			return nil, err
 		}
@@ -121,6 +135,12 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		for p, b := range result.Files {
 			change.Files[p] = b
 		}
+		base, full = head.Commit(), change.Files
+		if r.review == nil && base != "" && base == r.last.commit {
+			// The head is this renderer's last commit, whose files it holds: the commit is built
+			// from what differs, not from a pass over every file.
+			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.files, full), base
+		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
 		// setting is gone, the branches are deleted.
 		change.Companions = render.Companions(result.Files)
@@ -138,9 +158,38 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		}, write)
 	} else {
 		res, err = r.store.Update(ctx, write)
+		switch {
+		case err == nil && res.Commit != "":
+			r.last.commit, r.last.files = res.Commit, full
+		case errors.Is(err, gitsync.ErrNoChanges) && full != nil:
+			// Nothing to commit: the head holds exactly these files.
+			r.last.commit, r.last.files = base, full
+		}
 	}
 	out.Push, out.Commit = res, res.Commit
 	return out, err
+}
+
+// known returns the files of the rendered branch's commit this renderer holds (verify.Sources.Known).
+func (r *remoteRender) known(commit string) (map[string][]byte, bool) {
+	if commit == "" || commit != r.last.commit {
+		return nil, false
+	}
+	return r.last.files, true
+}
+
+// edits lists what turns the files a into b: the paths whose content differs, with their content
+// in b, and nil for each path b no longer has.
+func edits(a, b render.Tree) map[string][]byte {
+	out := map[string][]byte{}
+	for _, p := range render.Diff(a, b) {
+		content, ok := b[p]
+		if ok && content == nil {
+			content = []byte{} // an empty file, not a deletion
+		}
+		out[p] = content
+	}
+	return out
 }
 
 // ownedPaths is everything on the rendered branch: the renderer's folders and inputs, and every

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,13 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 			}
 			b.Logf("fetch %s", time.Since(t0))
 		}
+		if f := os.Getenv("GITBROKER_BENCH_CPUPROFILE"); f != "" && i == 1 {
+			// A profile of the steady state alone: from the second changed device on, without the
+			// setup, the first render and the first re-render after it (which parses every Job the
+			// first render wrote), all of which go test's -cpuprofile would cover.
+			stop := startCPUProfile(b, f)
+			defer stop()
+		}
 		b.StartTimer()
 		t1 := time.Now()
 		out, err := r.once(ctx)
@@ -101,4 +109,18 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	b.ReportMetric(first.Seconds(), "first-render-s")
 	b.ReportMetric(float64(len(nodes)), "node-refs")
 	b.ReportMetric(float64(files), "files")
+}
+
+func startCPUProfile(b *testing.B, name string) (stop func()) {
+	out, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}
 }

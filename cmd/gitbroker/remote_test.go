@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
@@ -350,4 +354,99 @@ func TestRemoteRenderReviewBranch(t *testing.T) {
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--review-branch", "--review-branch-prefix", "review-")
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, srv.On(verify.RenderedBranch).Head(), strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "rev-parse", "review-"+source[:12]+"^")))
+}
+
+// changeRecorder is the rendered branch's store, noting each change the renderer hands it.
+type changeRecorder struct {
+	gitsync.Store
+	changes []*gitsync.Change
+}
+
+func (c *changeRecorder) Update(ctx context.Context, fn gitsync.UpdateFunc) (gitsync.Result, error) {
+	return c.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		ch, err := fn(ctx, head)
+		c.changes = append(c.changes, ch)
+		return ch, err
+	})
+}
+
+// A kept renderer (the daemon's) holds what it pushed: its next render reads the previous
+// output from there and commits only what differs, and what lands is byte for byte what the
+// full change would have made. When someone else moved the branch, it falls back to the full
+// change, which drops what was planted.
+func TestKeptRendererCommitsEdits(t *testing.T) {
+	srv := demoServer(t)
+	rendered := srv.On(verify.RenderedBranch)
+	r := newLayout(t, srv.URL()).renderer(nil)
+	rec := &changeRecorder{Store: r.store}
+	r.store = rec
+	ctx := context.Background()
+	// holds checks that the renderer's idea of the branch is what the branch holds.
+	holds := func() {
+		t.Helper()
+		require.Equal(t, rendered.Head(), r.last.commit)
+		got, _, err := readTree(export(t, srv, rendered.Head()))
+		require.NoError(t, err)
+		require.Empty(t, render.Diff(got, r.last.files), "files the renderer holds wrongly")
+	}
+	// fresh renders the same inputs with a renderer that holds nothing: it must find nothing to do.
+	fresh := func() {
+		t.Helper()
+		_, err := newLayout(t, srv.URL()).renderer(nil).once(ctx)
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	last := func() *gitsync.Change { return rec.changes[len(rec.changes)-1] }
+
+	_, err := r.once(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, last().Files, "the first render has nothing to edit")
+	holds()
+
+	// A device changes: one edit per changed file, on the renderer's own commit.
+	nodeCommit(t, srv, "edge-b", "foo0", "foo9")
+	before := rendered.Head()
+	out, err := r.once(ctx)
+	require.NoError(t, err)
+	require.Nil(t, last().Files)
+	require.Equal(t, before, last().EditsBase)
+	require.Less(t, len(last().Edits), len(r.last.files)/2)
+	require.Contains(t, strings.Join(slices.Collect(maps.Keys(last().Edits)), " "), "inventory/edge-b.yaml")
+	require.Equal(t, before, gitsynctest.Git(t, srv.Bare(), "rev-parse", out.Commit+"^")[:len(before)])
+	holds()
+	fresh()
+
+	// A device goes: its files are deleted by edits.
+	nodeCommit(t, srv, "edge-a", "    - id: bar0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: bar0\n", "")
+	out, err = r.once(ctx)
+	require.NoError(t, err)
+	require.Empty(t, out.Result.Errors)
+	require.Empty(t, out.Result.Held)
+	deleted := 0
+	for _, b := range last().Edits {
+		if b == nil {
+			deleted++
+		}
+	}
+	require.Positive(t, deleted)
+	holds()
+	fresh()
+
+	// Nothing changed: no commit, and the renderer still holds the head.
+	head := rendered.Head()
+	_, err = r.once(ctx)
+	require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	require.Equal(t, head, rendered.Head())
+	holds()
+
+	// Someone else commits to the rendered branch: the renderer does not hold that head, so it
+	// renders the full change, which removes the planted file.
+	rendered.Commit(map[string]string{"planted.yaml": "kind: Secret\n"}, nil, "planted")
+	nodeCommit(t, srv, "edge-b", "foo9", "foo8")
+	_, err = r.once(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, last().Files)
+	_, ok := rendered.File("planted.yaml")
+	require.False(t, ok)
+	holds()
+	fresh()
 }
