@@ -1,9 +1,11 @@
 package render_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,8 +45,12 @@ func repo(files map[string]string) render.Tree {
 	return t
 }
 
-// apply replaces the owned part of tree with the render result, like a commit would.
+// apply replaces the owned part of tree with the render result, like a commit would. It checks
+// on the way that the result's Diff, which the daemon commits from, is what changed.
 func apply(tree render.Tree, res *render.Result) render.Tree {
+	if want := render.Diff(res.Previous, res.Files); !slices.Equal(want, res.Diff) {
+		panic(fmt.Sprintf("Result.Diff is %q, but the files that changed are %q", res.Diff, want))
+	}
 	out := render.Tree{}
 	for p, b := range tree {
 		if !render.IsOwned(p) {

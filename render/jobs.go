@@ -14,7 +14,7 @@ import (
 // inputs give a Job name that has not run yet, and, under concurrency Forbid, only when no
 // earlier run of the instance is still unrecorded.
 func (p *pass) renderJobs() {
-	p.retired = map[string]bool{}
+	p.retired = map[objectKey]bool{}
 	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
 	runningNames := map[string]bool{}
 	for _, f := range p.prevPaths() {
@@ -55,7 +55,7 @@ func (p *pass) renderJobs() {
 			}
 			hp := historyPath(ns, cfgName, inst, name)
 			p.out[hp] = historyFile(data, recBytes)
-			p.retired[ref.id()] = true
+			p.retired[ref.key()] = true
 			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 			p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
 				Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})

@@ -2,10 +2,13 @@ package render
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -60,6 +63,24 @@ func kustomizationFile(resources []string) []byte {
 		resources = []string{}
 	}
 	return marshal(kustomization{APIVersion: "kustomize.config.k8s.io/v1beta1", Kind: "Kustomization", Resources: resources})
+}
+
+// kustomization is kustomizationFile through the Renderer's memo: a folder of thousands of
+// objects lists the same files render after render.
+func (p *pass) kustomization(resources []string) []byte {
+	sort.Strings(resources)
+	h := sha256.New()
+	for _, r := range resources {
+		h.Write([]byte(r))
+		h.Write([]byte{0})
+	}
+	key := "kustomization/" + hex.EncodeToString(h.Sum(nil))
+	if data, ok := p.r.objs.lookup(key); ok {
+		return data
+	}
+	data := kustomizationFile(resources)
+	p.r.objs.store(key, data)
+	return data
 }
 
 // fluxKustomization is the subset of kustomize.toolkit.fluxcd.io/v1 Kustomization written here.
@@ -120,11 +141,11 @@ func (p *pass) layout() {
 	}
 	f := p.settings.Flux
 	for d, files := range dirs {
-		p.out[d+"/kustomization.yaml"] = kustomizationFile(append(files, sub[d]...))
+		p.out[d+"/kustomization.yaml"] = p.kustomization(append(files, sub[d]...))
 	}
 	for parent, subs := range sub {
 		if _, ok := dirs[parent]; !ok {
-			p.out[parent+"/kustomization.yaml"] = kustomizationFile(append([]string(nil), subs...))
+			p.out[parent+"/kustomization.yaml"] = p.kustomization(append([]string(nil), subs...))
 		}
 	}
 	// One Flux Kustomization per leaf folder: the Configuration's folder, or each of its shards,
@@ -193,15 +214,9 @@ func (p *pass) writeMetadata() {
 	if len(p.out) == 0 && len(p.prev) == 0 {
 		return
 	}
-	withoutMeta := func(t Tree) Tree {
-		c := make(Tree, len(t))
-		for k, v := range t {
-			if k != MetadataPath {
-				c[k] = v
-			}
-		}
-		return c
-	}
+	// The one pass over every file that compares the output with the previous one.
+	p.diff = Diff(p.prev, p.out)
+	defer p.diffMetadata()
 	prevData, hadPrev := p.prev[MetadataPath]
 	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
 		(len(p.prevMeta.ConfigurationFiles) == 0 && len(p.configFiles) == 0)
@@ -212,7 +227,7 @@ func (p *pass) writeMetadata() {
 		writers = p.prevMeta.Writers
 	}
 	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
-	if hadPrev && sameFiles && sameWriters && Equal(withoutMeta(p.out), withoutMeta(p.prev)) {
+	if hadPrev && sameFiles && sameWriters && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
 		p.out[MetadataPath] = prevData
 		return
 	}
@@ -220,30 +235,30 @@ func (p *pass) writeMetadata() {
 		APIVersion:         api.APIVersion,
 		Kind:               "RenderMetadata",
 		SourceCommit:       p.req.SourceCommit,
-		InputsDigest:       InputsDigest(p.req.Files),
+		InputsDigest:       digestOf(p.req.Files, p.inputPaths()),
 		ConfigurationFiles: p.configFiles,
 		Writers:            writers,
 	}
 	p.out[MetadataPath] = marshal(m)
 }
 
+// diffMetadata brings the diff up to date with the metadata file just written.
+func (p *pass) diffMetadata() {
+	p.diff = slices.DeleteFunc(p.diff, func(f string) bool { return f == MetadataPath })
+	before, had := p.prev[MetadataPath]
+	after, has := p.out[MetadataPath]
+	if had != has || !bytes.Equal(before, after) {
+		i, _ := slices.BinarySearch(p.diff, MetadataPath)
+		p.diff = slices.Insert(p.diff, i, MetadataPath)
+	}
+}
+
 // planFromDiff adds the Pod, Service and Flux changes, found by comparing files. Job changes
 // were added while applying the lifecycle.
 func (p *pass) planFromDiff() {
-	prevIDs := map[string]string{}
-	for f := range p.prev {
-		if ref, ok := parseObjectPath(f); ok {
-			prevIDs[ref.id()] = f
-		}
-	}
-	newIDs := map[string]string{}
-	for f := range p.out {
-		if ref, ok := parseObjectPath(f); ok {
-			newIDs[ref.id()] = f
-		}
-	}
+	prevIDs, newIDs := p.prevIndex(), p.outIndex()
 	moved := map[string]int{}
-	for _, f := range Diff(p.prev, p.out) {
+	for _, f := range p.diff {
 		if f == NamespacesFluxFile {
 			continue
 		}
@@ -294,8 +309,8 @@ func (p *pass) planFromDiff() {
 			continue
 		}
 		kind := map[string]string{"pod": "Pod", "service": "Service"}[ref.kind]
-		newF, inNew := newIDs[ref.id()]
-		oldF, inOld := prevIDs[ref.id()]
+		newF, inNew := newIDs[ref.key()]
+		oldF, inOld := prevIDs[ref.key()]
 		if inNew && inOld && newF != oldF {
 			if f == newF {
 				moved[ref.namespace+"/"+ref.configuration]++
@@ -363,21 +378,10 @@ func replacedVerb(kind string) string {
 // checkSafety refuses renders that would remove too much: more than maxDeletionPercent of the
 // broker objects, or all of them. Jobs retired to history are not deletions.
 func (p *pass) checkSafety() string {
-	prevIDs := map[string]bool{}
-	for f := range p.prev {
-		if ref, ok := parseObjectPath(f); ok {
-			prevIDs[ref.id()] = true
-		}
-	}
-	newIDs := map[string]bool{}
-	for f := range p.out {
-		if ref, ok := parseObjectPath(f); ok {
-			newIDs[ref.id()] = true
-		}
-	}
+	prevIDs, newIDs := p.prevIndex(), p.outIndex()
 	removed := 0
 	for id := range prevIDs {
-		if !newIDs[id] && !p.retired[id] {
+		if _, kept := newIDs[id]; !kept && !p.retired[id] {
 			removed++
 		}
 	}
@@ -402,12 +406,7 @@ func (p *pass) checkSafety() string {
 // exists and its instance is gone from that node; a person's change to Configurations stays
 // judged fleet-wide.
 func (p *pass) overBudgetNodes() map[string]string {
-	newIDs := map[string]bool{}
-	for f := range p.out {
-		if ref, ok := parseObjectPath(f); ok {
-			newIDs[ref.id()] = true
-		}
-	}
+	newIDs := p.outIndex()
 	total, removed := map[string]int{}, map[string]int{}
 	for _, f := range p.prevPaths() {
 		ref, ok := parseObjectPath(f)
@@ -416,7 +415,8 @@ func (p *pass) overBudgetNodes() map[string]string {
 		}
 		h := p.head(f, p.prev[f])
 		nodes := h.nodes()
-		gone := !newIDs[ref.id()] && !p.retired[ref.id()]
+		_, kept := newIDs[ref.key()]
+		gone := !kept && !p.retired[ref.key()]
 		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
 		if in := p.instByKey[ref.namespace+"/"+ref.configuration+"/"+h.Metadata.Labels[LabelInstance]]; in != nil {

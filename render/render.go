@@ -51,7 +51,9 @@ type Result struct {
 	Files Tree
 	// Previous is the content of rendered/ and history/ before the render.
 	Previous Tree
-	Plan     *Plan
+	// Diff lists the paths whose content differs between Previous and Files, sorted.
+	Diff []string
+	Plan *Plan
 	// Errors are invalid inputs. Their previous output is kept; everything else renders.
 	Errors api.ErrorList
 	// Refused is set when a safety rule refused the render.
@@ -151,13 +153,32 @@ type pass struct {
 	instByKey       map[string]*instance   // namespace/configuration/instance
 	frozenInstances map[string][]string    // namespace/configuration/instance -> previous files
 
-	retired map[string]bool // object ids of Jobs retired in this render
+	retired map[objectKey]bool // Jobs retired in this render
 	meta    map[string]objMeta
 	pending []*pendingBuild
 
-	// The sorted paths of prev and of the request's files, each sorted once per pass: a
+	// The sorted paths of prev and of the request's inputs, each sorted once per pass: a
 	// fleet's tree holds over a hundred thousand paths.
 	prevSorted, filesSorted []string
+	// diff is Diff(prev, out), worked out once out is final.
+	diff []string
+	// The objects of prev and of the finished out, each indexed once per pass when asked for.
+	prevObjects, outObjects map[objectKey]string
+}
+
+func (p *pass) prevIndex() map[objectKey]string {
+	if p.prevObjects == nil {
+		p.prevObjects = objectIndex(p.prev)
+	}
+	return p.prevObjects
+}
+
+// outIndex may only be asked for once out is final: after the layout and the metadata.
+func (p *pass) outIndex() map[objectKey]string {
+	if p.outObjects == nil {
+		p.outObjects = objectIndex(p.out)
+	}
+	return p.outObjects
 }
 
 func (p *pass) prevPaths() []string {
@@ -167,9 +188,17 @@ func (p *pass) prevPaths() []string {
 	return p.prevSorted
 }
 
-func (p *pass) filePaths() []string {
+// inputPaths are the request's inputs, sorted: gitbroker.yaml, the Configurations, the
+// inventories and the records, not the ten times as many rendered files beside them.
+func (p *pass) inputPaths() []string {
 	if p.filesSorted == nil {
-		p.filesSorted = p.req.Files.Paths()
+		p.filesSorted = []string{}
+		for f := range p.req.Files {
+			if IsInput(f) {
+				p.filesSorted = append(p.filesSorted, f)
+			}
+		}
+		sort.Strings(p.filesSorted)
 	}
 	return p.filesSorted
 }
@@ -220,11 +249,11 @@ func (p *pass) run() *Result {
 	res.Untrusted = append(append([]string(nil), p.req.Untrusted...), p.ignoredRecords...)
 	plan.Trust, plan.Untrusted = p.req.Trust, res.Untrusted
 	res.Plan = plan
-	res.Files = p.out
+	res.Files, res.Diff = p.out, p.diff
 	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
 		res.Refused = &RefusedError{Reason: reason}
 		plan.Refused = reason
-		res.Files = p.prev
+		res.Files, res.Diff = p.prev, nil
 	}
 	return res
 }
@@ -255,7 +284,7 @@ func (p *pass) loadConfigurations() {
 	var files []string
 	parsedFiles := map[string]parsedConfigFile{}
 	definers := map[string][]string{} // Configuration key -> the files that define it
-	for _, f := range p.filePaths() {
+	for _, f := range p.inputPaths() {
 		if !isConfigurationPath(f) {
 			continue
 		}
@@ -363,7 +392,7 @@ func (p *pass) planConfigurations() {
 func (p *pass) loadInventories() {
 	p.frozenNodes = map[string]bool{}
 	var paths []string
-	for _, f := range p.filePaths() {
+	for _, f := range p.inputPaths() {
 		if isInventoryPath(f) {
 			paths = append(paths, f)
 		}
@@ -446,7 +475,7 @@ func (p *pass) loadRecords() {
 	if p.req.RenderedJobsOnly {
 		rendered = p.renderedJobs()
 	}
-	for _, f := range p.filePaths() {
+	for _, f := range p.inputPaths() {
 		if !isRecordPath(f) {
 			continue
 		}

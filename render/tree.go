@@ -104,7 +104,25 @@ func parseObjectPath(p string) (objectRef, bool) {
 	return objectRef{namespace: ns, configuration: cfg, kind: kind, name: name}, true
 }
 
-func (o objectRef) id() string { return o.kind + "/" + o.namespace + "/" + o.name }
+// objectKey is an object's identity, kind, namespace and name, as substrings of its path: a
+// key made without building a string, for indexes over every file of a fleet.
+type objectKey struct{ kind, namespace, name string }
+
+func (o objectRef) key() objectKey { return objectKey{o.kind, o.namespace, o.name} }
+
+// objectIndex maps each object in t to its file (to one of them, should two files hold the
+// same object).
+func objectIndex(t Tree) map[objectKey]string {
+	out := make(map[objectKey]string, len(t))
+	for f := range t {
+		if ref, ok := parseObjectPath(f); ok {
+			if old, dup := out[ref.key()]; !dup || f < old {
+				out[ref.key()] = f
+			}
+		}
+	}
+	return out
+}
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

@@ -136,10 +136,10 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			change.Files[p] = b
 		}
 		base, full = head.Commit(), change.Files
-		if r.review == nil && base != "" && base == r.last.commit {
-			// The head is this renderer's last commit, whose files it holds: the commit is built
-			// from what differs, not from a pass over every file.
-			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.files, full), base
+		if r.review == nil && base != "" && base == r.last.commit && in.Previous == base {
+			// The head is this renderer's last commit, whose files it holds and rendered on top
+			// of: the commit is built from what differs, not from a pass over every file.
+			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.files, full, result), base
 		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
 		// setting is gone, the branches are deleted.
@@ -178,16 +178,37 @@ func (r *remoteRender) known(commit string) (map[string][]byte, bool) {
 	return r.last.files, true
 }
 
-// edits lists what turns the files a into b: the paths whose content differs, with their content
-// in b, and nil for each path b no longer has.
-func edits(a, b render.Tree) map[string][]byte {
+// edits lists what turns last, the files of the commit a render was made on top of, into full,
+// the files it commits: the paths whose content differs, with their content in full, and nil
+// for each path full no longer has. The render says which of its own files changed; the inputs
+// are compared here.
+func edits(last, full render.Tree, result *render.Result) map[string][]byte {
 	out := map[string][]byte{}
-	for _, p := range render.Diff(a, b) {
-		content, ok := b[p]
+	put := func(p string) {
+		content, ok := full[p]
 		if ok && content == nil {
 			content = []byte{} // an empty file, not a deletion
 		}
-		out[p] = content
+		out[p] = content // nil when gone
+	}
+	for _, p := range result.Diff {
+		put(p)
+	}
+	for p, b := range full {
+		if render.IsOwned(p) {
+			continue
+		}
+		if old, ok := last[p]; !ok || !bytes.Equal(old, b) {
+			put(p)
+		}
+	}
+	for p := range last {
+		if render.IsOwned(p) {
+			continue
+		}
+		if _, ok := full[p]; !ok {
+			put(p)
+		}
 	}
 	return out
 }
@@ -240,7 +261,7 @@ func (r *remoteRender) text(name string, tree render.Tree, digest, source string
 		Branch:       r.branch,
 		Summary:      result.Plan.Summary.String(),
 		Plan:         truncateLines(plan.String(), commitPlanLines),
-		FilesChanged: len(render.Diff(result.Previous, result.Files)),
+		FilesChanged: len(result.Diff),
 		InputsDigest: digest,
 	})
 	if err != nil && override != "" {

@@ -151,7 +151,7 @@ render of its own last commit, commits nothing.`,
 				if err := writeOwned(o.Dir, res.Previous, res.Files); err != nil {
 					return exitf(exitInvalid, "%v", err)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d changed files under rendered/ and history/\n", len(render.Diff(res.Previous, res.Files)))
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d changed files under rendered/ and history/\n", len(res.Diff))
 			} else {
 				fmt.Fprintln(cmd.ErrOrStderr(), "rendered/ and history/ are up to date")
 			}
