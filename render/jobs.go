@@ -17,7 +17,7 @@ func (p *pass) renderJobs() {
 	p.retired = map[objectKey]bool{}
 	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
 	runningNames := map[string]bool{}
-	for _, f := range p.prevPaths() {
+	for _, f := range p.prevJobPaths() {
 		ref, ok := parseObjectPath(f)
 		if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
 			continue
@@ -180,7 +180,7 @@ func (p *pass) renderJobs() {
 // historyLimit runs of each instance; git history keeps the rest.
 func (p *pass) renderHistory() {
 	groups := map[string][]*historyEntry{}
-	for _, f := range p.prevPaths() {
+	for _, f := range p.prevJobPaths() {
 		if !strings.HasPrefix(f, HistoryDir) {
 			continue
 		}
@@ -196,10 +196,15 @@ func (p *pass) renderHistory() {
 		e := h.entry
 		groups[e.namespace+"/"+e.config+"/"+e.instance] = append(groups[e.namespace+"/"+e.config+"/"+e.instance], e)
 	}
-	for _, f := range sortedKeys(p.out) {
-		if !strings.HasPrefix(f, "history/jobs/") || p.prev[f] != nil {
-			continue
+	// The Jobs retired by this render, in order (not the whole output, sorted).
+	var retired []string
+	for f := range p.out {
+		if strings.HasPrefix(f, "history/jobs/") && p.prev[f] == nil {
+			retired = append(retired, f)
 		}
+	}
+	sort.Strings(retired)
+	for _, f := range retired {
 		e, err := parseHistory(f, p.out[f])
 		if err != nil {
 			continue

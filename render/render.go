@@ -160,6 +160,7 @@ type pass struct {
 	// The sorted paths of prev and of the request's inputs, each sorted once per pass: a
 	// fleet's tree holds over a hundred thousand paths.
 	prevSorted, filesSorted []string
+	prevJobs                []string
 	// diff is Diff(prev, out), worked out once out is final.
 	diff []string
 	// The objects of prev and of the finished out, each indexed once per pass when asked for.
@@ -186,6 +187,22 @@ func (p *pass) prevPaths() []string {
 		p.prevSorted = p.prev.Paths()
 	}
 	return p.prevSorted
+}
+
+// prevJobPaths are the paths of prev that may hold a Job or its history, sorted: every file under
+// history/, and each file under rendered/ named job-*. The Job lifecycle passes over these,
+// not over the Pods and Services beside them.
+func (p *pass) prevJobPaths() []string {
+	if p.prevJobs == nil {
+		p.prevJobs = []string{}
+		for f := range p.prev {
+			if strings.HasPrefix(f, HistoryDir) || strings.HasPrefix(f, RenderedDir) && strings.HasPrefix(path.Base(f), "job-") {
+				p.prevJobs = append(p.prevJobs, f)
+			}
+		}
+		sort.Strings(p.prevJobs)
+	}
+	return p.prevJobs
 }
 
 // inputPaths are the request's inputs, sorted: gitbroker.yaml, the Configurations, the
@@ -496,7 +513,7 @@ func (p *pass) loadRecords() {
 		p.records[k] = parsed.rec.JobRecord
 		p.recordBytes[k] = data
 	}
-	for _, f := range p.prevPaths() {
+	for _, f := range p.prevJobPaths() {
 		if !strings.HasPrefix(f, "history/jobs/") {
 			continue
 		}

@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -30,12 +31,13 @@ func (t Tree) Paths() []string {
 
 // Owned returns the part of the tree the renderer owns: rendered/ and history/.
 func (t Tree) Owned() Tree {
-	out := make(Tree, len(t))
-	for p, b := range t {
-		if IsOwned(p) {
-			out[p] = b
-		}
+	// A clone copies the map's tables as they are, several times faster than inserting a
+	// rendered fleet's files one by one; the few inputs are then taken out.
+	out := maps.Clone(t)
+	if out == nil {
+		return Tree{}
 	}
+	maps.DeleteFunc(out, func(p string, _ []byte) bool { return !IsOwned(p) })
 	return out
 }
 

@@ -301,11 +301,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 		return nil, err
 	}
 	meta := render.ParseMetadata(prev[render.MetadataPath])
-	for p, b := range prev {
-		if render.IsOwned(p) {
-			in.Tree[p] = b
-		}
-	}
+	in.Tree = render.Tree(prev).Owned()
 
 	src, m, err := source(ctx, s, tip, tipMode, meta.SourceCommit, prev, in)
 	if err != nil {
