@@ -104,12 +104,17 @@ type Sources struct {
 
 // filesOf returns every file of a rendered-branch commit.
 func (s Sources) filesOf(snap gitsync.Snapshot) (map[string][]byte, error) {
-	if s.Known != nil {
-		if files, ok := s.Known(snap.Commit()); ok {
-			return files, nil
-		}
+	if files, ok := s.known(snap.Commit()); ok {
+		return files, nil
 	}
 	return snap.Files("")
+}
+
+func (s Sources) known(commit string) (map[string][]byte, bool) {
+	if s.Known == nil || commit == "" {
+		return nil, false
+	}
+	return s.Known(commit)
 }
 
 // Inputs are the verified inputs of one render.
@@ -327,7 +332,10 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 		in.Trust = fmt.Sprintf("verified: every commit on %s signed by a person, and node, recorder and renderer signatures checked against %s", s.SourceBranch, AllowedSignersPath)
 	}
 
-	if err := nodes(ctx, s, nodeRefs, m, meta, prev, now, in); err != nil {
+	// Whether prev is the caller's own render held in memory: its inventories are then exactly
+	// the files of the tips it accepted, so a tip that has not moved need not be read again.
+	_, mirrored := s.known(in.Previous)
+	if err := nodes(ctx, s, nodeRefs, m, meta, prev, mirrored, now, in); err != nil {
 		return nil, err
 	}
 	if err := status(ctx, s, refs[StatusBranch], m, meta, prev, now, in); err != nil {
@@ -513,8 +521,10 @@ func person(m mode, c *gitsync.Commit) error {
 	return fmt.Errorf("signed as %s, which is not a person", strings.Join(ps, ", "))
 }
 
-// nodes takes each node's inventory from its ref.
-func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, now time.Time, in *Inputs) error {
+// nodes takes each node's inventory from its ref. With mirrored, prev holds the file of each
+// tip meta.Writers names as it was read: a tip that has not moved is taken from there (its
+// signature is still checked, against today's allowed_signers and clock).
+func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, mirrored bool, now time.Time, in *Inputs) error {
 	keep := func(ref, node string) {
 		p := api.InventoryPath(node)
 		if b, ok := prev[p]; ok {
@@ -536,7 +546,10 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 		}
 		seen[node] = true
 		snap := refs[ref]
-		why, err := nodeTip(ctx, s, ref, node, snap, m, meta.Writers[ref], now)
+		p := api.InventoryPath(node)
+		mirror, unmoved := prev[p]
+		unmoved = unmoved && mirrored && snap.Commit() == meta.Writers[ref]
+		why, err := nodeTip(ctx, s, ref, node, snap, m, meta.Writers[ref], unmoved, now)
 		if err != nil {
 			return err
 		}
@@ -549,10 +562,11 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 			keep(ref, node)
 			continue
 		}
-		p := api.InventoryPath(node)
-		b, err := snap.ReadFile(p)
-		if err != nil {
-			return err
+		b := mirror
+		if !unmoved {
+			if b, err = snap.ReadFile(p); err != nil {
+				return err
+			}
 		}
 		in.Tree[p] = b
 		in.Writers[ref] = snap.Commit()
@@ -577,20 +591,23 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 	return nil
 }
 
-// nodeTip says why a node ref's tip may not be rendered, or "" when it may.
-func nodeTip(ctx context.Context, s Sources, ref, node string, snap gitsync.Snapshot, m mode, accepted string, now time.Time) (string, error) {
-	files, err := snap.Files("")
-	if err != nil {
-		return fmt.Sprintf("cannot be read (%v)", err), nil
-	}
-	want := api.InventoryPath(node)
-	for p := range files {
-		if p != want {
-			return fmt.Sprintf("holds %s; a node's ref may hold only %s", p, want), nil
+// nodeTip says why a node ref's tip may not be rendered, or "" when it may. unmoved says the tip
+// is the one accepted last, whose tree (named by the commit) was checked then.
+func nodeTip(ctx context.Context, s Sources, ref, node string, snap gitsync.Snapshot, m mode, accepted string, unmoved bool, now time.Time) (string, error) {
+	if !unmoved {
+		files, err := snap.Files("")
+		if err != nil {
+			return fmt.Sprintf("cannot be read (%v)", err), nil
 		}
-	}
-	if _, ok := files[want]; !ok {
-		return "holds no " + want, nil
+		want := api.InventoryPath(node)
+		for p := range files {
+			if p != want {
+				return fmt.Sprintf("holds %s; a node's ref may hold only %s", p, want), nil
+			}
+		}
+		if _, ok := files[want]; !ok {
+			return "holds no " + want, nil
+		}
 	}
 	if m.allowed == nil {
 		return "", nil

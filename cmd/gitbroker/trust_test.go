@@ -442,3 +442,42 @@ func TestInventoryRepository(t *testing.T) {
 	require.Contains(t, file, "foo0")
 	require.NotContains(t, stderr, agentPassword)
 }
+
+// The daemon takes a node's inventory from what it rendered while the node's tip has not moved,
+// but it checks that tip's signature on every render: once a person takes the node's key out of
+// allowed_signers, the unchanged tip is refused like a new one.
+func TestUnmovedTipIsVerifiedAgain(t *testing.T) {
+	s := newSignedLoop(t)
+	rec := &changeRecorder{Store: s.renderer.store}
+	s.renderer.store = rec
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "foo0")
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	s.nodes["edge-b"].set("default/akri-debug-echo", "foo1")
+	s.discover()
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.podsText(), "foo1")
+	edgeA := s.srv.On(verify.InventoryBranch("edge-a")).Head()
+
+	// The person takes edge-a's key out (edge-a's tip stays where it is) and edge-b reports
+	// another device, so the render has something to commit.
+	var kept []string
+	for _, line := range strings.Split(strings.TrimSpace(s.allowed), "\n") {
+		if !strings.HasPrefix(line, "node:edge-a ") {
+			kept = append(kept, line)
+		}
+	}
+	require.Len(t, kept, 4)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: strings.Join(kept, "\n") + "\n"}, nil, "remove edge-a's key")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "foo2")
+	s.discover()
+	out = s.renderTrust()
+	require.Equal(t, edgeA, s.srv.On(verify.InventoryBranch("edge-a")).Head())
+	require.NotNil(t, rec.changes[len(rec.changes)-1].Edits, "the render was made on the renderer's own commit, held in memory")
+	require.Len(t, out.Result.Untrusted, 1, s.plan(out))
+	require.Contains(t, out.Result.Untrusted[0], "gitbroker/inventory/edge-a: commit "+edgeA[:12])
+	require.Contains(t, s.podsText(), "foo2")
+}
