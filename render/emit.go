@@ -22,13 +22,21 @@ import (
 // yaml.v2, so the output never depends on which path wrote it. emit_test.go compares the two
 // on generated documents and fuzzes the comparison.
 
+// jsonBuffers hold the JSON of one object while it is converted: json.Marshal would copy it out
+// for each of a fleet's hundred thousand objects, only for it to be dropped at once.
+var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // marshal writes v as YAML with sorted keys.
 func marshal(v any) []byte {
-	js, err := json.Marshal(v)
-	if err != nil {
+	buf := jsonBuffers.Get().(*bytes.Buffer)
+	defer jsonBuffers.Put(buf)
+	buf.Reset()
+	// json.Marshal's encoding (HTML characters escaped), with a newline after it.
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		// Only types built here are marshalled; they always encode.
 		panic(err)
 	}
+	js := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if b, ok := fastYAML(js); ok {
 		return b
 	}
@@ -367,10 +375,13 @@ func (e *emitter) scalar(key bool) (jnode, bool) {
 			n.key = string(n.quote) + n.text + string(n.quote)
 		}
 	}
-	if *cache == nil || len(*cache) >= maxCachedScalars {
-		// Start again rather than stop remembering: the strings every object has come back
-		// at once, the ones only one object has do not.
+	switch {
+	case *cache == nil:
 		*cache = make(map[string]jnode, 256)
+	case len(*cache) >= maxCachedScalars:
+		// Start again rather than stop remembering: the strings every object has come back
+		// at once, the ones only one object has do not. Cleared, the map keeps its memory.
+		clear(*cache)
 	}
 	(*cache)[s] = n
 	return n, true
