@@ -48,7 +48,7 @@ func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *remoteR
 	}
 	r := &remoteRender{
 		store:    l.open(verify.RenderedBranch, append(extra, gitsync.WithCreateBranch())...),
-		sources:  verify.Sources{Main: l.open("main", extra...), SourceBranch: "main"},
+		sources:  verify.Sources{Main: l.open("main", extra...), SourceBranch: "main", Signatures: &verify.Signatures{}},
 		branch:   "main",
 		renderer: render.New(),
 		author:   gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"},

@@ -278,7 +278,8 @@ func (remote *remoteOptions) open(signer cli.RendererSigner, extra ...gitsync.Op
 	if err != nil {
 		return nil, nil, none, exitf(exitInvalid, "%v", err)
 	}
-	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered}
+	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered,
+		Signatures: &verify.Signatures{}}
 	if signer.SSH != nil {
 		sources.RendererKey = signer.SSH.PublicKey()
 	}
