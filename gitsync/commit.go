@@ -100,8 +100,13 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 					return "", false, err
 				}
 				e, ok := m[file]
-				if !ok || !e.Mode.IsFile() {
+				switch {
+				case !ok || e.Mode == filemode.Dir:
 					return "", false, nil
+				case e.Mode != filemode.Regular && e.Mode != filemode.Executable:
+					// A symbolic link or a submodule where the writer owns a file: present, and
+					// never what the writer means, whatever it points at.
+					return "", true, nil
 				}
 				return e.Hash.String(), true, nil
 			},
@@ -318,7 +323,7 @@ func (b *commitBuilder) put(obj plumbing.EncodedObject) (plumbing.Hash, error) {
 	return h, nil
 }
 
-// listFiles returns the full paths of the files under dir in root.
+// listFiles returns the full paths of the entries under dir in root that are not folders.
 func listFiles(root *object.Tree, dir string) ([]string, error) {
 	if root == nil {
 		return nil, nil
@@ -345,7 +350,9 @@ func listFiles(root *object.Tree, dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("walking %s: %w", dir, err)
 		}
-		if e.Mode.IsFile() {
+		// Every entry but a folder: files and symbolic links, and submodules, which a writer
+		// never writes, so one planted in its folder goes.
+		if e.Mode != filemode.Dir {
 			names = append(names, joinPath(dir, name))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -355,10 +356,12 @@ func TopLevel(s Snapshot) []string {
 		}
 		var out []string
 		for _, e := range t.root.Entries {
-			if e.Mode.IsFile() {
-				out = append(out, e.Name)
-			} else {
+			// A submodule is an entry, not a folder: owned as a folder, it would never be
+			// listed, so never removed.
+			if e.Mode == filemode.Dir {
 				out = append(out, e.Name+"/")
+			} else {
+				out = append(out, e.Name)
 			}
 		}
 		return out

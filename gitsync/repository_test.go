@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -470,4 +472,44 @@ func TestUpdateFromEdits(t *testing.T) {
 		require.Error(t, err, name)
 		require.Equal(t, head, srv.Head(), name)
 	}
+}
+
+// What git can hold besides files, planted where a writer owns: a symbolic link at one of its
+// paths, whose target is the writer's content, and submodules in its folder and at the top. The
+// writer's next change leaves a regular file with its content and no submodule (before, the link
+// and the submodules stayed).
+func TestUpdateReplacesLinksAndSubmodules(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	work := t.TempDir()
+	gitsynctest.Git(t, "", "clone", "--quiet", srv.Bare(), work)
+	target := filepath.Join(t.TempDir(), "target")
+	require.NoError(t, os.WriteFile(target, []byte("pod: a\n"), 0o644))
+	blob := strings.TrimSpace(gitsynctest.Git(t, work, "hash-object", "-w", target))
+	gitsynctest.Git(t, work, "update-index", "--cacheinfo", "120000,"+blob+",rendered/default/x/pod-a.yaml")
+	gitsynctest.Git(t, work, "update-index", "--add", "--cacheinfo", "160000,"+srv.Head()+",rendered/default/x/sub")
+	gitsynctest.Git(t, work, "update-index", "--add", "--cacheinfo", "160000,"+srv.Head()+",planted")
+	gitsynctest.Git(t, work, "-c", "user.name=m", "-c", "user.email=m@example.com", "commit", "--quiet", "-m", "planted")
+	gitsynctest.Git(t, work, "push", "--quiet", "origin", "HEAD:main")
+	require.Contains(t, gitsynctest.Git(t, srv.Bare(), "ls-tree", "-r", "main", "rendered/default/x/"), "160000 commit")
+
+	// The writer owns its folder and every top-level entry, as the renderer does.
+	r := open(t, srv)
+	_, err := r.Update(context.Background(), func(_ context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		require.Contains(t, gitsync.TopLevel(head), "planted", "a submodule is owned as an entry, not as a folder")
+		return change(append([]string{"rendered/"}, gitsync.TopLevel(head)...), map[string]string{
+			"rendered/default/x/pod-a.yaml": "pod: a\n",
+			"rendered/default/x/pod-b.yaml": "pod: b\n",
+			"rendered/kustomization.yaml":   "resources: []\n",
+			"configurations/echo.yaml":      "kind: Configuration\n",
+			"inventory/edge-a.yaml":         "a: 1\n",
+			"inventory/edge-b.yaml":         "b: 1\n",
+		}), nil
+	})
+	require.NoError(t, err)
+	tree := gitsynctest.Git(t, srv.Bare(), "ls-tree", "-r", "main", "rendered/default/x/")
+	require.Contains(t, tree, "100644 blob "+blob+"\trendered/default/x/pod-a.yaml\n")
+	require.NotContains(t, tree, "120000")
+	require.NotContains(t, tree, "160000")
+	require.NotContains(t, gitsynctest.Git(t, srv.Bare(), "ls-tree", "main"), "planted")
+	gitsynctest.Git(t, srv.Bare(), "fsck", "--strict", "--no-progress")
 }
