@@ -66,6 +66,7 @@ func apply(tree render.Tree, res *render.Result) render.Tree {
 func renderOK(t *testing.T, tree render.Tree) *render.Result {
 	t.Helper()
 	res := render.Render(render.Request{Files: tree})
+	require.Equal(t, render.InputsDigest(tree), res.InputsDigest)
 	require.Empty(t, res.Errors, "unexpected input errors")
 	require.Nil(t, res.Refused)
 	return res

@@ -235,7 +235,7 @@ func (p *pass) writeMetadata() {
 		APIVersion:         api.APIVersion,
 		Kind:               "RenderMetadata",
 		SourceCommit:       p.req.SourceCommit,
-		InputsDigest:       digestOf(p.req.Files, p.inputPaths()),
+		InputsDigest:       p.digest,
 		ConfigurationFiles: p.configFiles,
 		Writers:            writers,
 	}

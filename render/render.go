@@ -53,7 +53,10 @@ type Result struct {
 	Previous Tree
 	// Diff lists the paths whose content differs between Previous and Files, sorted.
 	Diff []string
-	Plan *Plan
+	// InputsDigest is InputsDigest of the request's files, worked out once for the metadata
+	// and for whoever commits the render.
+	InputsDigest string
+	Plan         *Plan
 	// Errors are invalid inputs. Their previous output is kept; everything else renders.
 	Errors api.ErrorList
 	// Refused is set when a safety rule refused the render.
@@ -163,6 +166,8 @@ type pass struct {
 	prevJobs                []string
 	// diff is Diff(prev, out), worked out once out is final.
 	diff []string
+	// digest is InputsDigest(req.Files).
+	digest string
 	// The objects of prev and of the finished out, each indexed once per pass when asked for.
 	prevObjects, outObjects map[objectKey]string
 }
@@ -227,7 +232,8 @@ type objMeta struct {
 }
 
 func (p *pass) run() *Result {
-	res := &Result{Previous: p.prev}
+	p.digest = digestOf(p.req.Files, p.inputPaths())
+	res := &Result{Previous: p.prev, InputsDigest: p.digest}
 	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
 	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
 		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})

@@ -109,7 +109,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		if result.Refused != nil {
 			return nil, &errRefused{result.Refused}
 		}
-		digest := render.InputsDigest(tree)
+		digest := result.InputsDigest
 		msg, err := r.text(templates.CommitMessageName, tree, digest, in.Source, result)
 		if err != nil {
 			return nil, err
@@ -238,7 +238,7 @@ func (r *remoteRender) reviewBranch(source string) string {
 
 // pullRequest renders the pull-request description of a render.
 func (r *remoteRender) pullRequest(out remoteOutcome) (string, error) {
-	return r.text(templates.PullRequestName, out.tree, render.InputsDigest(out.tree), out.Source, out.Result)
+	return r.text(templates.PullRequestName, out.tree, out.Result.InputsDigest, out.Source, out.Result)
 }
 
 // text renders the commit message or the pull-request description
