@@ -52,6 +52,8 @@ type remoteRender struct {
 	last struct {
 		commit string
 		files  render.Tree
+		// inputs are the mirrored inputs among files: everything not rendered/ or history/.
+		inputs render.Tree
 	}
 }
 
@@ -88,9 +90,9 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	sources.Known = r.known
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
-	var full render.Tree
+	var full, inputs render.Tree
 	write := func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		base, full = "", nil
+		base, full, inputs = "", nil, nil
 		in, err := verify.Collect(ctx, sources, head)
 		if err != nil {
 			return nil, err
@@ -133,16 +135,18 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		if change.Files == nil {
 			change.Files = render.Tree{}
 		}
+		mirrored := render.Tree{}
 		for p, b := range tree {
 			if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
 				change.Files[p] = b
+				mirrored[p] = b
 			}
 		}
-		base, full = head.Commit(), change.Files
+		base, full, inputs = head.Commit(), change.Files, mirrored
 		if r.review == nil && base != "" && base == r.last.commit && in.Previous == base {
 			// The head is this renderer's last commit, whose files it holds and rendered on top
 			// of: the commit is built from what differs, not from a pass over every file.
-			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.files, full, result), base
+			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.inputs, inputs, result), base
 		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
 		// setting is gone, the branches are deleted.
@@ -163,10 +167,10 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		res, err = r.store.Update(ctx, write)
 		switch {
 		case err == nil && res.Commit != "":
-			r.last.commit, r.last.files = res.Commit, full
+			r.last.commit, r.last.files, r.last.inputs = res.Commit, full, inputs
 		case errors.Is(err, gitsync.ErrNoChanges) && full != nil:
 			// Nothing to commit: the head holds exactly these files.
-			r.last.commit, r.last.files = base, full
+			r.last.commit, r.last.files, r.last.inputs = base, full, inputs
 		}
 	}
 	out.Push, out.Commit = res, res.Commit
@@ -181,36 +185,29 @@ func (r *remoteRender) known(commit string) (map[string][]byte, bool) {
 	return r.last.files, true
 }
 
-// edits lists what turns last, the files of the commit a render was made on top of, into full,
-// the files it commits: the paths whose content differs, with their content in full, and nil
-// for each path full no longer has. The render says which of its own files changed; the inputs
-// are compared here.
-func edits(last, full render.Tree, result *render.Result) map[string][]byte {
+// edits lists what turns the commit a render was made on top of into the one it commits: the
+// render's own changed files (Result.Diff) and the mirrored inputs that differ from last, the
+// inputs of that commit, each with its new content, nil for a path that is gone.
+func edits(last, inputs render.Tree, result *render.Result) map[string][]byte {
 	out := map[string][]byte{}
-	put := func(p string) {
-		content, ok := full[p]
+	for _, p := range result.Diff {
+		content, ok := result.Files[p]
 		if ok && content == nil {
 			content = []byte{} // an empty file, not a deletion
 		}
 		out[p] = content // nil when gone
 	}
-	for _, p := range result.Diff {
-		put(p)
-	}
-	for p, b := range full {
-		if render.IsOwned(p) {
-			continue
-		}
+	for p, b := range inputs {
 		if old, ok := last[p]; !ok || !bytes.Equal(old, b) {
-			put(p)
+			if b == nil {
+				b = []byte{}
+			}
+			out[p] = b
 		}
 	}
 	for p := range last {
-		if render.IsOwned(p) {
-			continue
-		}
-		if _, ok := full[p]; !ok {
-			put(p)
+		if _, ok := inputs[p]; !ok {
+			out[p] = nil
 		}
 	}
 	return out

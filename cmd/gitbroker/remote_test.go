@@ -431,6 +431,26 @@ func TestKeptRendererCommitsEdits(t *testing.T) {
 	holds()
 	fresh()
 
+	// A person adds a Configuration no device reports, then removes it: the mirrored input comes
+	// and goes through edits.
+	const extra = "configurations/extra.yaml"
+	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
+	srv.Commit(map[string]string{extra: strings.Replace(cfg, "name: akri-debug-echo", "name: extra", 1)}, nil, "add a Configuration")
+	_, err = r.once(ctx)
+	require.NoError(t, err)
+	require.Contains(t, last().Edits, extra)
+	holds()
+	srv.Commit(nil, []string{extra}, "remove it")
+	_, err = r.once(ctx)
+	require.NoError(t, err)
+	gone, ok := last().Edits[extra]
+	require.True(t, ok)
+	require.Nil(t, gone)
+	_, ok = rendered.File(extra)
+	require.False(t, ok)
+	holds()
+	fresh()
+
 	// Nothing changed: no commit, and the renderer still holds the head.
 	head := rendered.Head()
 	_, err = r.once(ctx)
@@ -445,7 +465,7 @@ func TestKeptRendererCommitsEdits(t *testing.T) {
 	_, err = r.once(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, last().Files)
-	_, ok := rendered.File("planted.yaml")
+	_, ok = rendered.File("planted.yaml")
 	require.False(t, ok)
 	holds()
 	fresh()
