@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/gitbroker/gitbroker/api"
+	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,6 +51,29 @@ func (m *memo[T]) get(p string, data []byte, parse func() T) T {
 	v := parse()
 	m.cur[p] = memoEntry[T]{data: data, val: v}
 	return v
+}
+
+// has reports whether the memo holds a value for p with this content, keeping it for this pass.
+func (m *memo[T]) has(p string, data []byte) bool {
+	if m.cur == nil {
+		m.cur = make(map[string]memoEntry[T], len(m.old))
+	}
+	if e, ok := m.cur[p]; ok && sameContent(e.data, data) {
+		return true
+	}
+	if e, ok := m.old[p]; ok && sameContent(e.data, data) {
+		m.cur[p] = e
+		return true
+	}
+	return false
+}
+
+// set records what get would have parsed from p with this content.
+func (m *memo[T]) set(p string, data []byte, v T) {
+	if m.cur == nil {
+		m.cur = make(map[string]memoEntry[T], len(m.old))
+	}
+	m.cur[p] = memoEntry[T]{data: data, val: v}
 }
 
 // getMany is get for many files, parsing the ones not in the memo in parallel. scope is part of
@@ -169,14 +193,18 @@ type objectHead struct {
 type affinityHead struct {
 	NodeAffinity struct {
 		Required struct {
-			Terms []struct {
-				MatchFields []struct {
-					Key    string   `json:"key"`
-					Values []string `json:"values"`
-				} `json:"matchFields"`
-			} `json:"nodeSelectorTerms"`
+			Terms []affinityTerm `json:"nodeSelectorTerms"`
 		} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
 	} `json:"nodeAffinity"`
+}
+
+type affinityTerm struct {
+	MatchFields []affinityField `json:"matchFields"`
+}
+
+type affinityField struct {
+	Key    string   `json:"key"`
+	Values []string `json:"values"`
 }
 
 // nodes are the nodes the object is pinned to, sorted, each once (a node appears in one term per
@@ -215,6 +243,47 @@ func (o *objectHead) eachPin(fn func(values []string)) {
 				}
 			}
 		}
+	}
+}
+
+// jobHead is the head parseHead reads back from a Job this renderer writes, taken from the Job
+// before it is written: the render after the one that started a fleet's Jobs then reads none of
+// them again.
+func jobHead(m manifest) *objectHead {
+	h := &objectHead{Kind: m.Kind}
+	h.Metadata.Name, h.Metadata.Namespace = m.Metadata.Name, m.Metadata.Namespace
+	h.Metadata.Labels, h.Metadata.Annotations = m.Metadata.Labels, m.Metadata.Annotations
+	js, ok := m.Spec.(*batchv1.JobSpec)
+	if !ok || js.Template.Spec.Affinity == nil || js.Template.Spec.Affinity.NodeAffinity == nil {
+		return h
+	}
+	a := &affinityHead{}
+	if r := js.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; r != nil {
+		for _, t := range r.NodeSelectorTerms {
+			var term affinityTerm
+			for _, f := range t.MatchFields {
+				term.MatchFields = append(term.MatchFields, affinityField{Key: f.Key, Values: f.Values})
+			}
+			a.NodeAffinity.Required.Terms = append(a.NodeAffinity.Required.Terms, term)
+		}
+	}
+	h.Spec.Template.Spec.Affinity = a
+	return h
+}
+
+// prefetchHeads reads the heads of the previous files among paths that the memo does not hold
+// yet, on every CPU: after a daemon starts, every rendered Job is new to it.
+func (p *pass) prefetchHeads(paths []string) {
+	var miss []string
+	for _, f := range paths {
+		if !p.r.heads.has(f, p.prev[f]) {
+			miss = append(miss, f)
+		}
+	}
+	heads := make([]*objectHead, len(miss))
+	parallel(len(miss), func(i int) { heads[i] = parseHead(p.prev[miss[i]]) })
+	for i, f := range miss {
+		p.r.heads.set(f, p.prev[f], heads[i])
 	}
 }
 

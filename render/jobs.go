@@ -17,6 +17,7 @@ func (p *pass) renderJobs() {
 	p.retired = map[objectKey]bool{}
 	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
 	runningNames := map[string]bool{}
+	p.prefetchHeads(p.prevJobPaths())
 	for _, f := range p.prevJobPaths() {
 		ref, ok := parseObjectPath(f)
 		if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
@@ -44,9 +45,12 @@ func (p *pass) renderJobs() {
 			inst = "unknown-instance"
 		}
 		ik := ns + "/" + cfgName + "/" + inst
-		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID], nodes: h.nodes()}
-		if in := p.instByKey[ik]; in != nil {
+		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID]}
+		in := p.instByKey[ik]
+		if in != nil {
 			m.nodes = in.nodes
+		} else {
+			m.nodes = h.nodes()
 		}
 		if rec, ok := p.records[ns+"/"+name]; ok {
 			recBytes := p.recordBytes[ns+"/"+name]
@@ -70,7 +74,9 @@ func (p *pass) renderJobs() {
 			continue
 		}
 		target := f
-		if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
+		if in != nil {
+			target = in.folder + "/" + path.Base(f)
+		} else if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
 			target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)
 		}
 		p.put(target, data, m)
@@ -111,16 +117,21 @@ func (p *pass) renderJobs() {
 		}
 		chash := jobHash(cfg)
 		list := p.instances[k]
-		hashes := make([]string, len(list))
-		parallel(len(list), func(i int) {
-			in := list[i]
-			hashes[i] = hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+		var todo []*instance
+		for _, in := range list {
+			if in.jobHash == "" {
+				todo = append(todo, in)
+			}
+		}
+		parallel(len(todo), func(i int) {
+			in := todo[i]
+			in.jobHash = hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
 		})
-		for i, in := range list {
+		for _, in := range list {
 			if p.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
-			ih := hashes[i]
+			ih := in.jobHash
 			d := &desired{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
 			d.bj, d.hit = p.r.jobs.lookup(d.key)
 			want = append(want, d)
@@ -136,6 +147,7 @@ func (p *pass) renderJobs() {
 		bj   builtJob
 		m    objMeta
 		data []byte
+		head *objectHead
 	}
 	var starts []*started
 	for _, d := range want {
@@ -170,9 +182,10 @@ func (p *pass) renderJobs() {
 		}
 		p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
 	}
-	parallel(len(starts), func(i int) { starts[i].data = starts[i].bj.bytes(p.req.SourceCommit) })
+	parallel(len(starts), func(i int) { starts[i].data, starts[i].head = starts[i].bj.bytes(p.req.SourceCommit) })
 	for _, s := range starts {
 		p.put(s.path, s.data, s.m)
+		p.r.heads.set(s.path, s.data, s.head)
 	}
 }
 

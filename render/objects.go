@@ -74,6 +74,10 @@ type instance struct {
 	properties map[string]string
 	collided   bool
 	folder     string
+	// What its objects are keyed and named by, worked out once: an instance is made again only
+	// when its Configuration or a reporting inventory changes (instanceSet).
+	pod     *podBrokerInputs
+	jobHash string
 }
 
 func (in *instance) labels() map[string]string {
@@ -247,7 +251,8 @@ func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
 	}}
 }
 
-func (j builtJob) bytes(sourceCommit string) []byte {
+// bytes writes the Job started by sourceCommit, and the head parseHead would read back from it.
+func (j builtJob) bytes(sourceCommit string) ([]byte, *objectHead) {
 	m := j.m
 	if sourceCommit != "" {
 		ann := make(map[string]string, len(m.Metadata.Annotations)+1)
@@ -257,7 +262,7 @@ func (j builtJob) bytes(sourceCommit string) []byte {
 		ann[AnnotationRenderedFrom] = sourceCommit
 		m.Metadata.Annotations = ann
 	}
-	return marshal(m)
+	return marshal(m), jobHead(m)
 }
 
 func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name string, labels, selector map[string]string, inputsHash string) []byte {

@@ -87,6 +87,8 @@ type Renderer struct {
 	hist    memo[historyParse]
 	objs    memo[[]byte]
 	jobs    memo[builtJob]
+	// instanceSets are the last pass's instances, by Configuration.
+	instanceSets map[string]*instanceSet
 }
 
 type historyParse struct {
@@ -579,101 +581,151 @@ func (p *pass) head(f string, data []byte) *objectHead {
 func (p *pass) buildInstances() {
 	p.instances = map[string][]*instance{}
 	p.instByKey = map[string]*instance{}
+	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
+	// Which inventories report devices for each Configuration, in node order: with the
+	// Configuration itself, all its instances are made of.
+	reports := map[string][]report{}
+	for _, inv := range p.invs {
+		for j := range inv.Spec.Configurations {
+			ic := &inv.Spec.Configurations[j]
+			k := ic.Namespace + "/" + ic.Name
+			if _, ok := p.configs[k]; ok {
+				reports[k] = append(reports[k], report{inv: inv, ic: ic})
+			}
+		}
+	}
+	// A Configuration whose parsed object and reporting inventories are the very ones of the
+	// last pass (the memos hand back the same values for the same bytes) has the same instances:
+	// only the others are grouped and named again, each on a CPU of its own. A daemon's change
+	// of one device then groups one Configuration's devices, not the fleet's.
+	keys := sortedKeys(reports)
+	sets := make([]*instanceSet, len(keys))
+	var todo []int
+	for i, k := range keys {
+		if s := p.r.instanceSets[k]; s != nil && s.reusable(p.configs[k], reports[k]) {
+			sets[i] = s
+			continue
+		}
+		todo = append(todo, i)
+	}
+	parallel(len(todo), func(j int) {
+		k := keys[todo[j]]
+		sets[todo[j]] = p.groupInstances(k, reports[k])
+	})
+	kept := make(map[string]*instanceSet, len(keys))
+	for i, k := range keys {
+		s := sets[i]
+		kept[k] = s
+		for _, w := range s.warns {
+			p.warn("%s", w)
+		}
+		for _, in := range s.list {
+			p.instByKey[k+"/"+in.name] = in
+		}
+		p.instances[k] = s.list
+	}
+	p.r.instanceSets = kept
+}
+
+// report is one inventory's entry for one Configuration.
+type report struct {
+	inv *api.ParsedInventory
+	ic  *api.InventoryConfiguration
+}
+
+// instanceSet is one Configuration's instances and what they were made of. Its instances are
+// shared by the passes that reuse it and never changed after they are made.
+type instanceSet struct {
+	cfg   *api.ParsedConfiguration
+	invs  []*api.ParsedInventory
+	list  []*instance
+	warns []string
+}
+
+func (s *instanceSet) reusable(cfg *api.ParsedConfiguration, reports []report) bool {
+	if s.cfg != cfg || len(s.invs) != len(reports) {
+		return false
+	}
+	for i, r := range reports {
+		if s.invs[i] != r.inv {
+			return false
+		}
+	}
+	return true
+}
+
+// groupInstances groups one Configuration's devices into instances and names them, as Akri
+// does: a shared device is one instance seen by every node that reports it, an unshared one an
+// instance per node.
+func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 	type agg struct {
 		id, node string
 		shared   bool
 		nodes    []string
 		props    map[string]string
 	}
-	devs := map[string]map[string]*agg{}
-	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
-	for _, inv := range p.invs {
-		for _, ic := range inv.Spec.Configurations {
-			k := ic.Namespace + "/" + ic.Name
-			if _, ok := p.configs[k]; !ok {
-				continue
+	cfg := p.configs[k]
+	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports))}
+	devs := map[string]*agg{}
+	for i, r := range reports {
+		set.invs[i] = r.inv
+		for _, d := range r.ic.Devices {
+			ident := "s\x00" + d.ID
+			if !d.Shared {
+				ident = "u\x00" + d.ID + "\x00" + r.inv.Name
 			}
-			if devs[k] == nil {
-				devs[k] = map[string]*agg{}
+			a := devs[ident]
+			if a == nil {
+				a = &agg{id: d.ID, node: r.inv.Name, shared: d.Shared, props: d.Properties}
+				devs[ident] = a
 			}
-			for _, d := range ic.Devices {
-				ident := "s\x00" + d.ID
-				if !d.Shared {
-					ident = "u\x00" + d.ID + "\x00" + inv.Name
-				}
-				a := devs[k][ident]
-				if a == nil {
-					a = &agg{id: d.ID, node: inv.Name, shared: d.Shared, props: d.Properties}
-					devs[k][ident] = a
-				}
-				a.nodes = append(a.nodes, inv.Name)
-			}
+			a.nodes = append(a.nodes, r.inv.Name)
 		}
 	}
-	// Each Configuration's instances are named on a CPU of their own; the warnings and the
-	// index are gathered after, in order.
-	keys := sortedKeys(devs)
-	type named struct {
-		list  []*instance
-		warns []string
-	}
-	results := make([]named, len(keys))
-	parallel(len(keys), func(i int) {
-		k := keys[i]
-		cfg := p.configs[k]
-		idents := sortedKeys(devs[k])
-		digests := make(map[string]string, len(idents))
-		collided := map[string]bool{}
-		pending := idents
-		// Akri's 3-byte digest; members of a collision group move to 6 bytes, then 16.
-		for _, size := range []int{3, 6, 16} {
-			groups := map[string][]string{}
-			for _, id := range pending {
-				a := devs[k][id]
-				d := akriDigest(a.id, a.node, a.shared, size)
-				digests[id] = d
-				groups[d] = append(groups[d], id)
-			}
-			pending = nil
-			for _, d := range sortedKeys(groups) {
-				if g := groups[d]; len(g) > 1 {
-					var ids []string
-					for _, id := range g {
-						collided[id] = true
-						ids = append(ids, fmt.Sprintf("%q", devs[k][id].id))
-					}
-					if size == 3 {
-						results[i].warns = append(results[i].warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12))
-					}
-					pending = append(pending, g...)
+	idents := sortedKeys(devs)
+	digests := make(map[string]string, len(idents))
+	collided := map[string]bool{}
+	pending := idents
+	// Akri's 3-byte digest; members of a collision group move to 6 bytes, then 16.
+	for _, size := range []int{3, 6, 16} {
+		groups := map[string][]string{}
+		for _, id := range pending {
+			a := devs[id]
+			d := akriDigest(a.id, a.node, a.shared, size)
+			digests[id] = d
+			groups[d] = append(groups[d], id)
+		}
+		pending = nil
+		for _, d := range sortedKeys(groups) {
+			if g := groups[d]; len(g) > 1 {
+				var ids []string
+				for _, id := range g {
+					collided[id] = true
+					ids = append(ids, fmt.Sprintf("%q", devs[id].id))
 				}
+				if size == 3 {
+					set.warns = append(set.warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12))
+				}
+				pending = append(pending, g...)
 			}
-			if len(pending) == 0 {
-				break
-			}
 		}
-		list := make([]*instance, 0, len(idents))
-		for _, id := range idents {
-			a := devs[k][id]
-			in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
-				nodes: a.nodes, properties: a.props, collided: collided[id]}
-			in.name = instanceName(cfg.Name, in.digest)
-			sort.Strings(in.nodes)
-			in.folder = p.instanceFolder(cfg, in.name)
-			list = append(list, in)
+		if len(pending) == 0 {
+			break
 		}
-		sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
-		results[i].list = list
-	})
-	for i, k := range keys {
-		for _, w := range results[i].warns {
-			p.warn("%s", w)
-		}
-		for _, in := range results[i].list {
-			p.instByKey[k+"/"+in.name] = in
-		}
-		p.instances[k] = results[i].list
 	}
+	list := make([]*instance, 0, len(idents))
+	for _, id := range idents {
+		a := devs[id]
+		in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
+			nodes: a.nodes, properties: a.props, collided: collided[id]}
+		in.name = instanceName(cfg.Name, in.digest)
+		sort.Strings(in.nodes)
+		in.folder = p.instanceFolder(cfg, in.name)
+		list = append(list, in)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	set.list = list
+	return set
 }
 
 func configFolder(ns, cfg string) string { return RenderedDir + ns + "/" + cfg }
@@ -800,11 +852,19 @@ func (p *pass) renderBrokers() {
 		// What each instance's objects are keyed and named by, worked out on every CPU: the
 		// loop after it only looks them up.
 		list := p.instances[k]
-		pre := make([]podBrokerInputs, len(list))
 		if cfg.IsPodBroker() {
-			parallel(len(list), func(i int) { pre[i] = podInputs(cfg, list[i], phash, ishash) })
+			var todo []*instance
+			for _, in := range list {
+				if in.pod == nil {
+					todo = append(todo, in)
+				}
+			}
+			parallel(len(todo), func(i int) {
+				pi := podInputs(cfg, todo[i], phash, ishash)
+				todo[i].pod = &pi
+			})
 		}
-		for i, in := range list {
+		for _, in := range list {
 			ik := k + "/" + in.name
 			if _, frozen := p.frozenInstances[ik]; frozen {
 				continue
@@ -813,22 +873,23 @@ func (p *pass) renderBrokers() {
 				continue
 			}
 			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-			nodes := pre[i].nodes
+			pre := in.pod
+			nodes := pre.nodes
 			if reason := p.afterHeld(cfg, in); reason != "" {
 				for _, n := range nodes {
 					p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
 				}
 				continue
 			}
-			env := pre[i].env
+			env := pre.env
 			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 			for j, n := range nodes {
-				ih := pre[i].podHashes[j]
-				p.build("pod/"+ih, pre[i].podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
+				ih := pre.podHashes[j]
+				p.build("pod/"+ih, pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
 			}
 			withBrokers++
 			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
-				ih := pre[i].serviceHash
+				ih := pre.serviceHash
 				name := instanceServiceName(in.name)
 				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
 					labels := in.labels()
