@@ -215,7 +215,7 @@ func (p *pass) writeMetadata() {
 		return
 	}
 	// The one pass over every file that compares the output with the previous one.
-	p.diff = Diff(p.prev, p.out)
+	p.diff, p.diffed = Diff(p.prev, p.out), true
 	defer p.diffMetadata()
 	prevData, hadPrev := p.prev[MetadataPath]
 	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||

@@ -3,12 +3,14 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/gitbroker/gitbroker/api"
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +49,8 @@ type Request struct {
 // Result is the outcome of a render.
 type Result struct {
 	// Files is the complete new content of rendered/ and history/. When the render is refused
-	// it equals Previous.
+	// it equals Previous. A Renderer keeps it to know it again in its next render's files: it
+	// must not be changed (copy it to change it).
 	Files Tree
 	// Previous is the content of rendered/ and history/ before the render.
 	Previous Tree
@@ -89,6 +92,14 @@ type Renderer struct {
 	jobs    memo[builtJob]
 	// instanceSets are the last pass's instances, by Configuration.
 	instanceSets map[string]*instanceSet
+	last         lastOutput
+}
+
+// lastOutput is the last render's output with the index of its objects.
+type lastOutput struct {
+	files   Tree
+	objects map[objectKey]string
+	dups    bool
 }
 
 type historyParse struct {
@@ -112,13 +123,26 @@ func (r *Renderer) Render(req Request) *Result {
 		// if their inventories were invalid; the memos make the second pass cost only what
 		// differs. What is still over the budget then is refused.
 		if held := p.overBudgetNodes(); len(held) > 0 {
-			res, _ = r.pass(req, held)
+			res, p = r.pass(req, held)
 		}
+	}
+	r.keep(res, p)
+	return res
+}
+
+// keep remembers what the next render may reuse: the output and its index (a next render on top
+// of it), and what the memos were used for.
+func (r *Renderer) keep(res *Result, p *pass) {
+	r.last = lastOutput{}
+	switch {
+	case res.Refused == nil && p.outObjects != nil:
+		r.last = lastOutput{files: res.Files, objects: p.outObjects, dups: p.outDups}
+	case res.Refused != nil && p.prevObjects != nil:
+		r.last = lastOutput{files: res.Files, objects: p.prevObjects, dups: p.prevDups}
 	}
 	for _, m := range []interface{ rotate() }{&r.configs, &r.invs, &r.recs, &r.heads, &r.hist, &r.objs, &r.jobs} {
 		m.rotate()
 	}
-	return res
 }
 
 func (r *Renderer) pass(req Request, held map[string]string) (*Result, *pass) {
@@ -166,27 +190,86 @@ type pass struct {
 	// fleet's tree holds over a hundred thousand paths.
 	prevSorted, filesSorted []string
 	prevJobs                []string
-	// diff is Diff(prev, out), worked out once out is final.
-	diff []string
+	// diff is Diff(prev, out), worked out once out is final (diffed).
+	diff   []string
+	diffed bool
 	// digest is InputsDigest(req.Files).
 	digest string
-	// The objects of prev and of the finished out, each indexed once per pass when asked for.
+	// The objects of prev and of the finished out, each indexed once per pass when asked for,
+	// and whether two files held one object.
 	prevObjects, outObjects map[objectKey]string
+	prevDups, outDups       bool
 }
 
+// prevIndex is the index of prev: the last render's index of its output when prev is exactly
+// that output (a daemon renders on top of its own last render), else indexed anew.
 func (p *pass) prevIndex() map[objectKey]string {
 	if p.prevObjects == nil {
-		p.prevObjects = objectIndex(p.prev)
+		if last := p.r.last; last.objects != nil && sameFiles(p.prev, last.files) {
+			p.prevObjects, p.prevDups = last.objects, last.dups
+		} else {
+			p.prevObjects, p.prevDups = objectIndex(p.prev)
+		}
 	}
 	return p.prevObjects
 }
 
-// outIndex may only be asked for once out is final: after the layout and the metadata.
+// outIndex may only be asked for once out is final: after the layout and the metadata. It is
+// the index of prev brought up to date with the files of the diff, when no object of prev was
+// held by two files (then which of them the index names cannot be known from the diff alone).
 func (p *pass) outIndex() map[objectKey]string {
-	if p.outObjects == nil {
-		p.outObjects = objectIndex(p.out)
+	if p.outObjects != nil {
+		return p.outObjects
 	}
-	return p.outObjects
+	prev := p.prevIndex()
+	if p.prevDups || !p.diffed {
+		p.outObjects, p.outDups = objectIndex(p.out)
+		return p.outObjects
+	}
+	idx := maps.Clone(prev)
+	if idx == nil {
+		idx = map[objectKey]string{}
+	}
+	// Without duplicates each object of prev has one file, the one the index names: a file
+	// gone from out takes its object with it, unless a file of the diff holds it again.
+	for _, f := range p.diff {
+		if _, ok := p.out[f]; ok {
+			continue
+		}
+		if ref, ok := parseObjectPath(f); ok && idx[ref.key()] == f {
+			delete(idx, ref.key())
+		}
+	}
+	for _, f := range p.diff {
+		if _, ok := p.out[f]; !ok {
+			continue
+		}
+		if ref, ok := parseObjectPath(f); ok {
+			old, dup := idx[ref.key()]
+			if dup && old != f {
+				p.outDups = true
+			}
+			if !dup || f < old {
+				idx[ref.key()] = f
+			}
+		}
+	}
+	p.outObjects = idx
+	return idx
+}
+
+// sameFiles reports whether a and b hold the very same byte slices under the same paths.
+func sameFiles(a, b Tree) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for f, x := range a {
+		y, ok := b[f]
+		if !ok || len(x) != len(y) || len(x) > 0 && unsafe.SliceData(x) != unsafe.SliceData(y) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *pass) prevPaths() []string {

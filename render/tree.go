@@ -112,18 +112,20 @@ type objectKey struct{ kind, namespace, name string }
 
 func (o objectRef) key() objectKey { return objectKey{o.kind, o.namespace, o.name} }
 
-// objectIndex maps each object in t to its file (to one of them, should two files hold the
-// same object).
-func objectIndex(t Tree) map[objectKey]string {
+// objectIndex maps each object in t to its file (to the first by path, should two files hold
+// the same object, which dups reports).
+func objectIndex(t Tree) (index map[objectKey]string, dups bool) {
 	out := make(map[objectKey]string, len(t))
 	for f := range t {
 		if ref, ok := parseObjectPath(f); ok {
-			if old, dup := out[ref.key()]; !dup || f < old {
+			old, dup := out[ref.key()]
+			dups = dups || dup
+			if !dup || f < old {
 				out[ref.key()] = f
 			}
 		}
 	}
-	return out
+	return out, dups
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -1,0 +1,70 @@
+package render
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/stretchr/testify/require"
+)
+
+// A kept Renderer takes the index of the previous output from its last render, and brings it up
+// to date with the diff instead of indexing every file again: both must be the index of the
+// files themselves, duplicates included.
+func TestIndexesFollowTheFiles(t *testing.T) {
+	tree := Tree(fixtures.Fleet(fixtures.FleetSpec{Nodes: 30, Configurations: 4, Devices: 200, Shards: 2, Seed: 5}))
+	r := New()
+	step := func(name string, edit func(Tree)) {
+		t.Helper()
+		edit(tree)
+		res, p := r.pass(Request{Files: tree, AllowDeletions: true}, nil)
+		require.Empty(t, res.Errors, name)
+		want, dups := objectIndex(p.out)
+		require.Equal(t, want, p.outIndex(), name)
+		require.Equal(t, dups, p.outDups, name)
+		want, dups = objectIndex(p.prev)
+		require.Equal(t, want, p.prevIndex(), name)
+		require.Equal(t, dups, p.prevDups, name)
+		r.keep(res, p)
+		for f := range tree {
+			if IsOwned(f) {
+				delete(tree, f)
+			}
+		}
+		for f, b := range res.Files {
+			tree[f] = b
+		}
+	}
+	inventories := func() []string {
+		var out []string
+		for _, f := range tree.Paths() {
+			if strings.HasPrefix(f, "inventory/") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	step("first", func(Tree) {})
+	step("unchanged", func(Tree) {})
+	step("a device added", func(t Tree) {
+		inv := inventories()[0]
+		t[inv] = []byte(strings.Replace(string(t[inv]), "    devices:\n", "    devices:\n    - id: added\n      properties:\n        DEVICE: added\n", 1))
+	})
+	step("a node gone", func(t Tree) { delete(t, inventories()[1]) })
+	var planted string
+	step("a Pod planted in the other shard", func(files Tree) {
+		for _, f := range files.Paths() {
+			if strings.Contains(f, "/shard-0/pod-") {
+				planted = strings.Replace(f, "/shard-0/", "/shard-1/", 1)
+				files[planted] = files[f]
+				return
+			}
+		}
+	})
+	step("after it", func(Tree) {})
+	_, kept := tree[planted]
+	require.False(t, kept, "the render removes what it did not write")
+	step("a Configuration's shards changed", func(t Tree) {
+		t["configurations/cfg-00.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-00.yaml"]), "shards: 2", "shards: 3", 1))
+	})
+}
