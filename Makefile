@@ -74,11 +74,13 @@ bench:
 
 # fleet-100k: 100,000 devices on 10,000 nodes, 166,788 files. The full render, the re-render of
 # one changed device by a kept Renderer, and the daemon's render, commit and push of one changed
-# device with 10,000 node refs (its first render pushes the whole fleet: over a minute). About
-# 10 minutes.
+# device with 10,000 node refs (its first render pushes the whole fleet: about a minute), with
+# the node refs in the rendered branch's repository and then in one of their own
+# (--inventory-git). About 10 minutes.
 bench-100k:
 	$(GO) test -run '^$$' -bench '100k' -benchmem -benchtime 3x ./render/
-	GITBROKER_BENCH_DEVICES=100000 $(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 3x -timeout 30m ./cmd/gitbroker/
+	GITBROKER_BENCH_DEVICES=100000 $(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 6x -timeout 30m ./cmd/gitbroker/
+	GITBROKER_BENCH_DEVICES=100000 GITBROKER_BENCH_INVENTORY_REPO=1 $(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 6x -timeout 30m ./cmd/gitbroker/
 
 # gitbroker next to helm on the same fleet, in the same run: the CPU time of reading and rendering
 # the 10,000-device fleet against `helm template` on fixtures/helm's chart (helm v3.22.0, built
