@@ -412,8 +412,18 @@ func (s *Server) Hook(name, script string) {
 
 // SeedBranches writes each branch as one unsigned commit holding exactly its files, straight
 // into the server's object store: a thousand node refs in a second, where a thousand pushes
-// would take minutes.
+// would take minutes. The repository is then packed, objects and refs, as a maintained
+// server's is, and git's automatic gc turned off: tens of thousands of loose objects would
+// otherwise start a gc in the background of the next push, which competes with what a test or
+// benchmark measures and may still be writing when the test's folder is removed.
 func (s *Server) SeedBranches(branches map[string]map[string][]byte) {
+	s.t.Helper()
+	s.seedBranches(branches)
+	Git(s.t, s.Bare(), "gc", "--quiet")
+	Git(s.t, s.Bare(), "config", "gc.auto", "0")
+}
+
+func (s *Server) seedBranches(branches map[string]map[string][]byte) {
 	s.t.Helper()
 	repo, err := git.PlainOpen(s.Bare())
 	if err != nil {
