@@ -38,18 +38,11 @@ func sameContent(a, b []byte) bool {
 }
 
 func (m *memo[T]) get(p string, data []byte, parse func() T) T {
-	if m.cur == nil {
-		m.cur = make(map[string]memoEntry[T], len(m.old))
-	}
-	if e, ok := m.cur[p]; ok && sameContent(e.data, data) {
-		return e.val
-	}
-	if e, ok := m.old[p]; ok && sameContent(e.data, data) {
-		m.cur[p] = e
-		return e.val
+	if m.has(p, data) {
+		return m.cur[p].val
 	}
 	v := parse()
-	m.cur[p] = memoEntry[T]{data: data, val: v}
+	m.set(p, data, v)
 	return v
 }
 
