@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +110,18 @@ spec:
 			"--debug-echo-shared=true", "--discovery-handlers-dir", "",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	}
+	// A rendered Job is frozen, its pinning included: rendered before every node that sees the
+	// device had reported it, it would stay pinned to the first. The renderer starts once both
+	// nodes' inventories hold the device.
+	eventually(t, time.Minute, "both nodes to report the shared devices", func() (bool, string) {
+		for _, n := range sharedNodes {
+			inv, ok := srv.FileAt("gitbroker/inventory/"+n, "inventory/"+n+".yaml")
+			if !ok || !strings.Contains(inv, "plc-9") || !strings.Contains(inv, "cam-9") {
+				return false, n + " has not reported them yet"
+			}
+		}
+		return true, ""
+	})
 	startGitbroker(t, "renderer-shared", "renderer started", "render",
 		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", key,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
