@@ -121,6 +121,9 @@ func (m *memo[T]) store(key string, v T) {
 
 func (m *memo[T]) rotate() { m.old, m.cur = m.cur, nil }
 
+// grown reports whether the memo took in half as much again as it kept at its last rotation.
+func (m *memo[T]) grown() bool { return len(m.cur) > len(m.old)/2+1024 }
+
 // parallel runs f(0..n-1) on every CPU. f must only touch its own index.
 func parallel(n int, f func(i int)) {
 	workers := runtime.GOMAXPROCS(0)

@@ -39,6 +39,10 @@ func (p *pass) renderJobs() {
 		if cfgName == "" {
 			cfgName = ref.configuration
 		}
+		if p.scope != nil && !p.scope[ns+"/"+cfgName] {
+			p.bailed = true
+			return
+		}
 		inst := h.Metadata.Labels[LabelInstance]
 		if inst == "" {
 			// Hand-edited: still a Job that may be running, and its history needs a folder.
@@ -46,7 +50,7 @@ func (p *pass) renderJobs() {
 		}
 		ik := ns + "/" + cfgName + "/" + inst
 		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID]}
-		in := p.instByKey[ik]
+		in := p.instance(ik)
 		if in != nil {
 			m.nodes = in.nodes
 		} else {
@@ -89,7 +93,7 @@ func (p *pass) renderJobs() {
 			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 				Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
-		case cfgOK && p.instByKey[ik] == nil && p.frozenInstances[ik] == nil:
+		case cfgOK && p.instance(ik) == nil && p.frozenInstances[ik] == nil:
 			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 				Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
@@ -112,7 +116,7 @@ func (p *pass) renderJobs() {
 	var want []*desired
 	for _, k := range sortedKeys(p.configs) {
 		cfg := p.configs[k]
-		if !cfg.IsJobBroker() {
+		if !cfg.IsJobBroker() || p.scope != nil && !p.scope[k] {
 			continue
 		}
 		chash := jobHash(cfg)

@@ -1,6 +1,10 @@
 package render_test
 
 import (
+	"fmt"
+	"math/rand"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +34,7 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 			require.Equal(t, fresh.Refused, got.Refused)
 			require.True(t, got.Changed() || name == "unchanged" || name == "an invalid inventory", "the step changes the output")
 			tree, last = apply(tree, got), got
+			t.Logf("scoped passes so far: %d", render.ScopedPasses(kept))
 		})
 	}
 	inventories := func(tree render.Tree) []string { return filesUnder(tree, "inventory/", "") }
@@ -91,4 +96,98 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 		t["gitbroker.yaml"] = []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: edge\n")
 		return t
 	})
+}
+
+// TestScopedPassesMatchFresh drives a kept Renderer through random changes of devices, records
+// and Configurations, on a fleet with Pods that wait for Jobs (after), Jobs that may run side by
+// side and short histories: most of its passes are scoped to the Configurations a change
+// reaches, and each must equal a fresh Renderer's whole render of the same tree.
+func TestScopedPassesMatchFresh(t *testing.T) {
+	tree := generateFleet(fleetSpec{nodes: 40, configurations: 6, devices: 250, seed: 3, shards: 2})
+	annotate := func(cfg, annotations string) {
+		f := "configurations/" + cfg + ".yaml"
+		tree[f] = []byte(strings.Replace(string(tree[f]), "  name: "+cfg+"\n", "  name: "+cfg+"\n  annotations:\n"+annotations, 1))
+	}
+	annotate("cfg-02", "    gitbroker.dev/after: cfg-01\n")
+	annotate("cfg-03", "    gitbroker.dev/concurrency: Allow\n")
+	annotate("cfg-05", "    gitbroker.dev/history-limit: \"1\"\n")
+	rng := rand.New(rand.NewSource(7))
+	device := regexp.MustCompile(`(?m)^    - id: .*\n(?:      .*\n)*`)
+	pick := func(list []string) string { return list[rng.Intn(len(list))] }
+	kept := render.New()
+	const steps = 60
+	for i := 0; i < steps; i++ {
+		var what string
+		invs := filesUnder(tree, "inventory/", "")
+		switch op := rng.Intn(10); {
+		case op < 2:
+			inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
+			what = "a device added to " + cfg + " in " + inv
+			dev := fmt.Sprintf("    - id: r-%d\n      properties:\n        DEVICE: r-%d\n", i, i)
+			block := "  - name: " + cfg + "\n    devices:\n"
+			if s := string(tree[inv]); strings.Contains(s, block) {
+				tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
+			} else {
+				tree[inv] = []byte(s + block + dev)
+			}
+		case op < 4:
+			inv := pick(invs)
+			what = "a device gone from " + inv
+			s := string(tree[inv])
+			if m := device.FindAllStringIndex(s, -1); len(m) > 0 {
+				j := m[rng.Intn(len(m))]
+				tree[inv] = []byte(s[:j[0]] + s[j[1]:])
+			}
+		case op == 4:
+			inv := pick(invs)
+			what = "a device property changed in " + inv
+			tree[inv] = []byte(strings.Replace(string(tree[inv]), "        DEVICE: ", fmt.Sprintf("        DEVICE: v%d-", i), 1))
+		case op == 5:
+			js := filesUnder(tree, "rendered/", "/job-")
+			if paired := slices.DeleteFunc(slices.Clone(js), func(f string) bool { return !strings.Contains(string(tree[f]), "pair-") }); len(paired) > 0 && rng.Intn(2) == 0 {
+				js = paired
+			}
+			if len(js) > 0 {
+				job := pick(js)
+				what = "a Job recorded: " + job
+				tree = recordJob(t, tree, job, []string{"Succeeded", "Failed"}[rng.Intn(2)])
+			}
+		case op == 6:
+			if recs := filesUnder(tree, "status/jobs/", ""); len(recs) > 0 {
+				rec := pick(recs)
+				what = "a record dropped once in history: " + rec
+				delete(tree, rec)
+			}
+		case op == 7:
+			cfg := fmt.Sprintf("configurations/cfg-%02d.yaml", rng.Intn(6))
+			what = "a Configuration changed: " + cfg
+			tree[cfg] = []byte(strings.Replace(string(tree[cfg]), "image: ", fmt.Sprintf("image: v%d-", i), 1))
+		case op == 8:
+			// A device of the Job broker and of the Pods that wait for its Jobs (after).
+			inv := pick(invs)
+			what = "a device for cfg-01 and cfg-02 in " + inv
+			for _, cfg := range []string{"cfg-01", "cfg-02"} {
+				dev := fmt.Sprintf("    - id: pair-%d\n      properties:\n        DEVICE: pair-%d\n", i, i)
+				block := "  - name: " + cfg + "\n    devices:\n"
+				if s := string(tree[inv]); strings.Contains(s, block) {
+					tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
+				} else {
+					tree[inv] = []byte(s + block + dev)
+				}
+			}
+		default:
+			what = "nothing"
+		}
+		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true}
+		fresh := render.Render(req)
+		got := kept.Render(req)
+		require.Equal(t, fresh.Diff, got.Diff, "step %d: %s", i, what)
+		require.True(t, render.Equal(fresh.Files, got.Files), "step %d: %s", i, what)
+		require.Equal(t, planText(fresh.Plan), planText(got.Plan), "step %d: %s", i, what)
+		require.Equal(t, fresh.Plan.Summary, got.Plan.Summary, "step %d: %s", i, what)
+		require.Equal(t, fresh.Errors.Error(), got.Errors.Error(), "step %d: %s", i, what)
+		tree = apply(tree, got)
+	}
+	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)
+	require.Greater(t, render.ScopedPasses(kept), steps/2, "most passes are scoped")
 }

@@ -169,6 +169,19 @@ func (p *pass) layout() {
 	}
 	for _, d := range sortedKeys(fileNames) {
 		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
+		if n, max := len(dirs[d]), p.settings.MaxObjectsPerFolder; n > max {
+			w := fmt.Sprintf("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
+			p.layoutWarns[parts[0]+"/"+parts[1]] = append(p.layoutWarns[parts[0]+"/"+parts[1]], w)
+			p.warn("%s", w)
+		}
+	}
+	if p.scope != nil {
+		// The folders are those of the last render (mergeScope checks it), and so are the Flux
+		// Kustomizations, the root and the namespaces.
+		return
+	}
+	for _, d := range sortedKeys(fileNames) {
+		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
 		fileName := fileNames[d]
 		name := shorten("gitbroker-" + fileName)
 		fk := fluxKustomization{
@@ -189,10 +202,6 @@ func (p *pass) layout() {
 		}
 		p.folderSource(&fk, fileName, d, parts[1])
 		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
-		n := len(dirs[d])
-		if max := p.settings.MaxObjectsPerFolder; n > max {
-			p.warn("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
-		}
 	}
 	var roots []string
 	for folder := range folders {
@@ -214,8 +223,11 @@ func (p *pass) writeMetadata() {
 	if len(p.out) == 0 && len(p.prev) == 0 {
 		return
 	}
-	// The one pass over every file that compares the output with the previous one.
-	p.diff, p.diffed = Diff(p.prev, p.out), true
+	// The one pass over every file that compares the output with the previous one; a scoped
+	// pass compared its Configurations' files only (mergeScope).
+	if !p.diffed {
+		p.diff, p.diffed = Diff(p.prev, p.out), true
+	}
 	defer p.diffMetadata()
 	prevData, hadPrev := p.prev[MetadataPath]
 	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
@@ -240,6 +252,7 @@ func (p *pass) writeMetadata() {
 		Writers:            writers,
 	}
 	p.out[MetadataPath] = marshal(m)
+	p.r.meta.data, p.r.meta.m = p.out[MetadataPath], m
 }
 
 // diffMetadata brings the diff up to date with the metadata file just written.
@@ -341,7 +354,7 @@ func (p *pass) planFromDiff() {
 			if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
 				p.plan.config(ref.namespace, ref.configuration, "deleted")
 				reason = "its Configuration was deleted"
-			} else if inst != "" && p.instByKey[ref.namespace+"/"+ref.configuration+"/"+inst] == nil {
+			} else if inst != "" && p.instance(ref.namespace+"/"+ref.configuration+"/"+inst) == nil {
 				reason = "its device is no longer reported"
 			}
 			if inst != "" {
@@ -380,9 +393,21 @@ func replacedVerb(kind string) string {
 func (p *pass) checkSafety() string {
 	prevIDs, newIDs := p.prevIndex(), p.outIndex()
 	removed := 0
-	for id := range prevIDs {
+	gone := func(id objectKey) {
 		if _, kept := newIDs[id]; !kept && !p.retired[id] {
 			removed++
+		}
+	}
+	if p.outFromDiff {
+		// Every object of prev has one file, and only the diff's files took theirs away.
+		for _, f := range p.diff {
+			if ref, ok := parseObjectPath(f); ok && prevIDs[ref.key()] == f {
+				gone(ref.key())
+			}
+		}
+	} else {
+		for id := range prevIDs {
+			gone(id)
 		}
 	}
 	total := len(prevIDs)
@@ -419,7 +444,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 		gone := !kept && !p.retired[ref.key()]
 		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
-		if in := p.instByKey[ref.namespace+"/"+ref.configuration+"/"+h.Metadata.Labels[LabelInstance]]; in != nil {
+		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[LabelInstance]); in != nil {
 			sees = map[string]bool{}
 			for _, n := range in.nodes {
 				sees[n] = true

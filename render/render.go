@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -93,6 +94,18 @@ type Renderer struct {
 	// instanceSets are the last pass's instances, by Configuration.
 	instanceSets map[string]*instanceSet
 	last         lastOutput
+	// scope is what the next pass needs to be scoped to the Configurations a change reaches
+	// (scope.go); nil when it must render whole.
+	scope *lastScope
+	// refused are the last pass's checks of device properties, by inventory.
+	refused map[*api.ParsedInventory]refusedCheck
+	// scoped counts the passes that were scoped, for tests.
+	scoped int
+	// meta is the metadata file last written or read, parsed.
+	meta struct {
+		data []byte
+		m    Metadata
+	}
 }
 
 // lastOutput is the last render's output with the index of its objects.
@@ -107,6 +120,14 @@ type historyParse struct {
 	err   error
 }
 
+// parsedMetadata parses a metadata file, or hands back the one it last wrote or read.
+func (r *Renderer) parsedMetadata(data []byte) Metadata {
+	if data == nil || !sameContent(r.meta.data, data) {
+		r.meta.data, r.meta.m = data, parseMetadata(data)
+	}
+	return r.meta.m
+}
+
 // New returns a Renderer.
 func New() *Renderer { return &Renderer{} }
 
@@ -117,13 +138,21 @@ func Render(req Request) *Result { return New().Render(req) }
 func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res, p := r.pass(req, nil)
+	res, p := r.pass(req, nil, true)
+	if res == nil {
+		// The scoped work reached further than its Configurations.
+		res, p = r.pass(req, nil, false)
+	}
+	if res.Refused != nil && p.scope != nil {
+		// The budget is judged on the whole tree.
+		res, p = r.pass(req, nil, false)
+	}
 	if res.Refused != nil {
 		// Over the fleet-wide budget: hold the nodes that caused it and render the rest, as
 		// if their inventories were invalid; the memos make the second pass cost only what
 		// differs. What is still over the budget then is refused.
 		if held := p.overBudgetNodes(); len(held) > 0 {
-			res, p = r.pass(req, held)
+			res, p = r.pass(req, held, false)
 		}
 	}
 	r.keep(res, p)
@@ -140,17 +169,39 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	case res.Refused != nil && p.prevObjects != nil:
 		r.last = lastOutput{files: res.Files, objects: p.prevObjects, dups: p.prevDups}
 	}
-	for _, m := range []interface{ rotate() }{&r.configs, &r.invs, &r.recs, &r.heads, &r.hist, &r.objs, &r.jobs} {
+	if p.scope != nil {
+		r.scoped++
+	}
+	if p.refused != nil {
+		r.refused = p.refused
+	}
+	p.keepScope(res)
+	// The memos keep what this pass used and drop the rest. A scoped pass used only its
+	// Configurations' objects: the memos of objects and files keep everything until they hold
+	// half as much again as the last whole pass left them, and the next pass is then whole.
+	rotate := []interface{ rotate() }{&r.configs, &r.invs, &r.recs}
+	if p.scope == nil {
+		rotate = append(rotate, &r.heads, &r.hist, &r.objs, &r.jobs)
+	} else if r.objs.grown() || r.heads.grown() || r.jobs.grown() {
+		r.scope = nil
+	}
+	for _, m := range rotate {
 		m.rotate()
 	}
 }
 
-func (r *Renderer) pass(req Request, held map[string]string) (*Result, *pass) {
+func (r *Renderer) pass(req Request, held map[string]string, scoped bool) (*Result, *pass) {
 	prev := req.Files.Owned()
-	// The output is about as large as the previous one: maps made to size are not grown and
-	// rehashed a hundred thousand entries at a time.
-	p := &pass{r: r, req: req, prev: prev, out: make(Tree, len(prev)), plan: newPlanBuilder(),
-		meta: make(map[string]objMeta, len(prev)), held: held}
+	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
+		onLast: r.last.files != nil && sameFiles(prev, r.last.files), layoutWarns: map[string][]string{}}
+	p.scoped = scoped && p.onLast && r.scope != nil
+	size := len(prev)
+	if p.scoped {
+		size = 0
+	}
+	// The output of a whole pass is about as large as the previous one: maps made to size are
+	// not grown and rehashed a hundred thousand entries at a time.
+	p.out, p.meta = make(Tree, size), make(map[string]objMeta, size)
 	return p.run(), p
 }
 
@@ -178,9 +229,9 @@ type pass struct {
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
 	ignoredRecords []string
 
-	instances       map[string][]*instance // by configuration key
-	instByKey       map[string]*instance   // namespace/configuration/instance
-	frozenInstances map[string][]string    // namespace/configuration/instance -> previous files
+	instances       map[string][]*instance  // by configuration key
+	sets            map[string]*instanceSet // by configuration key
+	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
 
 	retired map[objectKey]bool // Jobs retired in this render
 	meta    map[string]objMeta
@@ -199,13 +250,28 @@ type pass struct {
 	// and whether two files held one object.
 	prevObjects, outObjects map[objectKey]string
 	prevDups, outDups       bool
+	// outFromDiff says outObjects is prevObjects brought up to date with the diff.
+	outFromDiff bool
+
+	// onLast says prev is exactly the Renderer's last output; scoped that this pass may be
+	// scoped (scope.go), and scope, once decided, the Configurations it renders (nil: all).
+	onLast, scoped bool
+	scope          map[string]bool
+	// bailed says the scoped work reached a Configuration out of its scope.
+	bailed bool
+	// fresh are the scoped output's files by Configuration.
+	fresh map[string]*configSlice
+	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
+	layoutWarns map[string][]string
+	// refused are this pass's checks of device properties, by inventory (kept for the next).
+	refused map[*api.ParsedInventory]refusedCheck
 }
 
 // prevIndex is the index of prev: the last render's index of its output when prev is exactly
 // that output (a daemon renders on top of its own last render), else indexed anew.
 func (p *pass) prevIndex() map[objectKey]string {
 	if p.prevObjects == nil {
-		if last := p.r.last; last.objects != nil && sameFiles(p.prev, last.files) {
+		if last := p.r.last; last.objects != nil && p.onLast {
 			p.prevObjects, p.prevDups = last.objects, last.dups
 		} else {
 			p.prevObjects, p.prevDups = objectIndex(p.prev)
@@ -254,7 +320,7 @@ func (p *pass) outIndex() map[objectKey]string {
 			}
 		}
 	}
-	p.outObjects = idx
+	p.outObjects, p.outFromDiff = idx, true
 	return idx
 }
 
@@ -283,6 +349,9 @@ func (p *pass) prevPaths() []string {
 // history/, and each file under rendered/ named job-*. The Job lifecycle passes over these,
 // not over the Pods and Services beside them.
 func (p *pass) prevJobPaths() []string {
+	if p.prevJobs == nil && p.scope != nil {
+		p.prevJobs = p.prevJobPathsIn(p.scope)
+	}
 	if p.prevJobs == nil {
 		p.prevJobs = []string{}
 		for f := range p.prev {
@@ -331,19 +400,28 @@ func (p *pass) run() *Result {
 		return res
 	}
 	p.settings = settings
-	p.prevMeta = parseMetadata(p.prev[MetadataPath])
+	p.prevMeta = p.r.parsedMetadata(p.prev[MetadataPath])
 
 	p.loadConfigurations()
 	p.loadInventories()
 	p.loadRecords()
 	p.buildInstances()
+	if p.scoped {
+		p.scope = p.scopeFor()
+	}
 	p.planConfigurations()
 	p.findFrozenInstances()
 	p.renderBrokers()
 	p.renderJobs()
+	if p.bailed {
+		return nil
+	}
 	p.renderHistory()
 	p.copyFrozenConfigurations()
 	p.layout()
+	if p.scope != nil && !p.mergeScope() {
+		return nil
+	}
 	p.writeMetadata()
 
 	p.errs.Sort()
@@ -499,6 +577,7 @@ func (p *pass) planConfigurations() {
 
 func (p *pass) loadInventories() {
 	p.frozenNodes = map[string]bool{}
+	p.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
 	var paths []string
 	for _, f := range p.inputPaths() {
 		if isInventoryPath(f) {
@@ -528,7 +607,7 @@ func (p *pass) loadInventories() {
 		}
 		errs := parsed.errs
 		if len(errs) == 0 {
-			errs = p.refusedProperties(parsed.inv)
+			errs = p.refusedPropertiesOf(parsed.inv)
 		}
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
@@ -545,6 +624,37 @@ func (p *pass) loadInventories() {
 			}
 		}
 	}
+}
+
+// refusedCheck is refusedProperties of one parsed inventory, and the Configurations it was
+// checked against (nil where the inventory names one that does not exist).
+type refusedCheck struct {
+	configs []*api.ParsedConfiguration
+	errs    api.ErrorList
+}
+
+// refusedPropertiesOf is refusedProperties, worked out again only for an inventory or a
+// Configuration that changed since the last pass.
+func (p *pass) refusedPropertiesOf(inv *api.ParsedInventory) api.ErrorList {
+	if c, ok := p.r.refused[inv]; ok && len(c.configs) == len(inv.Spec.Configurations) {
+		same := true
+		for i, ic := range inv.Spec.Configurations {
+			if p.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			p.refused[inv] = c
+			return c.errs
+		}
+	}
+	c := refusedCheck{configs: make([]*api.ParsedConfiguration, len(inv.Spec.Configurations)), errs: p.refusedProperties(inv)}
+	for i, ic := range inv.Spec.Configurations {
+		c.configs[i] = p.configs[ic.Namespace+"/"+ic.Name]
+	}
+	p.refused[inv] = c
+	return c.errs
 }
 
 // refusedProperties finds device properties that would change how a broker loads code or where
@@ -604,10 +714,7 @@ func (p *pass) loadRecords() {
 		p.records[k] = parsed.rec.JobRecord
 		p.recordBytes[k] = data
 	}
-	for _, f := range p.prevJobPaths() {
-		if !strings.HasPrefix(f, "history/jobs/") {
-			continue
-		}
+	for _, f := range p.prevHistoryPaths() {
 		h := p.history(f)
 		if h.err != nil || h.entry == nil || h.entry.record == nil {
 			continue
@@ -663,7 +770,6 @@ func (p *pass) head(f string, data []byte) *objectHead {
 // buildInstances groups every valid inventory's devices into Akri instances.
 func (p *pass) buildInstances() {
 	p.instances = map[string][]*instance{}
-	p.instByKey = map[string]*instance{}
 	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
 	// Which inventories report devices for each Configuration, in node order: with the
 	// Configuration itself, all its instances are made of.
@@ -702,12 +808,20 @@ func (p *pass) buildInstances() {
 		for _, w := range s.warns {
 			p.warn("%s", w)
 		}
-		for _, in := range s.list {
-			p.instByKey[k+"/"+in.name] = in
-		}
 		p.instances[k] = s.list
 	}
-	p.r.instanceSets = kept
+	p.r.instanceSets, p.sets = kept, kept
+}
+
+// instance finds an instance by namespace/configuration/instance.
+func (p *pass) instance(ik string) *instance {
+	ns, rest, _ := strings.Cut(ik, "/")
+	cfg, name, _ := strings.Cut(rest, "/")
+	s := p.sets[ns+"/"+cfg]
+	if s == nil {
+		return nil
+	}
+	return s.byName()[name]
 }
 
 // report is one inventory's entry for one Configuration.
@@ -717,12 +831,27 @@ type report struct {
 }
 
 // instanceSet is one Configuration's instances and what they were made of. Its instances are
-// shared by the passes that reuse it and never changed after they are made.
+// shared by the passes that reuse it and never changed after they are made; what they were
+// made of is brought up to the inventories that report the same devices again.
 type instanceSet struct {
 	cfg   *api.ParsedConfiguration
 	invs  []*api.ParsedInventory
+	ics   []*api.InventoryConfiguration
 	list  []*instance
 	warns []string
+
+	index     sync.Once
+	instances map[string]*instance // by name, made when first asked for
+}
+
+func (s *instanceSet) byName() map[string]*instance {
+	s.index.Do(func() {
+		s.instances = make(map[string]*instance, len(s.list))
+		for _, in := range s.list {
+			s.instances[in.name] = in
+		}
+	})
+	return s.instances
 }
 
 func (s *instanceSet) reusable(cfg *api.ParsedConfiguration, reports []report) bool {
@@ -730,9 +859,15 @@ func (s *instanceSet) reusable(cfg *api.ParsedConfiguration, reports []report) b
 		return false
 	}
 	for i, r := range reports {
-		if s.invs[i] != r.inv {
+		// Another inventory of the same node may report the very same devices for this
+		// Configuration: a node's change to one Configuration leaves the others' instances.
+		if s.invs[i] != r.inv && (s.invs[i].Name != r.inv.Name || !reflect.DeepEqual(s.ics[i].Devices, r.ic.Devices)) {
 			return false
 		}
+	}
+	// What the set was made of is now these inventories: the next pass compares with them.
+	for i, r := range reports {
+		s.invs[i], s.ics[i] = r.inv, r.ic
 	}
 	return true
 }
@@ -748,10 +883,10 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 		props    map[string]string
 	}
 	cfg := p.configs[k]
-	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports))}
+	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports)), ics: make([]*api.InventoryConfiguration, len(reports))}
 	devs := map[string]*agg{}
 	for i, r := range reports {
-		set.invs[i] = r.inv
+		set.invs[i], set.ics[i] = r.inv, r.ic
 		for _, d := range r.ic.Devices {
 			ident := "s\x00" + d.ID
 			if !d.Shared {
@@ -924,6 +1059,10 @@ func (p *pass) renderBrokers() {
 			} else if ok && !a.IsJobBroker() {
 				p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
 			}
+		}
+		if p.scope != nil && !p.scope[k] {
+			// Carried over with its plan entries (mergeScope).
+			continue
 		}
 		var phash, ishash, cshash []byte
 		if cfg.IsPodBroker() {

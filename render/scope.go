@@ -1,0 +1,332 @@
+package render
+
+import (
+	"bytes"
+	"maps"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// A kept Renderer renders on top of its own last output (a daemon does, change after change).
+// When a change reaches only some Configurations, a pass is scoped to them: their devices,
+// records and previous files go through the Job lifecycle, the brokers and the layout as in a
+// full pass, and every other Configuration's files, plan entries and warnings are carried over
+// from the last render, which made them from the very same inputs. A device change on a
+// fleet of 100,000 then costs its Configuration, not every file.
+//
+// A pass is scoped only when the whole of its previous tree is the last output (the same byte
+// slices), the settings and the trust mode are the same, and nothing is frozen or held; which
+// Configurations it reaches is decided from the identity of what the memos hand back for the
+// same bytes: the parsed Configuration, its instance set (its reporting inventories), and the
+// records of its Jobs. When the scoped work would write outside its Configurations or change
+// the folders (and so the Flux Kustomizations), it is dropped and the pass runs whole.
+
+// configSlice is one Configuration's part of the last output.
+type configSlice struct {
+	// files are its rendered folder's files and its history/ entries, sorted.
+	files []string
+	// dirs are the directories holding its objects.
+	dirs map[string]bool
+}
+
+// standingChange is a plan entry every render repeats while its inputs stay the same: a Pod
+// or Job held, a Job kept.
+type standingChange struct {
+	inst, deviceID string
+	nodes          []string
+	change         Change
+}
+
+// lastScope is what the next pass needs to be scoped: the last pass's inputs as parsed, and
+// its output per Configuration.
+type lastScope struct {
+	settings         []byte
+	renderedJobsOnly bool
+	configs          map[string]*api.ParsedConfiguration
+	sets             map[string]*instanceSet
+	records          map[string]*api.JobRecord
+	slices           map[string]*configSlice
+	// history are the history/ files of the output, sorted.
+	history []string
+	// standing are the plan's standing entries and brokers, by Configuration.
+	standing map[string][]standingChange
+	brokers  map[string]string
+	// layoutWarns are the layout's warnings about each Configuration's folders.
+	layoutWarns map[string][]string
+}
+
+// configKeyOf says which Configuration's part of the output a file is: rendered/<ns>/<cfg>/...
+// and history/jobs/<ns>/<cfg>/...; "" for the files of the whole output (the root
+// kustomization, rendered/flux/, the namespaces, the metadata).
+func configKeyOf(f string) string {
+	var rest string
+	switch {
+	case strings.HasPrefix(f, RenderedDir):
+		rest = f[len(RenderedDir):]
+		if strings.HasPrefix(rest, "flux/") || strings.HasPrefix(rest, "_namespaces/") {
+			return ""
+		}
+	case strings.HasPrefix(f, historyJobsDir):
+		rest = f[len(historyJobsDir):]
+	default:
+		return ""
+	}
+	ns, rest, _ := strings.Cut(rest, "/")
+	cfg, rest, _ := strings.Cut(rest, "/")
+	if ns == "" || cfg == "" || rest == "" {
+		return ""
+	}
+	return ns + "/" + cfg
+}
+
+const historyJobsDir = HistoryDir + "jobs/"
+
+// slicesOf groups files by Configuration.
+func slicesOf(files []string) map[string]*configSlice {
+	out := map[string]*configSlice{}
+	for _, f := range files {
+		k := configKeyOf(f)
+		if k == "" {
+			continue
+		}
+		s := out[k]
+		if s == nil {
+			s = &configSlice{dirs: map[string]bool{}}
+			out[k] = s
+		}
+		s.files = append(s.files, f)
+		if _, ok := parseObjectPath(f); ok {
+			s.dirs[path.Dir(f)] = true
+		}
+	}
+	for _, s := range out {
+		sort.Strings(s.files)
+	}
+	return out
+}
+
+// scopeFor decides which Configurations this pass must render, or nil when it must render
+// them all. It is asked once the inputs are parsed and grouped.
+func (p *pass) scopeFor() map[string]bool {
+	last := p.r.scope
+	if !p.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || len(p.frozenNodes) > 0 ||
+		len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
+		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) {
+		return nil
+	}
+	scope := map[string]bool{}
+	keys := map[string]bool{}
+	for _, m := range []map[string]*api.ParsedConfiguration{p.configs, last.configs} {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		if p.configs[k] != last.configs[k] || p.sets[k] != last.sets[k] {
+			scope[k] = true
+		}
+	}
+	// A record reaches the Configuration whose Job it names, the one it claims, and those that
+	// wait on that one (after).
+	idx := p.prevIndex()
+	changed := func(id string, rec *api.JobRecord) bool {
+		ns, job, _ := strings.Cut(id, "/")
+		f, ok := idx[objectKey{kind: "job", namespace: ns, name: job}]
+		if !ok {
+			return false // not a rendered Job: its history, or no Job at all
+		}
+		scope[configKeyOf(f)] = true
+		claimed := rec.Namespace + "/" + rec.Spec.Configuration
+		scope[claimed] = true
+		for k, c := range p.configs {
+			if c.Namespace == rec.Namespace && c.Policy.After == rec.Spec.Configuration {
+				scope[k] = true
+			}
+		}
+		return true
+	}
+	for id, rec := range p.records {
+		if old := last.records[id]; old != rec && !changed(id, rec) {
+			return nil
+		}
+	}
+	for id, rec := range last.records {
+		if _, ok := p.records[id]; !ok && !changed(id, rec) {
+			return nil
+		}
+	}
+	return scope
+}
+
+// prevJobPathsIn are the paths of prev's Jobs and history entries of the Configurations in
+// scope, sorted.
+func (p *pass) prevJobPathsIn(scope map[string]bool) []string {
+	out := []string{}
+	for k := range scope {
+		if s := p.r.scope.slices[k]; s != nil {
+			for _, f := range s.files {
+				if strings.HasPrefix(f, HistoryDir) || strings.HasPrefix(path.Base(f), "job-") && strings.HasPrefix(f, RenderedDir) {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// prevHistoryPaths are prev's history/ files, sorted.
+func (p *pass) prevHistoryPaths() []string {
+	if p.onLast && p.r.scope != nil {
+		return p.r.scope.history
+	}
+	var out []string
+	for _, f := range p.prevJobPaths() {
+		if strings.HasPrefix(f, historyJobsDir) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// mergeScope puts the scoped output together with the rest of the last output, and the diff
+// with it. It reports false when the scoped work wrote outside its Configurations or changed
+// their folders: the pass must then run whole.
+func (p *pass) mergeScope() bool {
+	last := p.r.scope
+	written := map[string][]string{}
+	for f := range p.out {
+		k := configKeyOf(f)
+		if !p.scope[k] {
+			return false
+		}
+		written[k] = append(written[k], f)
+	}
+	fresh := slicesOf(slices.Concat(slices.Collect(maps.Values(written))...))
+	before := Tree{}
+	for k := range p.scope {
+		old, now := last.slices[k], fresh[k]
+		var oldDirs, newDirs map[string]bool
+		if old != nil {
+			oldDirs = old.dirs
+			for _, f := range old.files {
+				before[f] = p.prev[f]
+			}
+		}
+		if now != nil {
+			newDirs = now.dirs
+		}
+		// Folders that appear or go change the Flux Kustomizations, the root and the namespaces.
+		if len(oldDirs) != len(newDirs) {
+			return false
+		}
+		for d := range oldDirs {
+			if !newDirs[d] {
+				return false
+			}
+		}
+	}
+	// The metadata file is in out already; a whole pass's diff, made before it is written, names it and
+	// then takes it out again: an empty diff is empty, not nil.
+	p.diff, p.diffed = append([]string{}, Diff(before, p.out)...), true
+	out := maps.Clone(p.prev)
+	for f := range before {
+		delete(out, f)
+	}
+	maps.Copy(out, p.out)
+	p.out, p.fresh = out, fresh
+	// The other Configurations' plan entries and warnings, as the last render made them.
+	for k, changes := range last.standing {
+		if p.scope[k] {
+			continue
+		}
+		ns, name, _ := strings.Cut(k, "/")
+		p.plan.config(ns, name, last.brokers[k])
+		for _, s := range changes {
+			if s.inst != "" {
+				p.plan.instance(ns, name, s.inst, s.deviceID, s.nodes)
+			}
+			p.plan.add(ns, name, s.inst, s.change)
+		}
+	}
+	for k, warns := range last.layoutWarns {
+		if !p.scope[k] {
+			p.layoutWarns[k] = warns
+			for _, w := range warns {
+				p.warn("%s", w)
+			}
+		}
+	}
+	return true
+}
+
+// keepScope remembers what the next pass needs to be scoped, or nothing when this pass's output
+// cannot be its base.
+func (p *pass) keepScope(res *Result) {
+	r := p.r
+	if res.Refused != nil || len(p.held) > 0 || len(p.frozenNodes) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
+		r.scope = nil
+		return
+	}
+	s := &lastScope{
+		settings:         p.req.Files[api.SettingsPath],
+		renderedJobsOnly: p.req.RenderedJobsOnly,
+		configs:          p.configs,
+		sets:             p.sets,
+		records:          p.records,
+		standing:         map[string][]standingChange{},
+		brokers:          map[string]string{},
+		layoutWarns:      p.layoutWarns,
+	}
+	if p.scope == nil {
+		s.slices = slicesOf(res.Files.Paths())
+	} else {
+		s.slices = maps.Clone(r.scope.slices)
+		for k := range p.scope {
+			delete(s.slices, k)
+			if f := p.fresh[k]; f != nil {
+				s.slices[k] = f
+			}
+		}
+	}
+	for _, k := range sortedKeys(s.slices) {
+		for _, f := range s.slices[k].files {
+			if strings.HasPrefix(f, historyJobsDir) {
+				s.history = append(s.history, f)
+			}
+		}
+	}
+	sort.Strings(s.history)
+	for _, c := range res.Plan.Configurations {
+		k := c.Namespace + "/" + c.Name
+		if p.scope != nil && !p.scope[k] {
+			continue
+		}
+		s.brokers[k] = c.Broker
+		for _, ch := range c.Changes {
+			if ch.Action == Held || ch.Action == Kept {
+				s.standing[k] = append(s.standing[k], standingChange{change: ch})
+			}
+		}
+		for _, ip := range c.Instances {
+			for _, ch := range ip.Changes {
+				if ch.Action == Held || ch.Action == Kept {
+					s.standing[k] = append(s.standing[k], standingChange{inst: ip.Name, deviceID: ip.DeviceID,
+						nodes: slices.Clone(ip.Nodes), change: ch})
+				}
+			}
+		}
+	}
+	if p.scope != nil {
+		for k, v := range r.scope.standing {
+			if !p.scope[k] {
+				s.standing[k], s.brokers[k] = v, r.scope.brokers[k]
+			}
+		}
+	}
+	r.scope = s
+}
