@@ -8,6 +8,7 @@ import (
 	"path"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,8 +363,37 @@ type Metadata struct {
 }
 
 // ParseMetadata reads rendered/.gitbroker-render.yaml; a missing or unreadable file gives the
-// zero Metadata.
-func ParseMetadata(data []byte) Metadata { return parseMetadata(data) }
+// zero Metadata. Its maps may be shared with other callers: they must not be changed.
+func ParseMetadata(data []byte) Metadata {
+	lastMetadata.Lock()
+	defer lastMetadata.Unlock()
+	if data == nil || !sameContent(lastMetadata.data, data) {
+		lastMetadata.data, lastMetadata.m = data, parseMetadata(data)
+	}
+	return lastMetadata.m
+}
+
+// lastMetadata is the metadata file last written or read. A daemon reads the one it wrote, once
+// to verify its inputs and once to render, and a fleet's names every node's ref.
+var lastMetadata struct {
+	sync.Mutex
+	data []byte
+	m    Metadata
+}
+
+// wroteMetadata records the metadata file a render wrote, as parsing it gives it back (empty
+// maps are omitted, so they read back as nil).
+func wroteMetadata(data []byte, m Metadata) {
+	if len(m.ConfigurationFiles) == 0 {
+		m.ConfigurationFiles = nil
+	}
+	if len(m.Writers) == 0 {
+		m.Writers = nil
+	}
+	lastMetadata.Lock()
+	defer lastMetadata.Unlock()
+	lastMetadata.data, lastMetadata.m = data, m
+}
 
 func parseMetadata(data []byte) Metadata {
 	var m Metadata
@@ -388,8 +418,12 @@ func InputsDigest(files Tree) string {
 // digestOf is InputsDigest of the files at inputs, the sorted input paths.
 func digestOf(files Tree, inputs []string) string {
 	h := sha256.New()
+	var head []byte
 	for _, p := range inputs {
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(files[p]))
+		// What fmt.Fprintf(h, "%s\x00%d\x00", p, len) wrote, without its formatting.
+		head = append(append(head[:0], p...), 0)
+		head = append(strconv.AppendInt(head, int64(len(files[p])), 10), 0)
+		h.Write(head)
 		h.Write(files[p])
 	}
 	return fmt.Sprintf("sha256:%x", h.Sum(nil))

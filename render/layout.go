@@ -252,7 +252,7 @@ func (p *pass) writeMetadata() {
 		Writers:            writers,
 	}
 	p.out[MetadataPath] = marshal(m)
-	p.r.meta.data, p.r.meta.m = p.out[MetadataPath], m
+	wroteMetadata(p.out[MetadataPath], m)
 }
 
 // diffMetadata brings the diff up to date with the metadata file just written.

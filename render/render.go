@@ -101,11 +101,6 @@ type Renderer struct {
 	refused map[*api.ParsedInventory]refusedCheck
 	// scoped counts the passes that were scoped, for tests.
 	scoped int
-	// meta is the metadata file last written or read, parsed.
-	meta struct {
-		data []byte
-		m    Metadata
-	}
 }
 
 // lastOutput is the last render's output with the index of its objects.
@@ -120,14 +115,6 @@ type historyParse struct {
 	err   error
 }
 
-// parsedMetadata parses a metadata file, or hands back the one it last wrote or read.
-func (r *Renderer) parsedMetadata(data []byte) Metadata {
-	if data == nil || !sameContent(r.meta.data, data) {
-		r.meta.data, r.meta.m = data, parseMetadata(data)
-	}
-	return r.meta.m
-}
-
 // New returns a Renderer.
 func New() *Renderer { return &Renderer{} }
 
@@ -138,21 +125,22 @@ func Render(req Request) *Result { return New().Render(req) }
 func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res, p := r.pass(req, nil, true)
+	in := r.split(req.Files)
+	res, p := r.pass(req, in, nil, true)
 	if res == nil {
 		// The scoped work reached further than its Configurations.
-		res, p = r.pass(req, nil, false)
+		res, p = r.pass(req, in, nil, false)
 	}
 	if res.Refused != nil && p.scope != nil {
 		// The budget is judged on the whole tree.
-		res, p = r.pass(req, nil, false)
+		res, p = r.pass(req, in, nil, false)
 	}
 	if res.Refused != nil {
 		// Over the fleet-wide budget: hold the nodes that caused it and render the rest, as
 		// if their inventories were invalid; the memos make the second pass cost only what
 		// differs. What is still over the budget then is refused.
 		if held := p.overBudgetNodes(); len(held) > 0 {
-			res, p = r.pass(req, held, false)
+			res, p = r.pass(req, in, held, false)
 		}
 	}
 	r.keep(res, p)
@@ -190,10 +178,45 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	}
 }
 
-func (r *Renderer) pass(req Request, held map[string]string, scoped bool) (*Result, *pass) {
-	prev := req.Files.Owned()
+// split is a request's files parted into the previous output and the inputs.
+type split struct {
+	prev Tree
+	// onLast says prev is the Renderer's last output, the very byte slices.
+	onLast bool
+	// inputs are the input paths, sorted.
+	inputs []string
+}
+
+// split parts a request's files in one pass. A kept Renderer's previous output is, render after
+// render, its own last output: it is then taken as it is, not copied out of a fleet's files.
+func (r *Renderer) split(files Tree) split {
+	last := r.last.files
+	same, owned := last != nil, 0
+	inputs := []string{}
+	for f, b := range files {
+		if IsOwned(f) {
+			owned++
+			if same {
+				y, ok := last[f]
+				same = ok && len(b) == len(y) && (len(b) == 0 || unsafe.SliceData(b) == unsafe.SliceData(y))
+			}
+			continue
+		}
+		if IsInput(f) {
+			inputs = append(inputs, f)
+		}
+	}
+	sort.Strings(inputs)
+	if same && owned == len(last) {
+		return split{prev: last, onLast: true, inputs: inputs}
+	}
+	return split{prev: files.Owned(), inputs: inputs}
+}
+
+func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
+	prev := in.prev
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
-		onLast: r.last.files != nil && sameFiles(prev, r.last.files), layoutWarns: map[string][]string{}}
+		onLast: in.onLast, filesSorted: in.inputs, layoutWarns: map[string][]string{}}
 	p.scoped = scoped && p.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoped {
@@ -324,20 +347,6 @@ func (p *pass) outIndex() map[objectKey]string {
 	return idx
 }
 
-// sameFiles reports whether a and b hold the very same byte slices under the same paths.
-func sameFiles(a, b Tree) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for f, x := range a {
-		y, ok := b[f]
-		if !ok || len(x) != len(y) || len(x) > 0 && unsafe.SliceData(x) != unsafe.SliceData(y) {
-			return false
-		}
-	}
-	return true
-}
-
 func (p *pass) prevPaths() []string {
 	if p.prevSorted == nil {
 		p.prevSorted = p.prev.Paths()
@@ -400,7 +409,7 @@ func (p *pass) run() *Result {
 		return res
 	}
 	p.settings = settings
-	p.prevMeta = p.r.parsedMetadata(p.prev[MetadataPath])
+	p.prevMeta = ParseMetadata(p.prev[MetadataPath])
 
 	p.loadConfigurations()
 	p.loadInventories()

@@ -29,6 +29,8 @@ import (
 type configSlice struct {
 	// files are its rendered folder's files and its history/ entries, sorted.
 	files []string
+	// history are those of files under history/.
+	history []string
 	// dirs are the directories holding its objects.
 	dirs map[string]bool
 }
@@ -99,12 +101,16 @@ func slicesOf(files []string) map[string]*configSlice {
 			out[k] = s
 		}
 		s.files = append(s.files, f)
+		if strings.HasPrefix(f, historyJobsDir) {
+			s.history = append(s.history, f)
+		}
 		if _, ok := parseObjectPath(f); ok {
 			s.dirs[path.Dir(f)] = true
 		}
 	}
 	for _, s := range out {
 		sort.Strings(s.files)
+		sort.Strings(s.history)
 	}
 	return out
 }
@@ -283,7 +289,7 @@ func (p *pass) keepScope(res *Result) {
 		layoutWarns:      p.layoutWarns,
 	}
 	if p.scope == nil {
-		s.slices = slicesOf(res.Files.Paths())
+		s.slices = slicesOf(slices.Collect(maps.Keys(res.Files)))
 	} else {
 		s.slices = maps.Clone(r.scope.slices)
 		for k := range p.scope {
@@ -293,12 +299,8 @@ func (p *pass) keepScope(res *Result) {
 			}
 		}
 	}
-	for _, k := range sortedKeys(s.slices) {
-		for _, f := range s.slices[k].files {
-			if strings.HasPrefix(f, historyJobsDir) {
-				s.history = append(s.history, f)
-			}
-		}
+	for _, sl := range s.slices {
+		s.history = append(s.history, sl.history...)
 	}
 	sort.Strings(s.history)
 	for _, c := range res.Plan.Configurations {

@@ -175,6 +175,8 @@ type Inputs struct {
 	// Tree holds the inputs (gitbroker.yaml, configurations/, .gitbroker/, inventory/, status/)
 	// and the previous rendered/ and history/.
 	Tree render.Tree
+	// Inputs are the inputs alone, the part of Tree that is not rendered/ or history/.
+	Inputs render.Tree
 	// Source is the source commit rendered, SourceTime its committer time; SourceTip is the
 	// branch's head, which differs when an unsigned commit stopped the source.
 	Source     string
@@ -199,6 +201,11 @@ type Inputs struct {
 	// Own reports whether a commit is this renderer's own, as the previous render was checked;
 	// nil when the repository has no allowed_signers and any commit counts.
 	Own func(*gitsync.Commit) bool
+}
+
+// put adds an input.
+func (in *Inputs) put(p string, b []byte) {
+	in.Tree[p], in.Inputs[p] = b, b
 }
 
 // mode is how the source branch is trusted at one commit.
@@ -348,7 +355,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", gitsync.ErrNoBranch, s.SourceBranch)
 	}
-	in := &Inputs{Tree: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
+	in := &Inputs{Tree: render.Tree{}, Inputs: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
 
 	// The mode at the source tip decides whether the renderer's own commits must be found; the
 	// mode that governs the walk is the one at the last rendered source commit.
@@ -371,7 +378,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	}
 	for p, b := range files {
 		if IsPeoplePath(p) {
-			in.Tree[p] = b
+			in.put(p, b)
 		}
 	}
 	in.Verified = m.allowed != nil
@@ -581,7 +588,7 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 	keep := func(ref, node string) {
 		p := api.InventoryPath(node)
 		if b, ok := prev[p]; ok {
-			in.Tree[p] = b
+			in.put(p, b)
 		}
 		if t := meta.Writers[ref]; t != "" {
 			in.Writers[ref] = t
@@ -621,7 +628,7 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 				return err
 			}
 		}
-		in.Tree[p] = b
+		in.put(p, b)
 		in.Writers[ref] = snap.Commit()
 	}
 	// A node whose ref is gone keeps its last verified inventory while it is enrolled: deleting
@@ -689,7 +696,7 @@ func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta 
 	keep := func() {
 		for p, b := range prev {
 			if strings.HasPrefix(p, "status/") {
-				in.Tree[p] = b
+				in.put(p, b)
 			}
 		}
 		if t := meta.Writers[StatusBranch]; t != "" {
@@ -735,7 +742,7 @@ func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta 
 		return nil
 	}
 	for p, b := range files {
-		in.Tree[p] = b
+		in.put(p, b)
 	}
 	in.Writers[StatusBranch] = snap.Commit()
 	return nil

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -49,6 +51,12 @@ type remoteRender struct {
 	// last is what the rendered branch holds at the commit this renderer pushed or found last,
 	// kept from building that commit: the next render reads the previous rendered/ and history/
 	// from here instead of the object store, and commits only the paths that differ from it.
+	// lastCompanions are the companions of the last render's files (the map's identity).
+	lastCompanions struct {
+		of    unsafe.Pointer
+		value map[string]string
+	}
+
 	last struct {
 		commit string
 		files  render.Tree
@@ -136,7 +144,8 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			change.Files = render.Tree{}
 		}
 		mirrored := render.Tree{}
-		for p, b := range tree {
+		// The inputs alone, not the hundred thousand rendered files beside them.
+		for p, b := range in.Inputs {
 			if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
 				change.Files[p] = b
 				mirrored[p] = b
@@ -150,8 +159,9 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
 		// setting is gone, the branches are deleted.
-		change.Companions = render.Companions(result.Files)
-		if len(change.Companions) > 0 || len(render.Companions(result.Previous)) > 0 {
+		var before map[string]string
+		change.Companions, before = r.companions(result)
+		if len(change.Companions) > 0 || len(before) > 0 {
 			change.CompanionPrefix, change.KeepCompanion = api.FolderBranchPrefix, in.Own
 		}
 		return change, nil
@@ -175,6 +185,20 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	}
 	out.Push, out.Commit = res, res.Commit
 	return out, err
+}
+
+// companions are render.Companions of a render's files and of its previous files. A render on
+// top of the last one (its previous files are the very map the last one returned) whose diff
+// leaves rendered/flux/sources/ alone has the last one's: no pass over a fleet's files.
+func (r *remoteRender) companions(result *render.Result) (now, before map[string]string) {
+	same := r.lastCompanions.of != nil && r.lastCompanions.of == reflect.ValueOf(result.Previous).UnsafePointer()
+	if same && !slices.ContainsFunc(result.Diff, func(p string) bool { return strings.HasPrefix(p, render.FolderSourcesDir) }) {
+		now, before = r.lastCompanions.value, r.lastCompanions.value
+	} else {
+		now, before = render.Companions(result.Files), render.Companions(result.Previous)
+	}
+	r.lastCompanions.of, r.lastCompanions.value = reflect.ValueOf(result.Files).UnsafePointer(), now
+	return now, before
 }
 
 // known returns the files of the rendered branch's commit this renderer holds (verify.Sources.Known).
