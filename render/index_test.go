@@ -1,6 +1,7 @@
 package render
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -27,7 +28,21 @@ func TestIndexesFollowTheFiles(t *testing.T) {
 		require.Equal(t, want, p.outIndex(), name)
 		require.Equal(t, dups, p.outDups, name)
 		want, dups = objectIndex(p.prev)
-		require.Equal(t, want, p.prevIndex(), name)
+		// The index of prev became out's in place; undo holds what it was.
+		prev := maps.Clone(p.prevIndex())
+		for k, e := range p.undo {
+			if e.had {
+				prev[k] = e.file
+			} else {
+				delete(prev, k)
+			}
+		}
+		require.Equal(t, want, prev, name)
+		require.Equal(t, len(want), p.prevLen(), name)
+		for k, f := range want {
+			got, ok := p.prevID(k)
+			require.True(t, ok && got == f, name)
+		}
 		require.Equal(t, dups, p.prevDups, name)
 		r.keep(res, p)
 		for f := range tree {
@@ -70,5 +85,43 @@ func TestIndexesFollowTheFiles(t *testing.T) {
 	require.False(t, kept, "the render removes what it did not write")
 	step("a Configuration's shards changed", func(t Tree) {
 		t["configurations/cfg-00.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-00.yaml"]), "shards: 2", "shards: 3", 1))
+	})
+
+	// Renders the budget holds or refuses try passes they do not keep: each must leave the index
+	// of the last output as it found it.
+	render := func(name string, edit func(Tree)) *Result {
+		t.Helper()
+		edit(tree)
+		res := r.Render(Request{Files: tree})
+		want, _ := objectIndex(r.last.files)
+		require.Equal(t, want, r.last.objects, name)
+		tree = Tree(maps.Clone(map[string][]byte(tree)))
+		maps.DeleteFunc(tree, func(f string, _ []byte) bool { return IsOwned(f) })
+		maps.Copy(tree, res.Files)
+		return res
+	}
+	render("a device", func(t Tree) {
+		inv := inventories()[2]
+		t[inv] = []byte(strings.Replace(string(t[inv]), "    devices:\n", "    devices:\n    - id: another\n      properties:\n        DEVICE: another\n", 1))
+	})
+	res := render("most nodes gone, held", func(t Tree) {
+		for i, inv := range inventories() {
+			if i%5 != 0 {
+				delete(t, inv)
+			}
+		}
+	})
+	require.NotEmpty(t, res.Held)
+	res = render("every Configuration gone, refused", func(t Tree) {
+		for _, f := range t.Paths() {
+			if strings.HasPrefix(f, "configurations/") {
+				delete(t, f)
+			}
+		}
+	})
+	require.NotNil(t, res.Refused)
+	render("a device after it", func(t Tree) {
+		inv := inventories()[0]
+		t[inv] = []byte(strings.Replace(string(t[inv]), "    devices:\n", "    devices:\n    - id: later\n      properties:\n        DEVICE: later\n", 1))
 	})
 }

@@ -269,7 +269,7 @@ func (p *pass) diffMetadata() {
 // planFromDiff adds the Pod, Service and Flux changes, found by comparing files. Job changes
 // were added while applying the lifecycle.
 func (p *pass) planFromDiff() {
-	prevIDs, newIDs := p.prevIndex(), p.outIndex()
+	newIDs := p.outIndex()
 	moved := map[string]int{}
 	for _, f := range p.diff {
 		if f == NamespacesFluxFile {
@@ -323,7 +323,7 @@ func (p *pass) planFromDiff() {
 		}
 		kind := map[string]string{"pod": "Pod", "service": "Service"}[ref.kind]
 		newF, inNew := newIDs[ref.key()]
-		oldF, inOld := prevIDs[ref.key()]
+		oldF, inOld := p.prevID(ref.key())
 		if inNew && inOld && newF != oldF {
 			if f == newF {
 				moved[ref.namespace+"/"+ref.configuration]++
@@ -391,7 +391,7 @@ func replacedVerb(kind string) string {
 // checkSafety refuses renders that would remove too much: more than maxDeletionPercent of the
 // broker objects, or all of them. Jobs retired to history are not deletions.
 func (p *pass) checkSafety() string {
-	prevIDs, newIDs := p.prevIndex(), p.outIndex()
+	newIDs := p.outIndex()
 	removed := 0
 	gone := func(id objectKey) {
 		if _, kept := newIDs[id]; !kept && !p.retired[id] {
@@ -401,16 +401,19 @@ func (p *pass) checkSafety() string {
 	if p.outFromDiff {
 		// Every object of prev has one file, and only the diff's files took theirs away.
 		for _, f := range p.diff {
-			if ref, ok := parseObjectPath(f); ok && prevIDs[ref.key()] == f {
+			if ref, ok := parseObjectPath(f); ok {
+				if was, _ := p.prevID(ref.key()); was != f {
+					continue
+				}
 				gone(ref.key())
 			}
 		}
 	} else {
-		for id := range prevIDs {
+		for id := range p.prevIndex() {
 			gone(id)
 		}
 	}
-	total := len(prevIDs)
+	total := p.prevLen()
 	if total == 0 || removed == 0 {
 		return ""
 	}

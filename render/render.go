@@ -3,7 +3,6 @@ package render
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"path"
 	"reflect"
 	"slices"
@@ -133,6 +132,7 @@ func (r *Renderer) Render(req Request) *Result {
 	}
 	if res.Refused != nil && p.scope != nil {
 		// The budget is judged on the whole tree.
+		p.dropIndex()
 		res, p = r.pass(req, in, nil, false)
 	}
 	if res.Refused != nil {
@@ -140,6 +140,7 @@ func (r *Renderer) Render(req Request) *Result {
 		// if their inventories were invalid; the memos make the second pass cost only what
 		// differs. What is still over the budget then is refused.
 		if held := p.overBudgetNodes(); len(held) > 0 {
+			p.dropIndex()
 			res, p = r.pass(req, in, held, false)
 		}
 	}
@@ -151,6 +152,9 @@ func (r *Renderer) Render(req Request) *Result {
 // of it), and what the memos were used for.
 func (r *Renderer) keep(res *Result, p *pass) {
 	r.last = lastOutput{}
+	if res.Refused != nil {
+		p.dropIndex()
+	}
 	switch {
 	case res.Refused == nil && p.outObjects != nil:
 		r.last = lastOutput{files: res.Files, objects: p.outObjects, dups: p.outDups}
@@ -273,8 +277,11 @@ type pass struct {
 	// and whether two files held one object.
 	prevObjects, outObjects map[objectKey]string
 	prevDups, outDups       bool
-	// outFromDiff says outObjects is prevObjects brought up to date with the diff.
+	// outFromDiff says outObjects is prevObjects brought up to date with the diff, in place:
+	// undo holds what it held for the objects it changed, and prevCount its size.
 	outFromDiff bool
+	undo        map[objectKey]prevEntry
+	prevCount   int
 
 	// onLast says prev is exactly the Renderer's last output; scoped that this pass may be
 	// scoped (scope.go), and scope, once decided, the Configurations it renders (nil: all).
@@ -315,9 +322,24 @@ func (p *pass) outIndex() map[objectKey]string {
 		p.outObjects, p.outDups = objectIndex(p.out)
 		return p.outObjects
 	}
-	idx := maps.Clone(prev)
-	if idx == nil {
-		idx = map[objectKey]string{}
+	// The index of prev becomes that of out in place, and undo keeps what it held for prevID
+	// and for dropIndex: a copy would cost a pass over every object of the fleet.
+	if prev == nil {
+		prev = map[objectKey]string{}
+		p.prevObjects = prev
+	}
+	idx := prev
+	p.prevCount, p.undo = len(prev), map[objectKey]prevEntry{}
+	set := func(k objectKey, f string, present bool) {
+		if _, saved := p.undo[k]; !saved {
+			old, had := idx[k]
+			p.undo[k] = prevEntry{file: old, had: had}
+		}
+		if present {
+			idx[k] = f
+		} else {
+			delete(idx, k)
+		}
 	}
 	// Without duplicates each object of prev has one file, the one the index names: a file
 	// gone from out takes its object with it, unless a file of the diff holds it again.
@@ -326,7 +348,7 @@ func (p *pass) outIndex() map[objectKey]string {
 			continue
 		}
 		if ref, ok := parseObjectPath(f); ok && idx[ref.key()] == f {
-			delete(idx, ref.key())
+			set(ref.key(), "", false)
 		}
 	}
 	for _, f := range p.diff {
@@ -339,12 +361,49 @@ func (p *pass) outIndex() map[objectKey]string {
 				p.outDups = true
 			}
 			if !dup || f < old {
-				idx[ref.key()] = f
+				set(ref.key(), f, true)
 			}
 		}
 	}
 	p.outObjects, p.outFromDiff = idx, true
 	return idx
+}
+
+// prevEntry is what the index of prev held for an object before outIndex changed it.
+type prevEntry struct {
+	file string
+	had  bool
+}
+
+// prevID is the file of prev that holds an object, whether or not outIndex has made prev's
+// index into out's since.
+func (p *pass) prevID(k objectKey) (string, bool) {
+	if e, ok := p.undo[k]; ok {
+		return e.file, e.had
+	}
+	f, ok := p.prevIndex()[k]
+	return f, ok
+}
+
+// prevLen is the number of objects in prev.
+func (p *pass) prevLen() int {
+	if p.undo != nil {
+		return p.prevCount
+	}
+	return len(p.prevIndex())
+}
+
+// dropIndex gives the index of prev back what outIndex changed in it: a pass that is not kept
+// leaves the Renderer's index of its last output as it found it.
+func (p *pass) dropIndex() {
+	for k, e := range p.undo {
+		if e.had {
+			p.prevObjects[k] = e.file
+		} else {
+			delete(p.prevObjects, k)
+		}
+	}
+	p.undo, p.outObjects, p.outFromDiff = nil, nil, false
 }
 
 func (p *pass) prevPaths() []string {
