@@ -757,10 +757,8 @@ func (p *pass) loadRecords() {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
 		}
 	}
+	// Every Job of prev is looked for only when there is a record to check.
 	var rendered map[string]bool
-	if p.req.RenderedJobsOnly {
-		rendered = p.renderedJobs()
-	}
 	for _, f := range p.inputPaths() {
 		if !isRecordPath(f) {
 			continue
@@ -775,6 +773,9 @@ func (p *pass) loadRecords() {
 			continue
 		}
 		k := parsed.rec.Namespace + "/" + parsed.rec.Name
+		if p.req.RenderedJobsOnly && rendered == nil {
+			rendered = p.renderedJobs()
+		}
 		if p.req.RenderedJobsOnly && !rendered[k] {
 			p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: the Job %s was never rendered here; the record is ignored", f, k))
 			continue
