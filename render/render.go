@@ -98,6 +98,8 @@ type Renderer struct {
 	scope *lastScope
 	// refused are the last pass's checks of device properties, by inventory.
 	refused map[*api.ParsedInventory]refusedCheck
+	// once says the Renderer renders once (Render): it keeps nothing for a next pass.
+	once bool
 	// scoped counts the passes that were scoped, for tests.
 	scoped int
 }
@@ -118,7 +120,11 @@ type historyParse struct {
 func New() *Renderer { return &Renderer{} }
 
 // Render renders once with a fresh Renderer.
-func Render(req Request) *Result { return New().Render(req) }
+func Render(req Request) *Result {
+	r := New()
+	r.once = true
+	return r.Render(req)
+}
 
 // Render expands the request's repository into rendered/ and history/.
 func (r *Renderer) Render(req Request) *Result {
@@ -167,7 +173,9 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	if p.refused != nil {
 		r.refused = p.refused
 	}
-	p.keepScope(res)
+	if !r.once {
+		p.keepScope(res)
+	}
 	// The memos keep what this pass used and drop the rest. A scoped pass used only its
 	// Configurations' objects: the memos of objects and files keep everything until they hold
 	// half as much again as the last whole pass left them, and the next pass is then whole.
