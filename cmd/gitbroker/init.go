@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -57,6 +58,13 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.FolderSources && !o.Flux {
 				return exitf(exitInvalid, "--%s needs --%s: folder sources are Flux objects", flagFolderSources, flagFlux)
+			}
+			// The URL is written into files that are committed: a password in it would be in the
+			// repository's history for everyone who can read it.
+			if u, err := url.Parse(o.RepoURL); err == nil && (o.Flux || o.ArgoCD) {
+				if _, ok := u.User.Password(); ok {
+					return exitf(exitInvalid, "--%s holds a password, which init would write into the repository (flux/, argocd/); give it the URL alone, and the credentials to Flux in the Secret its GitRepository's spec.secretRef names, or to Argo CD as repository credentials", flagRepoURL)
+				}
 			}
 			files, err := o.files()
 			if err != nil {

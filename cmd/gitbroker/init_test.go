@@ -168,11 +168,24 @@ func TestInitWithFolderSources(t *testing.T) {
 	require.Contains(t, string(root), "url: https://git.example.org/plant/edge.git")
 
 	// A URL Flux cannot fetch, or one that carries a password, names the flag and is not echoed.
-	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "https://git:s3cret@git.example.org/plant/edge.git")
+	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "file:///srv/edge.git")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--repo-url cannot be spec.flux.folderSources.url")
-	require.Contains(t, stderr, "holds a password")
+	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "https://git:s3cret@git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--repo-url holds a password")
 	require.NotContains(t, stderr, "s3cret")
+
+	// Without folder sources the URL still goes into committed files: refused before anything is
+	// written, for Flux and for Argo CD.
+	for _, tool := range []string{"--flux", "--argocd"} {
+		dir := filepath.Join(t.TempDir(), "x")
+		code, _, stderr = gitbroker(t, "init", "--dir", dir, tool, "--repo-url", "https://git:s3cret@git.example.org/plant/edge.git")
+		require.Equal(t, exitInvalid, code, tool)
+		require.Contains(t, stderr, "--repo-url holds a password", tool)
+		require.NotContains(t, stderr, "s3cret", tool)
+		require.NoDirExists(t, dir, tool)
+	}
 
 	// Folder sources are Flux objects.
 	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--folder-sources")
