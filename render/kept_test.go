@@ -103,6 +103,13 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 // side and short histories: most of its passes are scoped to the Configurations a change
 // reaches, and each must equal a fresh Renderer's whole render of the same tree.
 func TestScopedPassesMatchFresh(t *testing.T) {
+	t.Run("unverified", func(t *testing.T) { scopedPassesMatchFresh(t, false) })
+	// Verified, records count only for Jobs the renderer rendered: a kept Renderer counts them
+	// from its last count and the diff.
+	t.Run("rendered Jobs only", func(t *testing.T) { scopedPassesMatchFresh(t, true) })
+}
+
+func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	tree := generateFleet(fleetSpec{nodes: 40, configurations: 6, devices: 250, seed: 3, shards: 2})
 	annotate := func(cfg, annotations string) {
 		f := "configurations/" + cfg + ".yaml"
@@ -119,7 +126,7 @@ func TestScopedPassesMatchFresh(t *testing.T) {
 	for i := 0; i < steps; i++ {
 		var what string
 		invs := filesUnder(tree, "inventory/", "")
-		switch op := rng.Intn(10); {
+		switch op := rng.Intn(11); {
 		case op < 2:
 			inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
 			what = "a device added to " + cfg + " in " + inv
@@ -175,10 +182,15 @@ func TestScopedPassesMatchFresh(t *testing.T) {
 					tree[inv] = []byte(s + block + dev)
 				}
 			}
+		case op == 9:
+			// A record of a Job that was never rendered: it counts only when unverified.
+			what = "a record of a Job never rendered"
+			f := fmt.Sprintf("status/jobs/default/cfg-01-forged-%d.yaml", i)
+			tree[f] = []byte(record("default", fmt.Sprintf("cfg-01-forged-%d", i), "cfg-01", "cfg-01-forged", "dev-000001", "Succeeded"))
 		default:
 			what = "nothing"
 		}
-		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true}
+		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly}
 		fresh := render.Render(req)
 		got := kept.Render(req)
 		require.Equal(t, fresh.Diff, got.Diff, "step %d: %s", i, what)
@@ -186,6 +198,10 @@ func TestScopedPassesMatchFresh(t *testing.T) {
 		require.Equal(t, planText(fresh.Plan), planText(got.Plan), "step %d: %s", i, what)
 		require.Equal(t, fresh.Plan.Summary, got.Plan.Summary, "step %d: %s", i, what)
 		require.Equal(t, fresh.Errors.Error(), got.Errors.Error(), "step %d: %s", i, what)
+		require.Equal(t, fresh.Untrusted, got.Untrusted, "step %d: %s", i, what)
+		if count, recount := render.RenderedJobs(kept); count != nil {
+			require.Equal(t, recount, count, "step %d: %s", i, what)
+		}
 		tree = apply(tree, got)
 	}
 	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)

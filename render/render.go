@@ -303,6 +303,8 @@ type pass struct {
 	layoutWarns map[string][]string
 	// refused are this pass's checks of device properties, by inventory (kept for the next).
 	refused map[*api.ParsedInventory]refusedCheck
+	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
+	rendered map[string]int
 }
 
 // prevIndex is the index of prev: the last render's index of its output when prev is exactly
@@ -766,7 +768,7 @@ func (p *pass) loadRecords() {
 		}
 	}
 	// Every Job of prev is looked for only when there is a record to check.
-	var rendered map[string]bool
+	var rendered map[string]int
 	for _, f := range p.inputPaths() {
 		if !isRecordPath(f) {
 			continue
@@ -784,7 +786,7 @@ func (p *pass) loadRecords() {
 		if p.req.RenderedJobsOnly && rendered == nil {
 			rendered = p.renderedJobs()
 		}
-		if p.req.RenderedJobsOnly && !rendered[k] {
+		if p.req.RenderedJobsOnly && rendered[k] == 0 {
 			p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: the Job %s was never rendered here; the record is ignored", f, k))
 			continue
 		}
@@ -809,27 +811,46 @@ func (p *pass) loadRecords() {
 }
 
 // renderedJobs is every Job (namespace/name) in the previous rendered/ and history/.
-func (p *pass) renderedJobs() map[string]bool {
-	out := map[string]bool{}
+// Each counts the files that name the Job (a kept Renderer brings the count up to date with
+// each render's diff: keepScope).
+func (p *pass) renderedJobs() map[string]int {
+	if p.onLast && p.r.scope != nil && p.r.scope.rendered != nil {
+		p.rendered = p.r.scope.rendered
+		return p.rendered
+	}
+	out := map[string]int{}
 	for f, data := range p.prev {
-		if ref, ok := parseObjectPath(f); ok && ref.kind == "job" {
-			h := p.head(f, data)
-			if h.err == nil && h.Metadata.Name != "" {
-				ns := h.Metadata.Namespace
-				if ns == "" {
-					ns = ref.namespace
-				}
-				out[ns+"/"+h.Metadata.Name] = true
-			}
-			continue
-		}
-		if strings.HasPrefix(f, "history/jobs/") {
-			if h := p.history(f); h.err == nil && h.entry != nil {
-				out[h.entry.namespace+"/"+h.entry.job] = true
-			}
+		if job, ok := p.jobOf(f, data); ok {
+			out[job]++
 		}
 	}
+	p.rendered = out
 	return out
+}
+
+// jobOf is the Job (namespace/name) a file of rendered/ or history/ holds, if it holds one.
+func (p *pass) jobOf(f string, data []byte) (string, bool) {
+	if ref, ok := parseObjectPath(f); ok && ref.kind == "job" {
+		h := p.head(f, data)
+		if h.err != nil || h.Metadata.Name == "" {
+			return "", false
+		}
+		ns := h.Metadata.Namespace
+		if ns == "" {
+			ns = ref.namespace
+		}
+		return ns + "/" + h.Metadata.Name, true
+	}
+	if strings.HasPrefix(f, historyJobsDir) {
+		h := p.r.hist.get(f, data, func() historyParse {
+			e, err := parseHistory(f, data)
+			return historyParse{entry: e, err: err}
+		})
+		if h.err == nil && h.entry != nil {
+			return h.entry.namespace + "/" + h.entry.job, true
+		}
+	}
+	return "", false
 }
 
 func (p *pass) history(f string) historyParse {

@@ -59,6 +59,9 @@ type lastScope struct {
 	brokers  map[string]string
 	// layoutWarns are the layout's warnings about each Configuration's folders.
 	layoutWarns map[string][]string
+	// rendered counts, per Job (namespace/name), the output's files that hold it or its history;
+	// nil when no pass needed it yet.
+	rendered map[string]int
 }
 
 // configKeyOf says which Configuration's part of the output a file is: rendered/<ns>/<cfg>/...
@@ -301,6 +304,24 @@ func (p *pass) keepScope(res *Result) {
 	}
 	for _, sl := range s.slices {
 		s.history = append(s.history, sl.history...)
+	}
+	// The Jobs this pass counted in prev, brought up to date with the diff: the next pass,
+	// whose prev is this output, need not read every Job again.
+	if s.rendered = p.rendered; s.rendered != nil {
+		for _, f := range res.Diff {
+			if data, ok := res.Previous[f]; ok {
+				if job, ok := p.jobOf(f, data); ok {
+					if s.rendered[job]--; s.rendered[job] <= 0 {
+						delete(s.rendered, job)
+					}
+				}
+			}
+			if data, ok := res.Files[f]; ok {
+				if job, ok := p.jobOf(f, data); ok {
+					s.rendered[job]++
+				}
+			}
+		}
 	}
 	sort.Strings(s.history)
 	for _, c := range res.Plan.Configurations {
