@@ -126,7 +126,7 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	for i := 0; i < steps; i++ {
 		var what string
 		invs := filesUnder(tree, "inventory/", "")
-		switch op := rng.Intn(11); {
+		switch op := rng.Intn(13); {
 		case op < 2:
 			inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
 			what = "a device added to " + cfg + " in " + inv
@@ -187,6 +187,21 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 			what = "a record of a Job never rendered"
 			f := fmt.Sprintf("status/jobs/default/cfg-01-forged-%d.yaml", i)
 			tree[f] = []byte(record("default", fmt.Sprintf("cfg-01-forged-%d", i), "cfg-01", "cfg-01-forged", "dev-000001", "Succeeded"))
+		case op == 10:
+			// An inventory that does not validate: the node's part is kept as it was.
+			inv := pick(invs)
+			if s := string(tree[inv]); !strings.Contains(s, "not a name") && strings.Contains(s, "    devices:\n") {
+				what = "an invalid inventory: " + inv
+				tree[inv] = []byte(strings.Replace(s, "    devices:\n", fmt.Sprintf("    devices:\n    - id: bad-%d\n      properties:\n        not a name: x\n", i), 1))
+			}
+		case op == 11:
+			for _, inv := range invs {
+				if s := string(tree[inv]); strings.Contains(s, "not a name") {
+					what = "an invalid inventory fixed: " + inv
+					tree[inv] = []byte(strings.Replace(s, "        not a name: x\n", "        FIXED: x\n", 1))
+					break
+				}
+			}
 		default:
 			what = "nothing"
 		}

@@ -228,7 +228,7 @@ func (r *Renderer) split(files Tree) split {
 func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
 	prev := in.prev
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
-		onLast: in.onLast, filesSorted: in.inputs, layoutWarns: map[string][]string{}}
+		onLast: in.onLast, filesSorted: in.inputs, layoutWarns: map[string][]string{}, frozenNotes: map[string][]string{}}
 	p.scoped = scoped && p.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoped {
@@ -305,6 +305,9 @@ type pass struct {
 	refused map[*api.ParsedInventory]refusedCheck
 	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
 	rendered map[string]int
+	// frozenNotes are the plan's notes about instances kept for nodes with an invalid
+	// inventory, by Configuration: a scoped pass carries the others' over.
+	frozenNotes map[string][]string
 }
 
 // prevIndex is the index of prev: the last render's index of its output when prev is exactly
@@ -1077,7 +1080,12 @@ func (p *pass) findFrozenInstances() {
 	}
 	files := map[string][]string{}
 	involved := map[string]bool{}
-	for _, f := range p.prevPaths() {
+	paths := p.prevPaths
+	if p.scope != nil {
+		// The Configurations out of scope keep their frozen instances with their files.
+		paths = func() []string { return p.prevPathsIn(p.scope) }
+	}
+	for _, f := range paths() {
 		ref, ok := parseObjectPath(f)
 		if !ok {
 			continue
@@ -1237,8 +1245,10 @@ func (p *pass) renderBrokers() {
 			}
 			if kept {
 				withBrokers++
-				p.plan.config(cfg.Namespace, cfg.Name, "").Notes = append(p.plan.config(cfg.Namespace, cfg.Name, "").Notes,
-					fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst))
+				note := fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
+				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+				cp.Notes = append(cp.Notes, note)
+				p.frozenNotes[k] = append(p.frozenNotes[k], note)
 			}
 		}
 		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {

@@ -19,7 +19,8 @@ import (
 // fleet of 100,000 then costs its Configuration, not every file.
 //
 // A pass is scoped only when the whole of its previous tree is the last output (the same byte
-// slices), the settings and the trust mode are the same, and nothing is frozen or held; which
+// slices), the settings and the trust mode are the same, no Configuration file is invalid, no
+// node is held and the nodes with an invalid inventory are those of the last pass; which
 // Configurations it reaches is decided from the identity of what the memos hand back for the
 // same bytes: the parsed Configuration, its instance set (its reporting inventories), and the
 // records of its Jobs. When the scoped work would write outside its Configurations or change
@@ -62,6 +63,10 @@ type lastScope struct {
 	// rendered counts, per Job (namespace/name), the output's files that hold it or its history;
 	// nil when no pass needed it yet.
 	rendered map[string]int
+	// frozen are the nodes whose part was kept as it was (an invalid inventory), and notes the
+	// plan's notes about the instances kept for them, by Configuration.
+	frozen map[string]bool
+	notes  map[string][]string
 }
 
 // configKeyOf says which Configuration's part of the output a file is: rendered/<ns>/<cfg>/...
@@ -122,7 +127,9 @@ func slicesOf(files []string) map[string]*configSlice {
 // them all. It is asked once the inputs are parsed and grouped.
 func (p *pass) scopeFor() map[string]bool {
 	last := p.r.scope
-	if !p.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || len(p.frozenNodes) > 0 ||
+	// Nodes frozen as in the last pass keep the same instances in the Configurations a change
+	// does not reach; a node frozen or thawed since reaches them all.
+	if !p.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || !maps.Equal(p.frozenNodes, last.frozen) ||
 		len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
 		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) {
 		return nil
@@ -182,6 +189,18 @@ func (p *pass) prevJobPathsIn(scope map[string]bool) []string {
 					out = append(out, f)
 				}
 			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// prevPathsIn are the paths of prev of the Configurations in scope, sorted.
+func (p *pass) prevPathsIn(scope map[string]bool) []string {
+	var out []string
+	for k := range scope {
+		if s := p.r.scope.slices[k]; s != nil {
+			out = append(out, s.files...)
 		}
 	}
 	sort.Strings(out)
@@ -262,6 +281,14 @@ func (p *pass) mergeScope() bool {
 			p.plan.add(ns, name, s.inst, s.change)
 		}
 	}
+	for k, notes := range last.notes {
+		if !p.scope[k] {
+			ns, name, _ := strings.Cut(k, "/")
+			cp := p.plan.config(ns, name, "")
+			cp.Notes = append(cp.Notes, notes...)
+			p.frozenNotes[k] = notes
+		}
+	}
 	for k, warns := range last.layoutWarns {
 		if !p.scope[k] {
 			p.layoutWarns[k] = warns
@@ -277,7 +304,7 @@ func (p *pass) mergeScope() bool {
 // cannot be its base.
 func (p *pass) keepScope(res *Result) {
 	r := p.r
-	if res.Refused != nil || len(p.held) > 0 || len(p.frozenNodes) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
+	if res.Refused != nil || len(p.held) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
 		r.scope = nil
 		return
 	}
@@ -290,6 +317,8 @@ func (p *pass) keepScope(res *Result) {
 		standing:         map[string][]standingChange{},
 		brokers:          map[string]string{},
 		layoutWarns:      p.layoutWarns,
+		frozen:           p.frozenNodes,
+		notes:            p.frozenNotes,
 	}
 	if p.scope == nil {
 		s.slices = slicesOf(slices.Collect(maps.Keys(res.Files)))
