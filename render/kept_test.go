@@ -121,6 +121,15 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	rng := rand.New(rand.NewSource(7))
 	device := regexp.MustCompile(`(?m)^    - id: .*\n(?:      .*\n)*`)
 	pick := func(list []string) string { return list[rng.Intn(len(list))] }
+	addDevice := func(inv, cfg, id string) {
+		dev := "    - id: " + id + "\n      properties:\n        DEVICE: " + id + "\n"
+		block := "  - name: " + cfg + "\n    devices:\n"
+		if s := string(tree[inv]); strings.Contains(s, block) {
+			tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
+		} else {
+			tree[inv] = []byte(s + block + dev)
+		}
+	}
 	kept := render.New()
 	const steps = 60
 	for i := 0; i < steps; i++ {
@@ -130,13 +139,7 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		case op < 2:
 			inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
 			what = "a device added to " + cfg + " in " + inv
-			dev := fmt.Sprintf("    - id: r-%d\n      properties:\n        DEVICE: r-%d\n", i, i)
-			block := "  - name: " + cfg + "\n    devices:\n"
-			if s := string(tree[inv]); strings.Contains(s, block) {
-				tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
-			} else {
-				tree[inv] = []byte(s + block + dev)
-			}
+			addDevice(inv, cfg, fmt.Sprintf("r-%d", i))
 		case op < 4:
 			inv := pick(invs)
 			what = "a device gone from " + inv
@@ -174,13 +177,7 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 			inv := pick(invs)
 			what = "a device for cfg-01 and cfg-02 in " + inv
 			for _, cfg := range []string{"cfg-01", "cfg-02"} {
-				dev := fmt.Sprintf("    - id: pair-%d\n      properties:\n        DEVICE: pair-%d\n", i, i)
-				block := "  - name: " + cfg + "\n    devices:\n"
-				if s := string(tree[inv]); strings.Contains(s, block) {
-					tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
-				} else {
-					tree[inv] = []byte(s + block + dev)
-				}
+				addDevice(inv, cfg, fmt.Sprintf("pair-%d", i))
 			}
 		case op == 9:
 			// A record of a Job that was never rendered: it counts only when unverified.
