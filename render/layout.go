@@ -174,14 +174,11 @@ func (p *pass) layout() {
 			p.layoutWarns[parts[0]+"/"+parts[1]] = append(p.layoutWarns[parts[0]+"/"+parts[1]], w)
 			p.warn("%s", w)
 		}
-	}
-	if p.scope != nil {
-		// The folders are those of the last render (mergeScope checks it), and so are the Flux
-		// Kustomizations, the root and the namespaces.
-		return
-	}
-	for _, d := range sortedKeys(fileNames) {
-		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
+		if p.scope != nil {
+			// The folders are those of the last render (mergeScope checks it), and so are their
+			// Flux Kustomizations.
+			continue
+		}
 		fileName := fileNames[d]
 		name := shorten("gitbroker-" + fileName)
 		fk := fluxKustomization{
@@ -202,6 +199,10 @@ func (p *pass) layout() {
 		}
 		p.folderSource(&fk, fileName, d, parts[1])
 		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
+	}
+	if p.scope != nil {
+		// And so are the root and the namespaces.
+		return
 	}
 	var roots []string
 	for folder := range folders {

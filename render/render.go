@@ -845,19 +845,16 @@ func (p *pass) jobOf(f string, data []byte) (string, bool) {
 		return ns + "/" + h.Metadata.Name, true
 	}
 	if strings.HasPrefix(f, historyJobsDir) {
-		h := p.r.hist.get(f, data, func() historyParse {
-			e, err := parseHistory(f, data)
-			return historyParse{entry: e, err: err}
-		})
-		if h.err == nil && h.entry != nil {
+		if h := p.historyOf(f, data); h.err == nil && h.entry != nil {
 			return h.entry.namespace + "/" + h.entry.job, true
 		}
 	}
 	return "", false
 }
 
-func (p *pass) history(f string) historyParse {
-	data := p.prev[f]
+func (p *pass) history(f string) historyParse { return p.historyOf(f, p.prev[f]) }
+
+func (p *pass) historyOf(f string, data []byte) historyParse {
 	return p.r.hist.get(f, data, func() historyParse {
 		e, err := parseHistory(f, data)
 		return historyParse{entry: e, err: err}

@@ -51,17 +51,16 @@ type remoteRender struct {
 	// last is what the rendered branch holds at the commit this renderer pushed or found last,
 	// kept from building that commit: the next render reads the previous rendered/ and history/
 	// from here instead of the object store, and commits only the paths that differ from it.
-	// lastCompanions are the companions of the last render's files (the map's identity).
-	lastCompanions struct {
-		of    unsafe.Pointer
-		value map[string]string
-	}
-
 	last struct {
 		commit string
 		files  render.Tree
 		// inputs are the mirrored inputs among files: everything not rendered/ or history/.
 		inputs render.Tree
+	}
+	// lastCompanions are the companions of the last render's files (the map's identity).
+	lastCompanions struct {
+		of    unsafe.Pointer
+		value map[string]string
 	}
 }
 
