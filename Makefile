@@ -39,12 +39,15 @@ e2e:
 	GITBROKER_E2E_BIN=$$bin $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
 # The cluster side of fleet scale (docs/PERFORMANCE.md): fleet-10k on 1,000 kwok nodes, a
-# server-side apply of the rendered objects against the same objects through Flux, and one
-# device change. Over 1.5 hours at fleet-10k on this machine; not part of make e2e.
+# server-side apply of the rendered objects, Flux's own requests for them replayed from the same
+# client, the same objects through Flux, and one device change. Over 1.5 hours at fleet-10k on
+# this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
 # fairness); the Configurations get BENCH_SHARDS shards each. GITBROKER_BENCH_STORM=1 adds the
-# same change with one source for every folder; GITBROKER_BENCH_DEVICES scales the fleet.
+# same change with one source for every folder; GITBROKER_BENCH_DEVICES scales the fleet;
+# GITBROKER_BENCH_SKIP_FLUX=1 stops before Flux; GITBROKER_BENCH_PROFILE=file profiles
+# kustomize-controller.
 BENCH_CLUSTER_TIMEOUT ?= 240m
 BENCH_SHARDS ?= 4
 GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS ?= --concurrent=20 --requeue-dependency=5s --kube-api-qps=500 --kube-api-burst=1000

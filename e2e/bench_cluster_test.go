@@ -3,8 +3,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -40,18 +44,25 @@ import (
 )
 
 // BenchmarkClusterFleet10k (make bench-cluster) applies fleet-10k to this suite's cluster, 1,000
-// kwok nodes on the machine's cores, twice in one run: first the physical limit, a server-side
-// apply from client-go of exactly the rendered Pods, Jobs and Services (into a namespace of
-// their own, GITBROKER_BENCH_SSA_WORKERS requests in flight, 16 by default), then
-// gitbroker's render through Flux with spec.flux.folderSources and deploy/flux-folder-sources,
-// once the baseline's namespace is deleted, so both start from the same cluster.
+// kwok nodes on the machine's cores, three times in one run, each on the cluster the last one
+// left once its namespace is deleted:
+//  1. the physical limit, a server-side apply from client-go of exactly the rendered Pods, Jobs
+//     and Services (into a namespace of their own, GITBROKER_BENCH_SSA_WORKERS requests in
+//     flight, 16 by default);
+//  2. Flux's own requests for the same objects (read, dry-run apply, apply, as fluxcd/pkg/ssa
+//     makes them) from the same client and workers, with none of Flux's other work: the least
+//     any layout of Flux Kustomizations can cost (GITBROKER_BENCH_SKIP_FLUX=1 stops here);
+//  3. gitbroker's render through Flux with spec.flux.folderSources and
+//     deploy/flux-folder-sources.
+//
 // It then makes one device change and measures the time to its Pod, the Kustomizations that
 // reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
 // GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to Flux's controllers (make bench-cluster gives
 // them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
 // scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
 // that many shards; GITBROKER_BENCH_STORM=1 also measures the same
-// device change with one source for every folder.
+// device change with one source for every folder; GITBROKER_BENCH_PROFILE=file takes a CPU
+// profile of kustomize-controller over the first minute of the Flux phase.
 func BenchmarkClusterFleet10k(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("one iteration is minutes of cluster time: run with -benchtime 1x")
@@ -65,7 +76,9 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	const (
 		fleetNS = "fleet"
 		ssaNS   = "fleet-ssa"
-		fluxNS  = "flux-bench"
+		// patternNS is where Flux's request pattern is replayed.
+		patternNS = "fleet-pattern"
+		fluxNS    = "flux-bench"
 	)
 	require.NoError(b, cluster.CreateNamespace(ctx, fluxNS))
 	settings := func(url string) string {
@@ -164,7 +177,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	cpu.mark()
 	reqs := requestCounts(b)
 	start = time.Now()
-	ssaApply(b, objs, ssaNS, workers)
+	applyWith(b, objs, ssaNS, workers, false)
 	ssa := time.Since(start)
 	ssaCPU := cpu.since()
 	b.Logf("server-side apply of %d objects, %d in flight: %s; CPU %s", len(objs), workers, ssa.Round(time.Millisecond), ssaCPU)
@@ -174,10 +187,32 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	// starts on the cluster as the baseline found it.
 	deleteNamespace(b, ssaNS, time.Hour)
 
-	// 2. The same objects through gitbroker's render and Flux.
+	// 2. Flux's own requests for the same objects, from the same client and workers: what
+	// fluxcd/pkg/ssa's ApplyAll asks of the API server for each object it creates (read it,
+	// dry-run apply it, apply it), with none of Flux's other work. No layout of folders can make
+	// Flux faster than this.
+	require.NoError(b, cluster.CreateNamespace(ctx, patternNS))
+	cpu.mark()
+	reqs = requestCounts(b)
+	start = time.Now()
+	applyWith(b, objs, patternNS, workers, true)
+	pattern := time.Since(start)
+	patternCPU := cpu.since()
+	b.Logf("Flux's requests (read, dry-run apply, apply) for the same objects, %d in flight: %s (%.2fx the server-side apply); CPU %s", workers, pattern.Round(time.Millisecond), pattern.Seconds()/ssa.Seconds(), patternCPU)
+	logRequests(b, "Flux's requests", reqs)
+	waitScheduled(b, patternNS, 15*time.Minute)
+	deleteNamespace(b, patternNS, time.Hour)
+	if os.Getenv("GITBROKER_BENCH_SKIP_FLUX") != "" {
+		b.ReportMetric(ssa.Seconds(), "ssa-s")
+		b.ReportMetric(pattern.Seconds()/ssa.Seconds(), "flux-requests/ssa")
+		return
+	}
+
+	// 3. The same objects through gitbroker's render and Flux.
 	cpu.mark()
 	reqs = requestCounts(b)
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
+	profiled := profileController(b, "kustomize-controller", os.Getenv("GITBROKER_BENCH_PROFILE"), 60)
 	start = time.Now()
 	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, srv.URL(), rendererKey+".pub")
 	waitSourcesAppliedWithin(b, srv, fluxNS, 3*time.Hour)
@@ -186,10 +221,11 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.Logf("Flux: every Kustomization applied in %s (%.2fx the server-side apply); CPU %s", flux.Round(time.Millisecond), flux.Seconds()/ssa.Seconds(), fluxCPU)
 	logRequests(b, "Flux", reqs)
 	logKustomizations(b, fluxNS, start)
-	b.Logf("reconciles: %v", reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS))
+	logReconciles(b, cluster.Process("kustomize-controller").Log, mark, fluxNS)
+	profiled()
 	waitScheduled(b, fleetNS, 15*time.Minute)
 
-	// 3. One device change.
+	// 4. One device change.
 	change := func(what string) (time.Duration, map[string]int, cpuUse) {
 		b.Helper()
 		node, inv := deviceChange(b, inventories, "cfg-00", what)
@@ -233,6 +269,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.ReportMetric(ssa.Seconds(), "ssa-s")
 	b.ReportMetric(flux.Seconds(), "flux-s")
 	b.ReportMetric(flux.Seconds()/ssa.Seconds(), "flux/ssa")
+	b.ReportMetric(pattern.Seconds()/ssa.Seconds(), "flux-requests/ssa")
 	b.ReportMetric(ssaCPU["kube-apiserver"].Seconds(), "ssa-apiserver-cpu-s")
 	b.ReportMetric(fluxCPU["kube-apiserver"].Seconds(), "flux-apiserver-cpu-s")
 	b.ReportMetric(toPod.Seconds(), "change-to-pod-s")
@@ -252,6 +289,43 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.ReportMetric(toPod.Seconds(), "storm-change-to-pod-s")
 	b.ReportMetric(float64(total(reconciled)), "storm-change-reconciles")
 	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "storm-change-kc-cpu-s")
+}
+
+// profileController takes a CPU profile of the first seconds of a phase from a Flux
+// controller's pprof endpoint into file, when file is not empty; the function it returns waits
+// for it.
+func profileController(t testing.TB, name, file string, seconds int) (wait func()) {
+	t.Helper()
+	if file == "" {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", cluster.Process(name).Metrics, seconds))
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s's pprof: %s", name, resp.Status)
+			}
+			f, err := os.Create(file)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}()
+	}()
+	return func() {
+		t.Helper()
+		require.NoError(t, <-done)
+		t.Logf("%s's CPU profile of the phase's first %d s: %s", name, seconds, file)
+	}
 }
 
 // benchSourceInterval is how often the folder sources poll: a production-like minute, not the
@@ -364,10 +438,11 @@ var brokerGVR = map[string]schema.GroupVersionResource{
 	"Job":     batchv1.SchemeGroupVersion.WithResource("jobs"),
 }
 
-// ssaApply applies objs into namespace ns server-side with as many requests in flight as
+// applyWith applies objs into namespace ns server-side with as many requests in flight as
 // workers, from a client without client-side rate limits (the API server's priority and
-// fairness is the limit, as it is for Flux's controllers).
-func ssaApply(t testing.TB, objs []*unstructured.Unstructured, ns string, workers int) {
+// fairness is the limit, as it is for Flux's controllers). With fluxRequests each object is
+// first read and dry-run applied, as fluxcd/pkg/ssa's ApplyAll does before it applies.
+func applyWith(t testing.TB, objs []*unstructured.Unstructured, ns string, workers int, fluxRequests bool) {
 	t.Helper()
 	cfg := rest.CopyConfig(cluster.Config)
 	cfg.QPS, cfg.Burst = -1, 0
@@ -380,12 +455,25 @@ func ssaApply(t testing.TB, objs []*unstructured.Unstructured, ns string, worker
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx := context.Background()
 			for o := range work {
 				c := o.DeepCopy()
 				c.SetNamespace(ns)
-				_, err := dyn.Resource(brokerGVR[c.GetKind()]).Namespace(ns).Apply(context.Background(), c.GetName(), c,
-					metav1.ApplyOptions{FieldManager: "bench-ssa", Force: true})
-				if err != nil {
+				r := dyn.Resource(brokerGVR[c.GetKind()]).Namespace(ns)
+				opts := metav1.ApplyOptions{FieldManager: "bench-ssa", Force: true}
+				if fluxRequests {
+					if _, err := r.Get(ctx, c.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+						failed.Store(fmt.Errorf("%s %s: read before apply: %v", c.GetKind(), c.GetName(), err))
+						continue
+					}
+					dry := opts
+					dry.DryRun = []string{metav1.DryRunAll}
+					if _, err := r.Apply(ctx, c.GetName(), c, dry); err != nil {
+						failed.Store(fmt.Errorf("%s %s: dry run: %w", c.GetKind(), c.GetName(), err))
+						continue
+					}
+				}
+				if _, err := r.Apply(ctx, c.GetName(), c, opts); err != nil {
 					failed.Store(fmt.Errorf("%s %s: %w", c.GetKind(), c.GetName(), err))
 				}
 			}
@@ -437,9 +525,17 @@ func deleteNamespace(t testing.TB, ns string, timeout time.Duration) {
 	start := time.Now()
 	// Without a grace period the Pods go at once, not one kwok stage at a time (6-7 a second:
 	// deleting fleet-10k's namespace alone took 29 minutes).
+	// A collection of thousands can take longer than the API server gives a request (its
+	// stream is then reset); what it deleted stays deleted, and the next call takes the rest.
 	now, background := int64(0), metav1.DeletePropagationBackground
-	require.NoError(t, cluster.Client.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{}))
-	require.NoError(t, cluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &now}, metav1.ListOptions{}))
+	eventually(t, timeout, "the Jobs of "+ns+" deleted", func() (bool, string) {
+		err := cluster.Client.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	eventually(t, timeout, "the Pods of "+ns+" deleted", func() (bool, string) {
+		err := cluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &now}, metav1.ListOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	require.NoError(t, cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
 	eventually(t, timeout, "namespace "+ns+" gone", func() (bool, string) {
 		_, err := cluster.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
@@ -525,16 +621,22 @@ func (m *cpuMeter) since() cpuUse {
 	return out
 }
 
-// requestCounts reads the API server's apiserver_request_total by verb, resource and dry run.
+// requestCounts reads the API server's apiserver_request_total by verb, resource and dry run,
+// and the seconds they took (apiserver_request_duration_seconds_sum) under the same key with
+// " seconds" appended.
 func requestCounts(t testing.TB) map[string]float64 {
 	t.Helper()
 	raw, err := cluster.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	require.NoError(t, err)
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
+		suffix := ""
 		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
 		if !ok {
-			continue
+			if rest, ok = strings.CutPrefix(line, "apiserver_request_duration_seconds_sum{"); !ok {
+				continue
+			}
+			suffix = " seconds"
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
 		if !ok {
@@ -556,24 +658,28 @@ func requestCounts(t testing.TB) map[string]float64 {
 		if l["dry_run"] != "" {
 			key += " (dry run)"
 		}
-		out[key] += v
+		out[key+suffix] += v
 	}
 	return out
 }
 
-// logRequests logs the requests the API server served since before, most first.
+// logRequests logs the requests the API server served since before, most first, with the mean
+// time each took.
 func logRequests(t testing.TB, what string, before map[string]float64) {
 	t.Helper()
 	after := requestCounts(t)
 	type kv struct {
-		k string
-		n float64
+		k    string
+		n, s float64
 	}
 	var d []kv
 	total := 0.0
 	for k, v := range after {
+		if strings.HasSuffix(k, " seconds") {
+			continue
+		}
 		if n := v - before[k]; n > 0 {
-			d = append(d, kv{k, n})
+			d = append(d, kv{k, n, after[k+" seconds"] - before[k+" seconds"]})
 			total += n
 		}
 	}
@@ -583,7 +689,76 @@ func logRequests(t testing.TB, what string, before map[string]float64) {
 		if i == 20 {
 			break
 		}
-		lines = append(lines, fmt.Sprintf("%8.0f %s", e.n, e.k))
+		lines = append(lines, fmt.Sprintf("%8.0f %-40s mean %6.0f ms", e.n, e.k, 1000*e.s/e.n))
 	}
 	t.Logf("%s: %.0f API requests, most:\n%s", what, total, strings.Join(lines, "\n"))
+}
+
+// logReconciles logs, for each Kustomization of ns, the reconciles kustomize-controller finished
+// and failed after the first skip lines of its log, the time they took together, and the first
+// failure's message.
+func logReconciles(t testing.TB, file string, skip int, ns string) {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	type tally struct {
+		ok, failed int
+		took       time.Duration
+		firstError string
+	}
+	all := map[string]*tally{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for n := 0; sc.Scan(); n++ {
+		if n < skip {
+			continue
+		}
+		var line struct {
+			Msg           string `json:"msg"`
+			Error         string `json:"error"`
+			Kustomization struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"Kustomization"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Kustomization.Namespace != ns {
+			continue
+		}
+		var took string
+		var ok bool
+		switch {
+		case strings.HasPrefix(line.Msg, "Reconciliation finished in "):
+			took, ok = strings.TrimPrefix(line.Msg, "Reconciliation finished in "), true
+		case strings.HasPrefix(line.Msg, "Reconciliation failed after "):
+			took = strings.TrimPrefix(line.Msg, "Reconciliation failed after ")
+		default:
+			continue
+		}
+		d, _ := time.ParseDuration(strings.TrimSuffix(strings.Split(took, " ")[0], ","))
+		k := all[line.Kustomization.Name]
+		if k == nil {
+			k = &tally{}
+			all[line.Kustomization.Name] = k
+		}
+		k.took += d
+		if ok {
+			k.ok++
+		} else {
+			k.failed++
+			if k.firstError == "" {
+				k.firstError = line.Error
+				if len(k.firstError) > 160 {
+					k.firstError = k.firstError[:160]
+				}
+			}
+		}
+	}
+	require.NoError(t, sc.Err())
+	var lines []string
+	for name, k := range all {
+		lines = append(lines, fmt.Sprintf("%s: %d finished, %d failed, %s in all %s", name, k.ok, k.failed, k.took.Round(time.Second), k.firstError))
+	}
+	sort.Strings(lines)
+	t.Logf("reconciles:\n%s", strings.Join(lines, "\n"))
 }

@@ -314,6 +314,7 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		p.Metrics = addr(metrics)
 		if err := waitHTTP(ctx, p, "http://"+addr(health)+"/readyz", nil, 2*time.Minute); err != nil {
 			return err
 		}

@@ -18,9 +18,12 @@ import (
 type process struct {
 	Name string
 	Log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// Metrics is the address of a Flux controller's metrics endpoint, which also serves
+	// /debug/pprof/.
+	Metrics string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
 }
 
 // startProcess runs bin with args and env (added to the suite's own),
