@@ -22,6 +22,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -113,7 +114,7 @@ func TestFolderSources(t *testing.T) {
 
 	storm, stormCPU, stormPod := addDevice(t)
 	t.Logf("one source: a device change reconciled %v; kustomize-controller CPU %s; time to Pod %s", storm, stormCPU, stormPod.Round(time.Millisecond))
-	for _, k := range []string{"gitbroker", "gitbroker-namespaces", "gitbroker-sources-cam-a", "gitbroker-sources-cam-b", "gitbroker-sources-cam-c"} {
+	for _, k := range []string{"gitbroker", render.NamespacesKustomization, "gitbroker-sources-cam-a", "gitbroker-sources-cam-b", "gitbroker-sources-cam-c"} {
 		require.Positive(t, storm[k], "with one source, %s reconciles on every render: %v", k, storm)
 	}
 
@@ -141,7 +142,7 @@ func TestFolderSources(t *testing.T) {
 	quiet, quietCPU, quietPod := addDevice(t)
 	t.Logf("one source per folder: a device change reconciled %v; kustomize-controller CPU %s; time to Pod %s", quiet, quietCPU, quietPod.Round(time.Millisecond))
 	require.Equal(t, map[string]int{"gitbroker-sources-cam-b": 1}, quiet, "one Kustomization, once")
-	for _, k := range []string{"gitbroker", "gitbroker-namespaces", "gitbroker-sources-cam-a", "gitbroker-sources-cam-c"} {
+	for _, k := range []string{"gitbroker", render.NamespacesKustomization, "gitbroker-sources-cam-a", "gitbroker-sources-cam-c"} {
 		require.Zero(t, quiet[k], "%s's folder did not change: %v", k, quiet)
 	}
 	require.Equal(t, before, podUIDs(t, sourcesNamespace, "cam-a", "cam-c"))
@@ -218,7 +219,7 @@ func TestFolderSources(t *testing.T) {
 			require.Equal(t, n, pods, "every %s device is rendered", c)
 		}
 		require.Zero(t, rec["gitbroker-sources-cam-a"], "cam-a never changed: %v", rec)
-		require.Zero(t, rec["gitbroker-namespaces"], "%v", rec)
+		require.Zero(t, rec[render.NamespacesKustomization], "%v", rec)
 		require.Zero(t, rec["gitbroker"], "no Flux object changed: %v", rec)
 		require.Positive(t, rec["gitbroker-sources-cam-b"])
 		require.Positive(t, rec["gitbroker-sources-cam-c"])

@@ -473,11 +473,14 @@ func (p *pass) overBudgetNodes() map[string]string {
 }
 
 // Where the broker namespaces are rendered: "_" cannot start a namespace's name, so the folder
-// never meets a namespace's own.
+// never meets a namespace's own. The name of their Flux Kustomization (and of its folder source)
+// sorts before every folder's ("gitbroker-" and a namespace, which starts with a letter or a
+// digit): the root Kustomization applies its objects in that order, so Flux creates, fetches
+// and reconciles the namespaces first (renderNamespaces).
 const (
 	NamespacesDir           = RenderedDir + "_namespaces/"
 	NamespacesFluxFile      = RenderedDir + "flux/_namespaces.yaml"
-	NamespacesKustomization = "gitbroker-namespaces"
+	NamespacesKustomization = "gitbroker--namespaces"
 )
 
 // roleBinding binds a ClusterRole to a ServiceAccount in namespace ns; it is named after the
@@ -505,8 +508,11 @@ func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *
 // revision first, re-checked every --requeue-dependency (30 s): every render would wait. With
 // folder sources, Flux enqueues a Kustomization's dependencies with it whenever its source moves
 // (fluxcd/pkg/runtime dependency.Sort), so every device change would reconcile the namespaces
-// too. A folder applied before its namespace exists fails once and retries after its
-// retryInterval. It reports whether it wrote any.
+// too. Instead its name sorts first (NamespacesKustomization): Flux applies the root's
+// Kustomizations and then their sources in name order, and its workers take them in the order
+// they appear, so the namespaces are applied before all but the folders that start at the same
+// moment. A folder applied before its namespace's RoleBinding exists fails (Forbidden) and
+// retries after its retryInterval. It reports whether it wrote any.
 func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	f := p.settings.Flux
 	if !renderNamespaces(f) || len(folders) == 0 {

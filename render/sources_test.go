@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ spec:
 	require.Equal(t, map[string]string{
 		"gitbroker/folders/gitbroker-default-cam": "rendered/default/cam",
 		"gitbroker/folders/gitbroker-default-fw":  "rendered/default/fw",
-		"gitbroker/folders/gitbroker-namespaces":  "rendered/_namespaces",
+		"gitbroker/folders/gitbroker--namespaces": "rendered/_namespaces",
 		"gitbroker/folders/flux":                  "rendered/flux",
 	}, render.Companions(res.Files))
 	require.NotContains(t, planText(res.Plan), "GitRepository", "a source follows its Kustomization in the plan")
@@ -92,6 +93,45 @@ spec:
 	res = renderOK(t, tree)
 	require.Empty(t, filesUnder(res.Files, "rendered/flux/sources/", ""))
 	require.Empty(t, render.Companions(res.Files))
+}
+
+// Flux's root Kustomization applies rendered/flux/ in name order, and its workers take what it
+// creates in that order: the namespaces' Kustomization and source come first, so their
+// RoleBindings usually exist before a folder's first dry run (which fails Forbidden without them).
+func TestNamespacesComeFirstInFlux(t *testing.T) {
+	for _, settings := range []string{"", folderSourcesSettings} {
+		files := map[string]string{
+			"configurations/cam.yaml": strings.Replace(podConfig, "  name: cam\n", "  name: cam\n  namespace: 0lab\n", 1),
+			"configurations/fw.yaml":  jobConfig("fw", ""),
+			"inventory/edge-a.yaml": inventory("edge-a", strings.Replace(entry("cam", "c1"), "devices:", "namespace: 0lab\n    devices:", 1),
+				entry("fw", "plc-1")),
+		}
+		if settings != "" {
+			files["gitbroker.yaml"] = settings
+		}
+		res := renderOK(t, repo(files))
+		require.Contains(t, res.Files, "rendered/0lab/cam/kustomization.yaml")
+		names := map[string][]string{}
+		for _, p := range filesUnder(res.Files, "rendered/flux/", ".yaml") {
+			var o struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			require.NoError(t, yaml.Unmarshal(res.Files[p], &o), p)
+			names[o.Kind] = append(names[o.Kind], o.Metadata.Name)
+		}
+		kinds := []string{"Kustomization"}
+		if settings != "" {
+			kinds = append(kinds, "GitRepository")
+		}
+		for _, kind := range kinds {
+			require.Len(t, names[kind], 3, "%s: %v", kind, names)
+			slices.Sort(names[kind])
+			require.Equal(t, render.NamespacesKustomization, names[kind][0], "%s: %v", kind, names[kind])
+		}
+	}
 }
 
 func TestFolderSourcesSettingsAreValidated(t *testing.T) {

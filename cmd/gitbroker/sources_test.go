@@ -33,7 +33,7 @@ func TestFolderSourceBranches(t *testing.T) {
 	const (
 		echo      = api.FolderBranchPrefix + "gitbroker-default-akri-debug-echo"
 		firmware  = api.FolderBranchPrefix + "gitbroker-plant-plc-firmware"
-		namespace = api.FolderBranchPrefix + "gitbroker-namespaces"
+		namespace = api.FolderBranchPrefix + render.NamespacesKustomization
 	)
 	require.Equal(t, map[string]string{
 		echo:                 "rendered/default/akri-debug-echo",
