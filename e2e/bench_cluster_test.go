@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -699,32 +697,13 @@ func logRequests(t testing.TB, what string, before map[string]float64) {
 // failure's message.
 func logReconciles(t testing.TB, file string, skip int, ns string) {
 	t.Helper()
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
 	type tally struct {
 		ok, failed int
 		took       time.Duration
 		firstError string
 	}
 	all := map[string]*tally{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for n := 0; sc.Scan(); n++ {
-		if n < skip {
-			continue
-		}
-		var line struct {
-			Msg           string `json:"msg"`
-			Error         string `json:"error"`
-			Kustomization struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"Kustomization"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Kustomization.Namespace != ns {
-			continue
-		}
+	kustomizeLog(t, file, skip, ns, func(line kustomizeLogLine) {
 		var took string
 		var ok bool
 		switch {
@@ -733,7 +712,7 @@ func logReconciles(t testing.TB, file string, skip int, ns string) {
 		case strings.HasPrefix(line.Msg, "Reconciliation failed after "):
 			took = strings.TrimPrefix(line.Msg, "Reconciliation failed after ")
 		default:
-			continue
+			return
 		}
 		d, _ := time.ParseDuration(strings.TrimSuffix(strings.Split(took, " ")[0], ","))
 		k := all[line.Kustomization.Name]
@@ -744,17 +723,16 @@ func logReconciles(t testing.TB, file string, skip int, ns string) {
 		k.took += d
 		if ok {
 			k.ok++
-		} else {
-			k.failed++
-			if k.firstError == "" {
-				k.firstError = line.Error
-				if len(k.firstError) > 160 {
-					k.firstError = k.firstError[:160]
-				}
+			return
+		}
+		k.failed++
+		if k.firstError == "" {
+			k.firstError = line.Error
+			if len(k.firstError) > 160 {
+				k.firstError = k.firstError[:160]
 			}
 		}
-	}
-	require.NoError(t, sc.Err())
+	})
 	var lines []string
 	for name, k := range all {
 		lines = append(lines, fmt.Sprintf("%s: %d finished, %d failed, %s in all %s", name, k.ok, k.failed, k.took.Round(time.Second), k.firstError))

@@ -329,30 +329,43 @@ func logLineCount(t testing.TB, file string) int {
 // logged as reconciled after the first skip lines of its log.
 func reconcilesSince(t testing.TB, file string, skip int, ns string) map[string]int {
 	t.Helper()
+	out := map[string]int{}
+	kustomizeLog(t, file, skip, ns, func(l kustomizeLogLine) {
+		if strings.HasPrefix(l.Msg, "Reconciliation finished") {
+			out[l.Kustomization.Name]++
+		}
+	})
+	return out
+}
+
+// kustomizeLogLine is what these tests read of a kustomize-controller log line.
+type kustomizeLogLine struct {
+	Msg           string `json:"msg"`
+	Error         string `json:"error"`
+	Kustomization struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"Kustomization"`
+}
+
+// kustomizeLog calls each with every line kustomize-controller logged about a Kustomization of
+// namespace ns after the first skip lines of its log.
+func kustomizeLog(t testing.TB, file string, skip int, ns string, each func(kustomizeLogLine)) {
+	t.Helper()
 	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()
-	out := map[string]int{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for n := 0; sc.Scan(); n++ {
 		if n < skip {
 			continue
 		}
-		var line struct {
-			Msg           string `json:"msg"`
-			Kustomization struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"Kustomization"`
-		}
+		var line kustomizeLogLine
 		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Kustomization.Namespace != ns {
 			continue
 		}
-		if strings.HasPrefix(line.Msg, "Reconciliation finished") {
-			out[line.Kustomization.Name]++
-		}
+		each(line)
 	}
 	require.NoError(t, sc.Err())
-	return out
 }
