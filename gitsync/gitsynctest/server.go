@@ -137,6 +137,18 @@ func (s *Server) Branches() []string {
 	return strings.Fields(Git(s.t, s.Bare(), "for-each-ref", "--format=%(refname:short)", "refs/heads/"))
 }
 
+// Heads maps each branch to its commit, read in one git process (Head runs one per branch).
+func (s *Server) Heads() map[string]string {
+	heads := map[string]string{}
+	out := Git(s.t, s.Bare(), "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if commit, ref, ok := strings.Cut(line, " "); ok {
+			heads[strings.TrimPrefix(ref, "refs/heads/")] = commit
+		}
+	}
+	return heads
+}
+
 // FileAt is a file's content at a revision.
 func (s *Server) FileAt(rev, name string) (string, bool) {
 	out, err := exec.Command("git", "-C", s.Bare(), "show", rev+":"+name).Output()
