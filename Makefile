@@ -44,17 +44,20 @@ e2e:
 # this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
-# fairness); the Configurations get BENCH_SHARDS shards each. GITBROKER_BENCH_STORM=1 adds the
+# fairness), 40 workers so that every Pod shard starts in the first minutes; the Configurations
+# get BENCH_SHARDS shards each, and the Kustomizations BENCH_INTERVAL between reconciles (for
+# drift alone: a folder's source moving reconciles it at once). GITBROKER_BENCH_STORM=1 adds the
 # same change with one source for every folder; GITBROKER_BENCH_DEVICES scales the fleet;
 # GITBROKER_BENCH_SKIP_FLUX=1 stops before Flux; GITBROKER_BENCH_PROFILE=file profiles
 # kustomize-controller.
 BENCH_CLUSTER_TIMEOUT ?= 240m
 BENCH_SHARDS ?= 4
-GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS ?= --concurrent=20 --requeue-dependency=5s --kube-api-qps=500 --kube-api-burst=1000
+BENCH_INTERVAL ?= 1h
+GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS ?= --concurrent=40 --requeue-dependency=5s --kube-api-qps=500 --kube-api-burst=1000
 GITBROKER_E2E_SOURCE_CONTROLLER_ARGS ?= --concurrent=10 --kube-api-qps=500 --kube-api-burst=1000
 bench-cluster:
 	@bin=$$(e2e/tools/build.sh all) && \
-	GITBROKER_E2E_BIN=$$bin GITBROKER_BENCH_SHARDS=$(BENCH_SHARDS) \
+	GITBROKER_E2E_BIN=$$bin GITBROKER_BENCH_SHARDS=$(BENCH_SHARDS) GITBROKER_BENCH_INTERVAL=$(BENCH_INTERVAL) \
 	GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS='$(GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS)' \
 	GITBROKER_E2E_SOURCE_CONTROLLER_ARGS='$(GITBROKER_E2E_SOURCE_CONTROLLER_ARGS)' \
 	$(GO) test -tags e2e -count=1 -v -run '^$$' -bench BenchmarkClusterFleet10k -benchtime 1x -timeout $(BENCH_CLUSTER_TIMEOUT) ./e2e/
