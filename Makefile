@@ -25,8 +25,11 @@ IMAGE_REGISTRY ?= ghcr.io/gitbroker
 image:
 	$(GO) run ./cmd/gitbroker-image -out bin/image -registry $(IMAGE_REGISTRY) -version $(VERSION) -commit $(COMMIT)
 
+# go test's own limit is 10 minutes per package binary; under the race detector on 2 busy cores
+# cmd/gitbroker's tests have come close to it.
+TEST_TIMEOUT ?= 30m
 test: fmt-check vet
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
 # controllers, and with Argo CD's on a second one. The programs are built from their Go modules by
