@@ -43,11 +43,13 @@ e2e:
 
 # The cluster side of fleet scale (docs/PERFORMANCE.md): fleet-10k on 1,000 kwok nodes, a
 # server-side apply of the rendered objects, Flux's own requests for them replayed from the same
-# client, the same objects through Flux, and one device change. Over 1.5 hours at fleet-10k on
-# this machine; not part of make e2e.
+# client, the same objects through Flux, and one device change. About 40 minutes at fleet-10k
+# on this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
-# fairness), 40 workers so that every Pod shard starts in the first minutes; the Configurations
+# fairness), 80 workers: at least one per folder (20 Configurations x 4 shards), so that no
+# folder waits for a worker on a first rollout (at 40 workers the last Pod shards started
+# minutes late and Flux took 1.89x the server-side apply; at 80, 1.26x); the Configurations
 # get BENCH_SHARDS shards each, and the Kustomizations BENCH_INTERVAL between reconciles (for
 # drift alone: a folder's source moving reconciles it at once). GITBROKER_BENCH_STORM=1 adds the
 # same change with one source for every folder; GITBROKER_BENCH_DEVICES scales the fleet;
@@ -56,7 +58,7 @@ e2e:
 BENCH_CLUSTER_TIMEOUT ?= 240m
 BENCH_SHARDS ?= 4
 BENCH_INTERVAL ?= 1h
-GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS ?= --concurrent=40 --requeue-dependency=5s --kube-api-qps=500 --kube-api-burst=1000
+GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS ?= --concurrent=80 --requeue-dependency=5s --kube-api-qps=500 --kube-api-burst=1000
 GITBROKER_E2E_SOURCE_CONTROLLER_ARGS ?= --concurrent=10 --kube-api-qps=500 --kube-api-burst=1000
 bench-cluster:
 	@bin=$$(e2e/tools/build.sh all) && \
