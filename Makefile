@@ -43,8 +43,8 @@ e2e:
 
 # The cluster side of fleet scale (docs/PERFORMANCE.md): fleet-10k on 1,000 kwok nodes, a
 # server-side apply of the rendered objects, Flux's own requests for them replayed from the same
-# client, the same objects through Flux, and one device change. About 40 minutes at fleet-10k
-# on this machine; not part of make e2e.
+# client, the same objects through Flux, one device change and a minute of churn (a device
+# every 2 s). About 40 minutes at fleet-10k on this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
 # fairness), 80 workers: at least one per folder (20 Configurations x 4 shards), so that no

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,10 +24,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -55,7 +54,8 @@ import (
 //     deploy/flux-folder-sources.
 //
 // It then makes one device change and measures the time to its Pod, the Kustomizations that
-// reconciled and kustomize-controller's CPU. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
+// reconciled and kustomize-controller's CPU, and then a minute of churn (a device every 2 s, the
+// renderer as a daemon): every new device's Pod runs, and only their folders reconcile. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
 // GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to Flux's controllers (make bench-cluster gives
 // them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
 // scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
@@ -125,10 +125,9 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.Logf("first render and push: %s", renderOnce().Round(time.Millisecond))
 	rendered := renderedFiles(b, srv)
 
-	// What the cluster gets: the broker objects, and the akri.sh/<instance> slots each node's
-	// device plugin would announce for them.
+	// What the cluster gets: the broker objects. They ask for no akri.sh/<instance> resource (the
+	// renderer pins a Pod to its device's node instead), so the nodes need no device plugin.
 	var objs []*unstructured.Unstructured
-	slots := map[string]corev1.ResourceList{}
 	for p, data := range rendered {
 		if !strings.HasPrefix(p, render.RenderedDir+fleetNS+"/") || !isBroker(path.Base(p)) {
 			continue
@@ -137,7 +136,6 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		require.NoError(b, err, p)
 		require.Len(b, o, 1, p)
 		objs = append(objs, o[0])
-		addSlots(b, o[0], slots)
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })
 	counts := map[string]int{}
@@ -156,7 +154,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for n := range nodes {
-				if err := cluster.AddNode(ctx, n, slots[n]); err != nil {
+				if err := cluster.AddNode(ctx, n); err != nil {
 					failed.Store(err)
 				}
 			}
@@ -233,7 +231,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	waitScheduled(b, fleetNS, 15*time.Minute)
 
 	// 4. One device change.
-	change := func(what string) (time.Duration, map[string]int, cpuUse) {
+	change := func(what string) (time.Duration, map[string]int, cpuUse, string) {
 		b.Helper()
 		node, inv := deviceChange(b, inventories, "cfg-00", what)
 		before := renderedFiles(b, srv)
@@ -242,7 +240,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		start := time.Now()
 		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
 		inventories[node] = inv
-		renderOnce()
+		renderTook := renderOnce()
 		requestFetch(b, fluxNS)
 		var pod *unstructured.Unstructured
 		for p, data := range renderedFiles(b, srv) {
@@ -253,26 +251,31 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 			}
 		}
 		require.NotNil(b, pod, "the new device's Pod is rendered")
-		// Its node's device plugin announces the new slot.
-		more := map[string]corev1.ResourceList{}
-		addSlots(b, pod, more)
-		for n, res := range more {
-			patchSlots(b, n, res)
-		}
+		// Where the time goes: the one-shot render and push (a render daemon's is a fraction of
+		// it), Flux (the sources' fetch, the folder's build, dry run and apply), the scheduler.
+		var created, scheduled time.Duration
 		eventually(b, 10*time.Minute, "the new device's Pod to run", func() (bool, string) {
 			p, err := cluster.Client.CoreV1().Pods(fleetNS).Get(ctx, pod.GetName(), metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
+			if created == 0 {
+				created = time.Since(start)
+			}
+			if scheduled == 0 && p.Spec.NodeName != "" {
+				scheduled = time.Since(start)
+			}
 			return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
 		})
 		toPod := time.Since(start)
+		steps := fmt.Sprintf("rendered and pushed by gitbroker render --git after %s, the Pod created by Flux after %s, on its node after %s",
+			renderTook.Round(time.Millisecond), created.Round(time.Millisecond), scheduled.Round(time.Millisecond))
 		waitSourcesAppliedWithin(b, srv, fluxNS, 20*time.Minute)
 		time.Sleep(2 * time.Second)
-		return toPod, reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS), cpu.since()
+		return toPod, reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS), cpu.since(), steps
 	}
-	toPod, reconciled, changeCPU := change("bench-1")
-	b.Logf("one device change, one source per folder: Pod running after %s; reconciled %v; CPU %s", toPod.Round(time.Millisecond), reconciled, changeCPU)
+	toPod, reconciled, changeCPU, steps := change("bench-1")
+	b.Logf("one device change, one source per folder: Pod running after %s (%s); reconciled %v; CPU %s", toPod.Round(time.Millisecond), steps, reconciled, changeCPU)
 	b.ReportMetric(ssa.Seconds(), "ssa-s")
 	b.ReportMetric(flux.Seconds(), "flux-s")
 	b.ReportMetric(flux.Seconds()/ssa.Seconds(), "flux/ssa")
@@ -283,6 +286,63 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.ReportMetric(float64(total(reconciled)), "change-reconciles")
 	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "change-kc-cpu-s")
 
+	// 5. Churn: a device every 2 s for a minute, spread over the Pod Configurations' nodes, with
+	// the renderer as a daemon and its pushes announced to the sources every 2 s, as a Receiver
+	// on the git host's webhook would. Flux keeps up when every new device's Pod runs soon after
+	// the last change; nothing is lost when every one of them does, and only the folders the
+	// devices went to reconcile.
+	renderer := startGitbroker(b, "renderer-bench", "renderer started", "render",
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", "1s", "--signing-key", rendererKey,
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	cpu.mark()
+	mark = logLineCount(b, cluster.Process("kustomize-controller").Log)
+	stopFetching := announcePushes(b, fluxNS, 2*time.Second)
+	var instances, configs []string
+	churnStart := time.Now()
+	var last time.Time
+	for i := 0; time.Since(churnStart) < time.Minute; i++ {
+		last = time.Now()
+		cfg := fmt.Sprintf("cfg-%02d", 2*(i%10)) // the even Configurations have Pod brokers
+		id := fmt.Sprintf("churn-%d", i)
+		node, inv := deviceChange(b, inventories, cfg, id)
+		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
+		inventories[node] = inv
+		instances = append(instances, instance(cfg, id, node))
+		configs = append(configs, cfg)
+		time.Sleep(time.Until(churnStart.Add(time.Duration(i+1) * 2 * time.Second)))
+	}
+	selector := render.LabelInstance + " in (" + strings.Join(instances, ",") + ")"
+	eventually(b, 10*time.Minute, "every churned device's Pod to run", func() (bool, string) {
+		list, err := cluster.Client.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == len(instances), fmt.Sprintf("%d of %d running", running, len(instances))
+	})
+	caughtUp := time.Since(last)
+	stopFetching()
+	waitSourcesAppliedWithin(b, srv, fluxNS, 20*time.Minute)
+	time.Sleep(2 * time.Second)
+	churnCPU := cpu.since()
+	churned := reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS)
+	renderer.Stop(30 * time.Second)
+	b.Logf("churn: %d device changes in %s; every Pod running %s after the last; %d reconciles of %d Kustomizations %v; CPU %s",
+		len(instances), time.Minute, caughtUp.Round(time.Millisecond), total(churned), len(churned), churned, churnCPU)
+	for k := range churned {
+		owner := strings.TrimPrefix(k, "gitbroker-"+fleetNS+"-")
+		require.True(b, slices.ContainsFunc(configs, func(c string) bool { return strings.HasPrefix(owner, c+"-shard-") }),
+			"%s reconciled, but no device of its folder changed: %v", k, churned)
+	}
+	b.ReportMetric(caughtUp.Seconds(), "churn-caught-up-s")
+	b.ReportMetric(float64(total(churned)), "churn-reconciles")
+	b.ReportMetric(churnCPU["kustomize-controller"].Seconds(), "churn-kc-cpu-s")
+
 	if os.Getenv("GITBROKER_BENCH_STORM") == "" {
 		return
 	}
@@ -291,8 +351,8 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	renderOnce()
 	applyRootSource(b, "../deploy/flux", fluxNS, srv.URL())
 	waitSourcesAppliedWithin(b, srv, fluxNS, 3*time.Hour)
-	toPod, reconciled, changeCPU = change("bench-2")
-	b.Logf("one device change, one source: Pod running after %s; reconciled %v; CPU %s", toPod.Round(time.Millisecond), reconciled, changeCPU)
+	toPod, reconciled, changeCPU, steps = change("bench-2")
+	b.Logf("one device change, one source: Pod running after %s (%s); reconciled %v; CPU %s", toPod.Round(time.Millisecond), steps, reconciled, changeCPU)
 	b.ReportMetric(toPod.Seconds(), "storm-change-to-pod-s")
 	b.ReportMetric(float64(total(reconciled)), "storm-change-reconciles")
 	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "storm-change-kc-cpu-s")
@@ -346,13 +406,49 @@ const benchSourceInterval = time.Minute
 // revision and reconcile nothing.
 func requestFetch(t testing.TB, ns string) {
 	t.Helper()
+	require.NoError(t, fetchNow(ns))
+}
+
+func fetchNow(ns string) error {
 	ctx := context.Background()
 	list, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	patch := []byte(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
 	for _, g := range list.Items {
-		_, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Patch(ctx, g.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-		require.NoError(t, err)
+		if _, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Patch(ctx, g.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// announcePushes does what requestFetch does every interval until the function it returns is
+// called: a Receiver called on each of a busy renderer's pushes.
+func announcePushes(t testing.TB, ns string, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	go func() {
+		defer close(failed)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if err := fetchNow(ns); err != nil {
+					failed <- err
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		t.Helper()
+		close(done)
+		require.NoError(t, <-failed, "asking the sources to fetch")
 	}
 }
 
@@ -383,43 +479,6 @@ func renderedFiles(t testing.TB, srv *gitsynctest.Server) map[string][]byte {
 	files, err := snap.Files(render.RenderedDir)
 	require.NoError(t, err)
 	return files
-}
-
-// addSlots adds the akri.sh/<instance> resources a broker Pod asks for to the node it is
-// pinned to.
-func addSlots(t testing.TB, obj *unstructured.Unstructured, slots map[string]corev1.ResourceList) {
-	t.Helper()
-	if obj.GetKind() != "Pod" {
-		return
-	}
-	var pod corev1.Pod
-	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &pod))
-	a := pod.Spec.Affinity
-	require.NotNil(t, a, "Pod %s is pinned", pod.Name)
-	node := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
-	for _, c := range pod.Spec.Containers {
-		for r := range c.Resources.Limits {
-			if strings.HasPrefix(string(r), "akri.sh/") {
-				if slots[node] == nil {
-					slots[node] = corev1.ResourceList{}
-				}
-				slots[node][r] = resource.MustParse("10")
-			}
-		}
-	}
-}
-
-// patchSlots announces more slots on a node, as a device plugin does.
-func patchSlots(t testing.TB, node string, res corev1.ResourceList) {
-	t.Helper()
-	ctx := context.Background()
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	require.NoError(t, err)
-	for k, v := range res {
-		n.Status.Capacity[k], n.Status.Allocatable[k] = v, v
-	}
-	_, err = cluster.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-	require.NoError(t, err)
 }
 
 // deviceChange adds a device to one node's inventory under configuration cfg.
@@ -500,28 +559,34 @@ func applyWith(t testing.TB, objs []*unstructured.Unstructured, ns string, worke
 // the cores with the scheduler's backlog.
 func waitScheduled(t testing.TB, ns string, timeout time.Duration) {
 	t.Helper()
+	ctx := context.Background()
 	start := time.Now()
-	stable := 0
-	last := -1
-	eventually(t, timeout, "every Pod in "+ns+" on its node", func() (bool, string) {
-		list, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err.Error()
-		}
-		pending := 0
-		for _, p := range list.Items {
-			if p.Spec.NodeName == "" {
-				pending++
+	next := start.Add(time.Minute)
+	// Every 2 s, the Pods without a node (a list of 11,000 whole Pods four times a second would
+	// compete with the scheduler it waits for), until there are none twice in a row: a Job's
+	// Pods come after the Job. Failed Jobs' retries keep coming for minutes and are not waited
+	// for.
+	for clear := 0; ; time.Sleep(2 * time.Second) {
+		pending, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", ResourceVersion: "0"})
+		require.NoError(t, err)
+		if len(pending.Items) == 0 {
+			if clear++; clear == 2 {
+				break
 			}
+			continue
 		}
-		if pending == 0 && len(list.Items) == last {
-			stable++
-		} else {
-			stable = 0
+		clear = 0
+		if now := time.Now(); now.After(next) {
+			t.Logf("%s: %d Pods in %s not scheduled", now.Sub(start).Round(time.Minute), len(pending.Items), ns)
+			next = next.Add(time.Minute)
 		}
-		last = len(list.Items)
-		return stable >= 3, fmt.Sprintf("%d Pods, %d not scheduled", len(list.Items), pending)
-	})
+		if err := cluster.checkAlive(); err != nil {
+			t.Fatalf("scheduling: %v", err)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("timed out after %s waiting for every Pod in %s to be on a node: %d not scheduled", timeout, ns, len(pending.Items))
+		}
+	}
 	t.Logf("every Pod in %s scheduled %s later", ns, time.Since(start).Round(time.Second))
 }
 

@@ -413,15 +413,9 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	return err
 }
 
-// AddNode registers a node that kwok manages as if a kubelet ran it, with extra resources
-// (the akri.sh/<instance> slots a device plugin would announce) on top of CPU, memory and Pods.
-func (c *Cluster) AddNode(ctx context.Context, name string, extra ...corev1.ResourceList) error {
+// AddNode registers a node that kwok manages as if a kubelet ran it.
+func (c *Cluster) AddNode(ctx context.Context, name string) error {
 	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	for _, e := range extra {
-		for k, v := range e {
-			resources[k] = v
-		}
-	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,

@@ -86,7 +86,7 @@ type gbProcess struct {
 // startGitbroker runs the gitbroker binary with args, logging to the
 // cluster's log folder as name, and waits for its started log line. It is
 // stopped with SIGTERM when the test ends.
-func startGitbroker(t *testing.T, name, started string, args ...string) *gbProcess {
+func startGitbroker(t testing.TB, name, started string, args ...string) *gbProcess {
 	t.Helper()
 	p, err := startProcess(cluster.LogDir, name, gitbroker, args, nil)
 	require.NoError(t, err)
