@@ -50,8 +50,9 @@ e2e:
 # fairness), and a worker for each folder (20 Configurations x BENCH_SHARDS), so that no folder
 # waits for one on a first rollout: with 4 shards and 40 workers the last Pod shards started
 # minutes late and Flux took 1.89x the server-side apply, with 80 workers 1.26x and 1.53x, with
-# 8 shards and 160 workers 1.17x. The Kustomizations get BENCH_INTERVAL between reconciles (for
-# drift alone: a folder's source moving reconciles it at once). GITBROKER_BENCH_STORM=1 adds the
+# 8 shards and 160 workers 1.17x and 2.73x (a run whose machine slowed after the baseline).
+# The Kustomizations get BENCH_INTERVAL between reconciles (for drift alone: a folder's source
+# moving reconciles it at once). GITBROKER_BENCH_STORM=1 adds the
 # same change with one source for every folder; GITBROKER_BENCH_DEVICES scales the fleet;
 # GITBROKER_BENCH_SKIP_FLUX=1 stops before Flux; GITBROKER_BENCH_PROFILE=file profiles
 # kustomize-controller.

@@ -55,9 +55,9 @@ import (
 //
 // It then makes one device change and measures the time to its Pod, the Kustomizations that
 // reconciled and kustomize-controller's CPU, and then a minute of churn (a device every 2 s, the
-// renderer as a daemon): every new device's Pod runs, and only their folders reconcile. GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and
-// GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to Flux's controllers (make bench-cluster gives
-// them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
+// renderer as a daemon): every new device's Pod runs, and only their folders reconcile.
+// GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to
+// Flux's controllers (make bench-cluster gives them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
 // scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
 // that many shards; GITBROKER_BENCH_STORM=1 also measures the same
 // device change with one source for every folder; GITBROKER_BENCH_PROFILE=file takes a CPU
