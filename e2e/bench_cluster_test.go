@@ -364,7 +364,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	// its fleet deleted. This machine's speed drifts by tens of percent within a run (the same
 	// apply has taken 3m19s and 5m27s), so Flux's phase is compared with both baselines around
 	// it and with their mean.
-	suspendKustomizations(b, fluxNS)
+	suspendFlux(b, fluxNS)
 	deleteNamespace(b, fleetNS, time.Hour)
 	require.NoError(b, cluster.CreateNamespace(ctx, ssaNS))
 	cpu.mark()
@@ -384,17 +384,20 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.ReportMetric(ssaAfterCPU["kube-apiserver"].Seconds(), "ssa-after-apiserver-cpu-s")
 }
 
-// suspendKustomizations stops every Kustomization in ns from reconciling, so that deleting what
-// they applied leaves it deleted.
-func suspendKustomizations(t testing.TB, ns string) {
+// suspendFlux stops every Kustomization in ns from reconciling, so that deleting what they
+// applied leaves it deleted, and every GitRepository from fetching, so that the baseline after
+// Flux shares the machine with nothing of Flux's.
+func suspendFlux(t testing.TB, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	list, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
 	patch := []byte(`{"spec":{"suspend":true}}`)
-	for _, k := range list.Items {
-		_, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).Patch(ctx, k.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-		require.NoError(t, err, "suspend Kustomization %s/%s", ns, k.GetName())
+	for _, gvr := range []schema.GroupVersionResource{kustomizationGVR, gitRepositoryGVR} {
+		list, err := cluster.Dynamic.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, o := range list.Items {
+			_, err := cluster.Dynamic.Resource(gvr).Namespace(ns).Patch(ctx, o.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+			require.NoError(t, err, "suspend %s %s/%s", gvr.Resource, ns, o.GetName())
+		}
 	}
 }
 
