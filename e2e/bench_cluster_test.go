@@ -177,17 +177,24 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	cpu := newCPUMeter(b, "kube-apiserver", "etcd", "kustomize-controller", "source-controller")
 
 	// 1. The physical limit: the same objects, applied server-side from client-go.
-	require.NoError(b, cluster.CreateNamespace(ctx, ssaNS))
 	workers := 16
 	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_SSA_WORKERS")); n > 0 {
 		workers = n
 	}
-	cpu.mark()
-	reqs := requestCounts(b)
-	start = time.Now()
-	applyWith(b, objs, ssaNS, workers, false)
-	ssa := time.Since(start)
-	ssaCPU := cpu.since()
+	// applyPhase applies the objects from client-go into ns, a new namespace (with Flux's
+	// requests for each when fluxRequests), and returns the time, the CPU and the API server's
+	// request counts from before it.
+	applyPhase := func(ns string, fluxRequests bool) (time.Duration, cpuUse, map[string]float64) {
+		b.Helper()
+		require.NoError(b, cluster.CreateNamespace(ctx, ns))
+		cpu.mark()
+		reqs := requestCounts(b)
+		start := time.Now()
+		applyWith(b, objs, ns, workers, fluxRequests)
+		took := time.Since(start)
+		return took, cpu.since(), reqs
+	}
+	ssa, ssaCPU, reqs := applyPhase(ssaNS, false)
 	b.Logf("server-side apply of %d objects, %d in flight: %s; CPU %s", len(objs), workers, ssa.Round(time.Millisecond), ssaCPU)
 	logRequests(b, "server-side apply", reqs)
 	waitScheduled(b, ssaNS, 15*time.Minute)
@@ -200,13 +207,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	// dry-run apply it, apply it), with none of Flux's other work and every request as early
 	// as the baseline's: on an API server whose CPU is the limit, no layout of folders makes
 	// Flux cheaper than this.
-	require.NoError(b, cluster.CreateNamespace(ctx, patternNS))
-	cpu.mark()
-	reqs = requestCounts(b)
-	start = time.Now()
-	applyWith(b, objs, patternNS, workers, true)
-	pattern := time.Since(start)
-	patternCPU := cpu.since()
+	pattern, patternCPU, reqs := applyPhase(patternNS, true)
 	b.Logf("Flux's requests (read, dry-run apply, apply) for the same objects, %d in flight: %s (%.2fx the server-side apply); CPU %s", workers, pattern.Round(time.Millisecond), pattern.Seconds()/ssa.Seconds(), patternCPU)
 	logRequests(b, "Flux's requests", reqs)
 	waitScheduled(b, patternNS, 15*time.Minute)
@@ -366,13 +367,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	// it and with their mean.
 	suspendFlux(b, fluxNS)
 	deleteNamespace(b, fleetNS, time.Hour)
-	require.NoError(b, cluster.CreateNamespace(ctx, ssaNS))
-	cpu.mark()
-	reqs = requestCounts(b)
-	start = time.Now()
-	applyWith(b, objs, ssaNS, workers, false)
-	ssaAfter := time.Since(start)
-	ssaAfterCPU := cpu.since()
+	ssaAfter, ssaAfterCPU, reqs := applyPhase(ssaNS, false)
 	b.Logf("server-side apply again, after Flux: %s (%.2fx the first); CPU %s", ssaAfter.Round(time.Millisecond), ssaAfter.Seconds()/ssa.Seconds(), ssaAfterCPU)
 	logRequests(b, "server-side apply after Flux", reqs)
 	mean := (ssa + ssaAfter) / 2
