@@ -45,7 +45,7 @@ e2e:
 # server-side apply of the rendered objects, Flux's own requests for them replayed from the same
 # client, the same objects through Flux, one device change, a minute of churn (a device
 # every 2 s), and the server-side apply again once Flux's fleet is gone (this machine's speed
-# drifts within a run). About 50 minutes at fleet-10k on this machine; not part of make e2e.
+# drifts within a run). About 40-50 minutes at fleet-10k on this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
 # (more workers, client-side limits lifted: the suite's API server runs without priority and
 # fairness), and a worker for each folder (20 Configurations x BENCH_SHARDS), so that no folder

@@ -42,7 +42,7 @@ import (
 
 // BenchmarkClusterFleet10k (make bench-cluster) applies fleet-10k to this suite's cluster, 1,000
 // kwok nodes on the machine's cores, three times in one run, each on the cluster the last one
-// left once its namespace is deleted (and a fourth, step 6):
+// left once its namespace is deleted:
 //  1. the physical limit, a server-side apply from client-go of exactly the rendered Pods, Jobs
 //     and Services (into a namespace of their own, GITBROKER_BENCH_SSA_WORKERS requests in
 //     flight, 16 by default);
@@ -776,8 +776,9 @@ func (m *cpuMeter) read() map[string]time.Duration {
 func (m *cpuMeter) mark() { m.at = m.read() }
 
 // machineSteal reads the time the hypervisor ran something else while this machine's CPUs
-// wanted to run (the steal column of /proc/stat, in USER_HZ of 10 ms): part of why the same
-// phase takes minutes longer in one run than in another.
+// wanted to run (the steal column of /proc/stat, in USER_HZ of 10 ms), so that a slow phase
+// can be told apart from one the host took CPU from (it stayed under 1 s a phase in the runs of
+// 2026-12-03, when the same apply took 1.5x longer in one phase than in another).
 func machineSteal(t testing.TB) time.Duration {
 	data, err := os.ReadFile("/proc/stat")
 	require.NoError(t, err)
