@@ -19,9 +19,9 @@ func TestIndexesFollowTheFiles(t *testing.T) {
 		t.Helper()
 		edit(tree)
 		req := Request{Files: tree, AllowDeletions: true}
-		res, p := r.pass(req, r.split(req.Files), nil, true)
+		res, p := r.pass(req, r.split(req), nil, true)
 		if res == nil {
-			res, p = r.pass(req, r.split(req.Files), nil, false)
+			res, p = r.pass(req, r.split(req), nil, false)
 		}
 		require.Empty(t, res.Errors, name)
 		want, dups := objectIndex(p.out)

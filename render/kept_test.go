@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
 	"regexp"
 	"slices"
@@ -131,6 +132,7 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		}
 	}
 	kept := render.New()
+	var last *render.Result
 	const steps = 60
 	for i := 0; i < steps; i++ {
 		var what string
@@ -204,7 +206,23 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		}
 		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly}
 		fresh := render.Render(req)
-		got := kept.Render(req)
+		// The kept Renderer is asked as a daemon asks it too: the inputs alone, with its last
+		// output handed back as Previous (known by the map, no pass over it), or a copy of it
+		// (known by nothing: a whole pass).
+		keptReq := req
+		if last != nil && i%4 != 0 {
+			keptReq.Files, keptReq.Previous = render.Tree{}, last.Files
+			for p, b := range tree {
+				if !render.IsOwned(p) {
+					keptReq.Files[p] = b
+				}
+			}
+			if i%4 == 3 {
+				keptReq.Previous = maps.Clone(last.Files)
+			}
+		}
+		got := kept.Render(keptReq)
+		last = got
 		require.Equal(t, fresh.Diff, got.Diff, "step %d: %s", i, what)
 		require.True(t, render.Equal(fresh.Files, got.Files), "step %d: %s", i, what)
 		require.Equal(t, planText(fresh.Plan), planText(got.Plan), "step %d: %s", i, what)

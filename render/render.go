@@ -22,6 +22,12 @@ type Request struct {
 	// the previous rendered/ and history/. Other paths are ignored. A Renderer keeps the
 	// files' bytes to know them again: they must not be changed after the render.
 	Files Tree
+	// Previous, when not nil, is the previous rendered/ and history/, given apart from the
+	// inputs: Files' own rendered/ and history/ are then ignored. A kept Renderer given back its
+	// last Result.Files here (the same map, which must not have been changed) renders on top of
+	// it without a pass over it. The Renderer never changes Previous, and like Files it must not
+	// be changed after the render.
+	Previous Tree
 	// SourceCommit is recorded in the metadata file and on Jobs started by this render. It may
 	// be empty (a work tree that is not a commit).
 	SourceCommit string
@@ -50,7 +56,9 @@ type Request struct {
 type Result struct {
 	// Files is the complete new content of rendered/ and history/. When the render is refused
 	// it equals Previous. A Renderer keeps it to know it again in its next render's files: it
-	// must not be changed (copy it to change it).
+	// must not be changed (copy it to change it). A kept Renderer reuses the map for a later
+	// render's Files once the render after this one is done: a caller that holds a Result's
+	// files longer than its next render copies them.
 	Files Tree
 	// Previous is the content of rendered/ and history/ before the render.
 	Previous Tree
@@ -93,6 +101,12 @@ type Renderer struct {
 	// instanceSets are the last pass's instances, by Configuration.
 	instanceSets map[string]*instanceSet
 	last         lastOutput
+	// spare is the output before the last one, a map the Renderer made, and spareLag the paths
+	// where it may differ from the last: a scoped pass brings it up to date with them and makes
+	// it its output, instead of copying the last output's hundred thousand files. nil when the
+	// last pass was not scoped.
+	spare    Tree
+	spareLag []string
 	// scope is what the next pass needs to be scoped to the Configurations a change reaches
 	// (scope.go); nil when it must render whole.
 	scope *lastScope
@@ -130,7 +144,7 @@ func Render(req Request) *Result {
 func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	in := r.split(req.Files)
+	in := r.split(req)
 	res, p := r.pass(req, in, nil, true)
 	if res == nil {
 		// The scoped work reached further than its Configurations.
@@ -170,6 +184,13 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	if p.scope != nil {
 		r.scoped++
 	}
+	// The output this pass was made on top of is the next scoped pass's to reuse, when this
+	// one was scoped too (a whole pass made every file anew: nothing would be left to reuse).
+	r.spare, r.spareLag = nil, nil
+	if p.merged != nil && res.Refused == nil {
+		// The metadata file is written after the merge.
+		r.spare, r.spareLag = p.prev, append(p.merged, MetadataPath)
+	}
 	if p.refused != nil {
 		r.refused = p.refused
 	}
@@ -200,12 +221,24 @@ type split struct {
 }
 
 // split parts a request's files in one pass. A kept Renderer's previous output is, render after
-// render, its own last output: it is then taken as it is, not copied out of a fleet's files.
-func (r *Renderer) split(files Tree) split {
+// render, its own last output: it is then taken as it is, not copied out of a fleet's files. Given
+// apart (Request.Previous), it is known by the map's identity, and only the inputs are looked at.
+func (r *Renderer) split(req Request) split {
 	last := r.last.files
-	same, owned := last != nil, 0
 	inputs := []string{}
-	for f, b := range files {
+	if req.Previous != nil {
+		for f := range req.Files {
+			if IsInput(f) {
+				inputs = append(inputs, f)
+			}
+		}
+		sort.Strings(inputs)
+		same := last != nil && len(last) == len(req.Previous) &&
+			reflect.ValueOf(last).UnsafePointer() == reflect.ValueOf(req.Previous).UnsafePointer()
+		return split{prev: req.Previous, onLast: same, inputs: inputs}
+	}
+	same, owned := last != nil, 0
+	for f, b := range req.Files {
 		if IsOwned(f) {
 			owned++
 			if same {
@@ -222,7 +255,7 @@ func (r *Renderer) split(files Tree) split {
 	if same && owned == len(last) {
 		return split{prev: last, onLast: true, inputs: inputs}
 	}
-	return split{prev: files.Owned(), inputs: inputs}
+	return split{prev: req.Files.Owned(), inputs: inputs}
 }
 
 func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
@@ -299,6 +332,8 @@ type pass struct {
 	bailed bool
 	// fresh are the scoped output's files by Configuration.
 	fresh map[string]*configSlice
+	// merged are the paths a scoped pass wrote over prev or deleted from it (mergeScope).
+	merged []string
 	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
 	layoutWarns map[string][]string
 	// refused are this pass's checks of device properties, by inventory (kept for the next).

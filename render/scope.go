@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"path"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -261,12 +262,22 @@ func (p *pass) mergeScope() bool {
 	// The metadata file is in out already; a whole pass's diff, made before it is written, names it and
 	// then takes it out again: an empty diff is empty, not nil.
 	p.diff, p.diffed = append([]string{}, Diff(before, p.out)...), true
-	out := maps.Clone(p.prev)
+	// Most of the scope's files are rewritten with the same paths: they are set over the old
+	// entries, and only the paths that are gone are deleted (deleting them all and putting them
+	// back would grow the tables, rehashing a fleet's entries).
+	out := p.r.takeSpare(p.prev)
+	merged := make([]string, 0, len(before)+len(p.out))
 	for f := range before {
-		delete(out, f)
+		if _, ok := p.out[f]; !ok {
+			delete(out, f)
+			merged = append(merged, f)
+		}
 	}
-	maps.Copy(out, p.out)
-	p.out, p.fresh = out, fresh
+	for f, b := range p.out {
+		out[f] = b
+		merged = append(merged, f)
+	}
+	p.out, p.fresh, p.merged = out, fresh, merged
 	// The other Configurations' plan entries and warnings, as the last render made them.
 	for k, changes := range last.standing {
 		if p.scope[k] {
@@ -298,6 +309,25 @@ func (p *pass) mergeScope() bool {
 		}
 	}
 	return true
+}
+
+// takeSpare returns a map holding exactly last, the Renderer's last output, for a scoped pass to
+// make its output in: the spare brought up to date with the paths the last pass changed, or a
+// copy of last. The spare is the Renderer's from then on.
+func (r *Renderer) takeSpare(last Tree) Tree {
+	spare := r.spare
+	r.spare = nil
+	if spare == nil || reflect.ValueOf(spare).UnsafePointer() == reflect.ValueOf(last).UnsafePointer() {
+		return maps.Clone(last)
+	}
+	for _, f := range r.spareLag {
+		if b, ok := last[f]; ok {
+			spare[f] = b
+		} else {
+			delete(spare, f)
+		}
+	}
+	return spare
 }
 
 // keepScope remembers what the next pass needs to be scoped, or nothing when this pass's output

@@ -98,9 +98,11 @@ type Sources struct {
 	Now func() time.Time
 	// Known, when set, returns the files of a rendered-branch commit the caller already holds,
 	// because it wrote that commit (the render daemon's last push), so they are not read from
-	// the object store again; ok is false for any other commit. A commit's hash names its
-	// content, so what Known returns for it is what the branch holds.
-	Known func(commit string) (files map[string][]byte, ok bool)
+	// the object store again: its rendered/ and history/, and everything else (the inputs
+	// mirrored beside them). ok is false for any other commit. A commit's hash names its
+	// content, so what Known returns for it is what the branch holds. Collect changes neither
+	// map; rendered becomes Inputs.Rendered as it is.
+	Known func(commit string) (rendered, inputs map[string][]byte, ok bool)
 	// Signatures, when set, remembers the writers' signatures verified by earlier renders.
 	Signatures *Signatures
 }
@@ -155,28 +157,41 @@ func (v *Signatures) rotate() {
 	v.old, v.cur = v.cur, nil
 }
 
-// filesOf returns every file of a rendered-branch commit.
-func (s Sources) filesOf(snap gitsync.Snapshot) (map[string][]byte, error) {
-	if files, ok := s.known(snap.Commit()); ok {
-		return files, nil
+// filesOf returns every file of a rendered-branch commit: its rendered/ and history/, and the
+// rest.
+func (s Sources) filesOf(snap gitsync.Snapshot) (rendered, rest map[string][]byte, err error) {
+	if rendered, rest, ok := s.known(snap.Commit()); ok {
+		return rendered, rest, nil
 	}
-	return snap.Files("")
+	files, err := snap.Files("")
+	if err != nil {
+		return nil, nil, err
+	}
+	rendered, rest = map[string][]byte{}, map[string][]byte{}
+	for p, b := range files {
+		if render.IsOwned(p) {
+			rendered[p] = b
+		} else {
+			rest[p] = b
+		}
+	}
+	return rendered, rest, nil
 }
 
-func (s Sources) known(commit string) (map[string][]byte, bool) {
+func (s Sources) known(commit string) (rendered, rest map[string][]byte, ok bool) {
 	if s.Known == nil || commit == "" {
-		return nil, false
+		return nil, nil, false
 	}
 	return s.Known(commit)
 }
 
 // Inputs are the verified inputs of one render.
 type Inputs struct {
-	// Tree holds the inputs (gitbroker.yaml, configurations/, .gitbroker/, inventory/, status/)
-	// and the previous rendered/ and history/.
-	Tree render.Tree
-	// Inputs are the inputs alone, the part of Tree that is not rendered/ or history/.
+	// Inputs hold the inputs: gitbroker.yaml, configurations/, .gitbroker/, inventory/, status/.
 	Inputs render.Tree
+	// Rendered holds the previous rendered/ and history/, those of the commit Previous names
+	// (render.Request.Previous). It is the very map Sources.Known handed over, when it did.
+	Rendered render.Tree
 	// Source is the source commit rendered, SourceTime its committer time; SourceTip is the
 	// branch's head, which differs when an unsigned commit stopped the source.
 	Source     string
@@ -205,7 +220,18 @@ type Inputs struct {
 
 // put adds an input.
 func (in *Inputs) put(p string, b []byte) {
-	in.Tree[p], in.Inputs[p] = b, b
+	in.Inputs[p] = b
+}
+
+// Tree returns a new tree of the inputs and the previous rendered/ and history/: a repository's
+// files, as a work tree holds them.
+func (in *Inputs) Tree() render.Tree {
+	t := maps.Clone(in.Rendered)
+	if t == nil {
+		t = render.Tree{}
+	}
+	maps.Copy(t, in.Inputs)
+	return t
 }
 
 // mode is how the source branch is trusted at one commit.
@@ -355,17 +381,18 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", gitsync.ErrNoBranch, s.SourceBranch)
 	}
-	in := &Inputs{Tree: render.Tree{}, Inputs: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
+	in := &Inputs{Inputs: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
 
 	// The mode at the source tip decides whether the renderer's own commits must be found; the
 	// mode that governs the walk is the one at the last rendered source commit.
 	tipMode := modeAt(tip)
-	prev, err := previous(ctx, s, rendered, tipMode, in)
+	// prev are the inputs the previous render mirrored beside its output.
+	owned, prev, err := previous(ctx, s, rendered, tipMode, in)
 	if err != nil {
 		return nil, err
 	}
-	meta := render.ParseMetadata(prev[render.MetadataPath])
-	in.Tree = render.Tree(prev).Owned()
+	meta := render.ParseMetadata(owned[render.MetadataPath])
+	in.Rendered = owned
 
 	src, m, err := source(ctx, s, tip, tipMode, meta.SourceCommit, prev, in)
 	if err != nil {
@@ -393,7 +420,7 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 
 	// Whether prev is the caller's own render held in memory: its inventories are then exactly
 	// the files of the tips it accepted, so a tip that has not moved need not be read again.
-	_, mirrored := s.known(in.Previous)
+	_, _, mirrored := s.known(in.Previous)
 	if err := nodes(ctx, s, nodeRefs, m, meta, prev, mirrored, now, in); err != nil {
 		return nil, err
 	}
@@ -415,12 +442,13 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	return in, nil
 }
 
-// previous finds the rendered branch's commit to render on top of: the head, or with
-// verification the newest first-parent commit the renderer's own key signed.
-func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (map[string][]byte, error) {
+// previous finds the rendered branch's commit to render on top of, the head or with
+// verification the newest first-parent commit the renderer's own key signed, and returns its
+// files as filesOf does.
+func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (owned, rest map[string][]byte, err error) {
 	head := rendered.Commit()
 	if head == "" {
-		return map[string][]byte{}, nil
+		return map[string][]byte{}, map[string][]byte{}, nil
 	}
 	if tip.allowed == nil && tip.err == nil {
 		in.Previous = head
@@ -435,7 +463,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 	case s.AnyListedRenderer && tip.allowed != nil:
 		want = "a key " + AllowedSignersPath + " lists as renderer"
 	default:
-		return nil, fmt.Errorf("%s exists on %s, so the renderer must sign: give it --signing-key", AllowedSignersPath, s.SourceBranch)
+		return nil, nil, fmt.Errorf("%s exists on %s, so the renderer must sign: give it --signing-key", AllowedSignersPath, s.SourceBranch)
 	}
 	own := func(c *gitsync.Commit) bool {
 		if c.Hash == s.Adopt {
@@ -469,7 +497,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 	}
 	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, c := range commits {
 		if !own(c) {
@@ -483,11 +511,11 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 		in.Previous = c.Hash
 		snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, c.Hash)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		return s.filesOf(snap)
 	}
-	return nil, fmt.Errorf("no commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
+	return nil, nil, fmt.Errorf("no commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
 		s.RenderedBranch, want, AllowedSignersPath)
 }
 

@@ -54,7 +54,7 @@ device or a broker printed is escaped, so a log cannot act on the terminal.`,
 				if err != nil {
 					return err
 				}
-				tree = in.Tree
+				tree = in.Tree()
 				if format == formatText {
 					fmt.Fprintf(cmd.ErrOrStderr(), "Inputs: %s\n", in.Trust)
 				}

@@ -53,8 +53,10 @@ type remoteRender struct {
 	// from here instead of the object store, and commits only the paths that differ from it.
 	last struct {
 		commit string
-		files  render.Tree
-		// inputs are the mirrored inputs among files: everything not rendered/ or history/.
+		// rendered is the render's Result.Files, the very map: handed back to the Renderer as
+		// the previous output, it is known without a pass over it.
+		rendered render.Tree
+		// inputs are the inputs mirrored beside it: everything not rendered/ or history/.
 		inputs render.Tree
 	}
 	// lastCompanions are the companions of the last render's files (the map's identity).
@@ -97,16 +99,17 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	sources.Known = r.known
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
-	var full, inputs render.Tree
+	var rendered, inputs render.Tree
 	write := func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		base, full, inputs = "", nil, nil
+		base, rendered, inputs = "", nil, nil
 		in, err := verify.Collect(ctx, sources, head)
 		if err != nil {
 			return nil, err
 		}
-		tree := in.Tree
+		tree := in.Inputs
 		result := r.renderer.Render(render.Request{
 			Files:            tree,
+			Previous:         in.Rendered,
 			SourceCommit:     in.Source,
 			AllowDeletions:   r.allowDeletions,
 			Writers:          in.Writers,
@@ -128,10 +131,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		// The rendered branch is the renderer's alone: it carries the inputs it rendered (so it
 		// can be checked on its own) and nothing else; whatever else was pushed there is dropped.
 		change := &gitsync.Change{
-			Owned: ownedPaths(head),
-			// The rendered files (cloned: copying a fleet's map whole is several times faster
-			// than inserting its files), then the inputs they came from.
-			Files:   maps.Clone(result.Files),
+			Owned:   ownedPaths(head),
 			Message: msg,
 			Trailers: []gitsync.Trailer{
 				{Key: TrailerSourceCommit, Value: in.Source},
@@ -139,22 +139,27 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			},
 			Author: author,
 		}
-		if change.Files == nil {
-			change.Files = render.Tree{}
-		}
 		mirrored := render.Tree{}
 		// The inputs alone, not the hundred thousand rendered files beside them.
 		for p, b := range in.Inputs {
 			if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
-				change.Files[p] = b
 				mirrored[p] = b
 			}
 		}
-		base, full, inputs = head.Commit(), change.Files, mirrored
+		base, rendered, inputs = head.Commit(), result.Files, mirrored
 		if r.review == nil && base != "" && base == r.last.commit && in.Previous == base {
 			// The head is this renderer's last commit, whose files it holds and rendered on top
 			// of: the commit is built from what differs, not from a pass over every file.
-			change.Files, change.Edits, change.EditsBase = nil, edits(r.last.inputs, inputs, result), base
+			change.Edits, change.EditsBase = edits(r.last.inputs, inputs, result), base
+		} else {
+			// The rendered files (cloned, not changed: the Renderer knows its output by the
+			// map; copying a fleet's map whole is several times faster than inserting its
+			// files), then the inputs they came from.
+			change.Files = maps.Clone(result.Files)
+			if change.Files == nil {
+				change.Files = render.Tree{}
+			}
+			maps.Copy(change.Files, mirrored)
 		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
 		// setting is gone, the branches are deleted.
@@ -176,10 +181,10 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		res, err = r.store.Update(ctx, write)
 		switch {
 		case err == nil && res.Commit != "":
-			r.last.commit, r.last.files, r.last.inputs = res.Commit, full, inputs
-		case errors.Is(err, gitsync.ErrNoChanges) && full != nil:
+			r.last.commit, r.last.rendered, r.last.inputs = res.Commit, rendered, inputs
+		case errors.Is(err, gitsync.ErrNoChanges) && rendered != nil:
 			// Nothing to commit: the head holds exactly these files.
-			r.last.commit, r.last.files, r.last.inputs = base, full, inputs
+			r.last.commit, r.last.rendered, r.last.inputs = base, rendered, inputs
 		}
 	}
 	out.Push, out.Commit = res, res.Commit
@@ -201,11 +206,11 @@ func (r *remoteRender) companions(result *render.Result) (now, before map[string
 }
 
 // known returns the files of the rendered branch's commit this renderer holds (verify.Sources.Known).
-func (r *remoteRender) known(commit string) (map[string][]byte, bool) {
+func (r *remoteRender) known(commit string) (rendered, inputs map[string][]byte, ok bool) {
 	if commit == "" || commit != r.last.commit {
-		return nil, false
+		return nil, nil, false
 	}
-	return r.last.files, true
+	return r.last.rendered, r.last.inputs, true
 }
 
 // edits lists what turns the commit a render was made on top of into the one it commits: the

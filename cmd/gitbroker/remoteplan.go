@@ -41,7 +41,7 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 		return nil, nil, err
 	}
 	r := render.New()
-	req := render.Request{Files: in.Tree, SourceCommit: in.Source, Writers: in.Writers,
+	req := render.Request{Files: in.Inputs, Previous: in.Rendered, SourceCommit: in.Source, Writers: in.Writers,
 		RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted}
 	target := r.Render(req)
 	if o.Ref == "" {
@@ -56,20 +56,18 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
 	tree := render.Tree{}
-	for p, b := range in.Tree {
-		if !verify.IsPeoplePath(p) && !render.IsOwned(p) {
+	for p, b := range in.Inputs {
+		if !verify.IsPeoplePath(p) {
 			tree[p] = b
 		}
-	}
-	for p, b := range target.Files {
-		tree[p] = b
 	}
 	for p, b := range files {
 		if verify.IsPeoplePath(p) {
 			tree[p] = b
 		}
 	}
-	req.Files, req.SourceCommit = tree, proposed.Commit()
+	// On top of what the renderer would render now: its own last output, known as such.
+	req.Files, req.Previous, req.SourceCommit = tree, target.Files, proposed.Commit()
 	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust
 	return r.Render(req), in, nil
 }
