@@ -107,6 +107,10 @@ type Renderer struct {
 	// last pass was not scoped.
 	spare    Tree
 	spareLag []string
+	// lastMade says the last output is a map the Renderer made, not a caller's Previous handed
+	// back as it was (a render that changed nothing, or a refused one): only such a map may
+	// become the spare.
+	lastMade bool
 	// scope is what the next pass needs to be scoped to the Configurations a change reaches
 	// (scope.go); nil when it must render whole.
 	scope *lastScope
@@ -187,10 +191,11 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	// The output this pass was made on top of is the next scoped pass's to reuse, when this
 	// one was scoped too (a whole pass made every file anew: nothing would be left to reuse).
 	r.spare, r.spareLag = nil, nil
-	if p.merged != nil && res.Refused == nil {
+	if p.merged != nil && res.Refused == nil && p.onLast && r.lastMade {
 		// The metadata file is written after the merge.
 		r.spare, r.spareLag = p.prev, append(p.merged, MetadataPath)
 	}
+	r.lastMade = p.req.Previous == nil || !sameMap(res.Files, p.req.Previous)
 	if p.refused != nil {
 		r.refused = p.refused
 	}
@@ -233,8 +238,7 @@ func (r *Renderer) split(req Request) split {
 			}
 		}
 		sort.Strings(inputs)
-		same := last != nil && len(last) == len(req.Previous) &&
-			reflect.ValueOf(last).UnsafePointer() == reflect.ValueOf(req.Previous).UnsafePointer()
+		same := last != nil && len(last) == len(req.Previous) && sameMap(last, req.Previous)
 		return split{prev: req.Previous, onLast: same, inputs: inputs}
 	}
 	same, owned := last != nil, 0
@@ -256,6 +260,11 @@ func (r *Renderer) split(req Request) split {
 		return split{prev: last, onLast: true, inputs: inputs}
 	}
 	return split{prev: req.Files.Owned(), inputs: inputs}
+}
+
+// sameMap reports whether a and b are the same map (not maps with the same entries).
+func sameMap(a, b Tree) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {

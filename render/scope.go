@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"maps"
 	"path"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -317,7 +316,7 @@ func (p *pass) mergeScope() bool {
 func (r *Renderer) takeSpare(last Tree) Tree {
 	spare := r.spare
 	r.spare = nil
-	if spare == nil || reflect.ValueOf(spare).UnsafePointer() == reflect.ValueOf(last).UnsafePointer() {
+	if spare == nil || sameMap(spare, last) {
 		return maps.Clone(last)
 	}
 	for _, f := range r.spareLag {
