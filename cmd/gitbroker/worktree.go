@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,20 +113,28 @@ func writeAll(dir string, t render.Tree) error { return writeFiles(dir, t, t.Pat
 // writeFiles writes the files of t named by paths (sorted) under dir. A large fleet renders to
 // tens of thousands of files, and creating a file costs the file system more than writing it:
 // each folder is created once, and the files are written by several goroutines, each to a
-// temporary name and renamed, so a reader never sees half a file. The error is the one of the
-// first path that failed.
+// temporary name and renamed, so a reader never sees half a file. Each goroutine takes a whole
+// folder at a time: a folder's entries are changed under its lock, and writers taking turns on
+// one folder of thousands of files spend the time waiting for it in the kernel. The error is
+// the one of the first path that failed.
 func writeFiles(dir string, t render.Tree, paths []string) error {
-	made := map[string]bool{}
-	for _, p := range paths {
+	var folders [][]int
+	byParent := map[string]int{}
+	for i, p := range paths {
 		parent := path.Dir(p)
-		if made[parent] {
-			continue
+		f, ok := byParent[parent]
+		if !ok {
+			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(parent)), 0o755); err != nil {
+				return fmt.Errorf("writing %s: %w", p, err)
+			}
+			f = len(folders)
+			byParent[parent] = f
+			folders = append(folders, nil)
 		}
-		if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(parent)), 0o755); err != nil {
-			return fmt.Errorf("writing %s: %w", p, err)
-		}
-		made[parent] = true
+		folders[f] = append(folders[f], i)
 	}
+	// The largest folders first, so that none is left to one writer at the end.
+	sort.SliceStable(folders, func(a, b int) bool { return len(folders[a]) > len(folders[b]) })
 	errs := make([]error, len(paths))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -134,13 +143,15 @@ func writeFiles(dir string, t render.Tree, paths []string) error {
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(paths) {
+				f := int(next.Add(1)) - 1
+				if f >= len(folders) {
 					return
 				}
-				errs[i] = writeFile(filepath.Join(dir, filepath.FromSlash(paths[i])), t[paths[i]])
-				if errs[i] != nil {
-					errs[i] = fmt.Errorf("writing %s: %w", paths[i], errs[i])
+				for _, i := range folders[f] {
+					errs[i] = writeFile(filepath.Join(dir, filepath.FromSlash(paths[i])), t[paths[i]])
+					if errs[i] != nil {
+						errs[i] = fmt.Errorf("writing %s: %w", paths[i], errs[i])
+					}
 				}
 			}
 		}()
