@@ -637,6 +637,7 @@ func waitRollout(t testing.TB, srv *gitsynctest.Server, ns string, names []strin
 	start := time.Now()
 	cpu := newCPUMeter(t, names...)
 	cpu.mark()
+	reqs := requestCounts(t)
 	next := start.Add(time.Minute)
 	for {
 		applied, all, state := sourcesApplied(srv, ns)
@@ -644,7 +645,13 @@ func waitRollout(t testing.TB, srv *gitsynctest.Server, ns string, names []strin
 			return
 		}
 		if now := time.Now(); now.After(next) {
-			t.Logf("%s: %d of %d Kustomizations applied; CPU in the last minute: %s", now.Sub(start).Round(time.Minute), applied, all, cpu.since())
+			// What the minute created: the Services pass one lock in the API server (their
+			// ClusterIP's allocation), so how early they flow decides much of the rollout.
+			after := requestCounts(t)
+			created := func(resource string) float64 { return after["APPLY "+resource] - reqs["APPLY "+resource] }
+			t.Logf("%s: %d of %d Kustomizations applied; in the last minute %.0f Services, %.0f Pods, %.0f Jobs applied; CPU %s",
+				now.Sub(start).Round(time.Minute), applied, all, created("services"), created("pods"), created("jobs"), cpu.since())
+			reqs = after
 			cpu.mark()
 			next = next.Add(time.Minute)
 		}
@@ -799,8 +806,8 @@ func (m *cpuMeter) since() cpuUse {
 	return out
 }
 
-// requestCounts reads the API server's apiserver_request_total by verb, resource and dry run,
-// and the seconds they took (apiserver_request_duration_seconds_sum) under the same key with
+// requestCounts reads the API server's apiserver_request_total by verb, resource, dry run and
+// whether the answer was 429 Too Many Requests, and the seconds they took (apiserver_request_duration_seconds_sum) under the same key with
 // " seconds" appended.
 func requestCounts(t testing.TB) map[string]float64 {
 	t.Helper()
@@ -836,6 +843,12 @@ func requestCounts(t testing.TB) map[string]float64 {
 		if l["dry_run"] != "" {
 			key += " (dry run)"
 		}
+		if l["code"] == "429" {
+			// Refused for the in-flight limit. The API server counts every request it refuses
+			// here, including system:masters' ones, which it then serves anyway (and counts
+			// again under their real code).
+			key += " (429)"
+		}
 		out[key+suffix] += v
 	}
 	return out
@@ -869,7 +882,13 @@ func logRequests(t testing.TB, what string, before map[string]float64) {
 		}
 		lines = append(lines, fmt.Sprintf("%8.0f %-40s mean %6.0f ms", e.n, e.k, 1000*e.s/e.n))
 	}
-	t.Logf("%s: %.0f API requests, most:\n%s", what, total, strings.Join(lines, "\n"))
+	refused := 0.0
+	for _, e := range d {
+		if strings.HasSuffix(e.k, " (429)") {
+			refused += e.n
+		}
+	}
+	t.Logf("%s: %.0f API requests (%.0f of them refused 429), most:\n%s", what, total, refused, strings.Join(lines, "\n"))
 }
 
 // logReconciles logs, for each Kustomization of ns, the reconciles kustomize-controller finished
