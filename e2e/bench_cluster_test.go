@@ -807,8 +807,8 @@ func (m *cpuMeter) since() cpuUse {
 }
 
 // requestCounts reads the API server's apiserver_request_total by verb, resource, dry run and
-// whether the answer was 429 Too Many Requests, and the seconds they took (apiserver_request_duration_seconds_sum) under the same key with
-// " seconds" appended.
+// whether the answer was 429 Too Many Requests, and the seconds they took
+// (apiserver_request_duration_seconds_sum) under the same key with " seconds" appended.
 func requestCounts(t testing.TB) map[string]float64 {
 	t.Helper()
 	raw, err := cluster.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())

@@ -166,7 +166,12 @@ func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {
 		// The kubernetes Service's endpoints would point at the advertise
 		// address through kube-proxy, which does not run here.
 		"--endpoint-reconciler-type=none",
-		"--enable-priority-and-fairness=false",
+		// API priority and fairness stays on, as in real clusters: without it the
+		// API server refuses requests over its in-flight limit (200 mutating) with
+		// 429 unless they come from system:masters. The suite's own clients are
+		// system:masters and Flux impersonates gitbroker-applier, so only Flux's
+		// applies would be refused (and retried a second later), which would bias
+		// make bench-cluster against Flux.
 		"--profiling=false",
 	})
 	if err != nil {
@@ -297,7 +302,7 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 			"--metrics-addr=" + addr(metrics),
 			"--health-addr=" + addr(health),
 			"--enable-leader-election=false",
-			"--log-level=debug",
+			"--log-level=info",
 		}
 		// make bench-cluster tries the controllers' own knobs (--concurrent, ...):
 		// GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS, GITBROKER_E2E_SOURCE_CONTROLLER_ARGS.
