@@ -210,12 +210,12 @@ func readyCondition(obj *unstructured.Unstructured) (bool, string) {
 // deploy/applier's RoleBindings, as an administrator would.
 func applyFlux(t testing.TB, ns, url, rendererPub string, brokerNamespaces ...string) {
 	t.Helper()
-	applyFluxFrom(t, "../deploy/flux", ns, url, rendererPub, brokerNamespaces...)
+	applyFluxFrom(t, "../deploy/flux", ns, url, rendererPub, nil, brokerNamespaces...)
 }
 
 // applyFluxFrom is applyFlux with deploy/flux's objects as the kustomization in dir builds them
-// (deploy/flux-folder-sources).
-func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, brokerNamespaces ...string) {
+// (deploy/flux-folder-sources), each passed to edit, when it is not nil, before it is applied.
+func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*unstructured.Unstructured), brokerNamespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
 	pub, err := os.ReadFile(rendererPub)
@@ -239,6 +239,9 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, brokerNamespa
 			// One per Flux namespace: the tests each run Flux's objects in a namespace of their own.
 			obj.SetName(obj.GetName() + "-" + ns)
 			retarget(obj, ns)
+		}
+		if edit != nil {
+			edit(obj)
 		}
 		require.NoError(t, cluster.ApplyObject(ctx, obj))
 	}
