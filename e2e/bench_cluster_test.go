@@ -223,6 +223,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	reqs = requestCounts(b)
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
 	profiled := profileController(b, "kustomize-controller", os.Getenv("GITBROKER_BENCH_PROFILE"), 60)
+	dumped := dumpAPIServer(b, os.Getenv("GITBROKER_BENCH_APISERVER_DUMPS"))
 	start = time.Now()
 	// The root Kustomization, like the folders', reconciles every interval for drift alone (its
 	// source moves when rendered/flux/ does): the bench gives it the folders' interval, so that
@@ -240,6 +241,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	logKustomizations(b, fluxNS, start)
 	logReconciles(b, cluster.Process("kustomize-controller").Log, mark, fluxNS)
 	profiled()
+	dumped()
 	waitScheduled(b, fleetNS, 15*time.Minute)
 
 	// 4. One device change.
@@ -437,6 +439,67 @@ func profileController(t testing.TB, name, file string, seconds int) (wait func(
 		t.Helper()
 		require.NoError(t, <-done)
 		t.Logf("%s's CPU profile of the phase's first %d s: %s", name, seconds, file)
+	}
+}
+
+// dumpAPIServer saves, into dir, once a minute from the first minute of a phase until the
+// function it returns is called: the API server's goroutines with their stacks and how long
+// each has waited (goroutine-<s>.txt), a 20-second CPU profile (cpu-<s>.pprof) and its metrics
+// (metrics-<s>.txt), s being the seconds since the phase began. It needs the API server's
+// profiling endpoints: GITBROKER_E2E_KUBE_APISERVER_ARGS=--profiling. Where requests wait
+// while the API server's CPU is idle, the goroutines say on what.
+func dumpAPIServer(t testing.TB, dir string) (stop func()) {
+	t.Helper()
+	if dir == "" {
+		return func() {}
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	get := func(ctx context.Context, path string, params map[string]string) ([]byte, error) {
+		req := cluster.Client.CoreV1().RESTClient().Get().AbsPath(path)
+		for k, v := range params {
+			req = req.Param(k, v)
+		}
+		return req.DoRaw(ctx)
+	}
+	go func() {
+		done <- func() error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Until(start.Add(time.Duration(int(time.Since(start).Minutes())+1) * time.Minute))):
+				}
+				s := int(time.Since(start).Round(time.Second).Seconds())
+				for _, d := range []struct {
+					file, path string
+					params     map[string]string
+				}{
+					{fmt.Sprintf("goroutine-%d.txt", s), "/debug/pprof/goroutine", map[string]string{"debug": "2"}},
+					{fmt.Sprintf("metrics-%d.txt", s), "/metrics", nil},
+					{fmt.Sprintf("cpu-%d.pprof", s), "/debug/pprof/profile", map[string]string{"seconds": "20"}},
+				} {
+					data, err := get(ctx, d.path, d.params)
+					if ctx.Err() != nil {
+						return nil
+					}
+					if err != nil {
+						return fmt.Errorf("API server %s: %w", d.path, err)
+					}
+					if err := os.WriteFile(filepath.Join(dir, d.file), data, 0o644); err != nil {
+						return err
+					}
+				}
+			}
+		}()
+	}()
+	return func() {
+		t.Helper()
+		cancel()
+		require.NoError(t, <-done)
+		t.Logf("the API server's goroutines, CPU profiles and metrics, once a minute of the phase: %s", dir)
 	}
 }
 

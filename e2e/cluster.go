@@ -150,7 +150,9 @@ func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	apiserver, err := c.start("kube-apiserver", []string{
+	// make bench-cluster can look inside the API server (GITBROKER_E2E_KUBE_APISERVER_ARGS=--profiling);
+	// the flags given last win.
+	apiserver, err := c.start("kube-apiserver", append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", apiPort),
@@ -173,7 +175,7 @@ func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {
 		// applies would be refused (and retried a second later), which would bias
 		// make bench-cluster against Flux.
 		"--profiling=false",
-	})
+	}, strings.Fields(os.Getenv("GITBROKER_E2E_KUBE_APISERVER_ARGS"))...))
 	if err != nil {
 		return err
 	}
