@@ -192,7 +192,10 @@ func TestRenderDaemonProcess(t *testing.T) {
 		_, m := get(started.MetricsAddr, "/metrics")
 		return strings.Contains(m, "gitbroker_renderer_invalid_inputs 1")
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Contains(t, d.stderr.String(), "invalid inputs; their previous output is kept")
+	// The gauge is set before the line is logged: wait for the line too.
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.stderr.String(), "invalid inputs; their previous output is kept")
+	}, 30*time.Second, 20*time.Millisecond, "the invalid input logged")
 	require.Contains(t, d.stderr.String(), "imagee: unknown field")
 	d.stop("renderer stopped")
 }
