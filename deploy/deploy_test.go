@@ -1,6 +1,10 @@
 package deploy
 
 import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -8,6 +12,7 @@ import (
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
@@ -120,7 +125,7 @@ func TestFluxFolderSourcesOverlay(t *testing.T) {
 	require.NoError(t, err)
 	base, err := k.Run(filesys.MakeFsOnDisk(), "flux")
 	require.NoError(t, err)
-	require.Equal(t, base.Size(), m.Size(), "the same objects")
+	require.Equal(t, base.Size()+1, m.Size(), "the same objects and gitbroker-sources")
 	for _, r := range m.Resources() {
 		if r.GetKind() != "GitRepository" {
 			continue
@@ -141,4 +146,116 @@ func TestFluxFolderSourcesOverlay(t *testing.T) {
 		return
 	}
 	t.Fatal("no GitRepository")
+}
+
+// With deploy/flux-folder-sources, the root Kustomization applies the folders' Kustomizations and
+// gitbroker-sources their GitRepositories, each rendered object by exactly one of them. Built as
+// kustomize-controller builds a path without a kustomization.yaml: every manifest under it, with
+// the Kustomization's spec.patches (e2e's TestFolderSources and make bench-cluster run the real
+// controller on it).
+func TestFluxFolderSourcesSplitsTheRoot(t *testing.T) {
+	files := render.Tree{
+		api.SettingsPath: []byte(`apiVersion: gitbroker.dev/v1alpha1
+kind: Settings
+spec:
+  flux:
+    folderSources:
+      url: https://git.example.com/fleet/edge.git
+      verifySecretRef: {name: gitbroker-renderer-verify}
+`),
+		"inventory/n1.yaml": []byte(`apiVersion: gitbroker.dev/v1alpha1
+kind: NodeInventory
+metadata: {name: n1}
+spec:
+  configurations:
+  - name: echo
+    devices: [{id: d0}]
+  - name: cam
+    devices: [{id: c0}]
+`),
+	}
+	for _, name := range []string{"echo", "cam"} {
+		files["configurations/"+name+".yaml"] = []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata: {name: ` + name + `}
+spec:
+  discoveryHandler: {name: debugEcho}
+  brokerSpec:
+    brokerPodSpec:
+      containers: [{name: b, image: busybox}]
+`)
+	}
+	res := render.Render(render.Request{Files: files})
+	require.Empty(t, res.Errors)
+	repo := t.TempDir()
+	rendered := map[string]string{}
+	for p, data := range res.Files {
+		if !strings.HasPrefix(p, render.RenderedDir+"flux/") {
+			continue
+		}
+		require.NoError(t, os.MkdirAll(filepath.Join(repo, path.Dir(p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(repo, p), data, 0o644))
+		var o struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		require.NoError(t, yaml.Unmarshal(data, &o), p)
+		rendered[o.Kind+"/"+o.Metadata.Name] = p
+	}
+	require.Contains(t, rendered, "GitRepository/gitbroker-default-echo")
+	require.Contains(t, rendered, "Kustomization/gitbroker-default-echo")
+
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "flux-folder-sources")
+	require.NoError(t, err)
+	applied := map[string]string{}
+	for _, r := range m.Resources() {
+		if r.GetKind() != "Kustomization" {
+			continue
+		}
+		data, err := r.AsYAML()
+		require.NoError(t, err)
+		var ks struct {
+			Spec struct {
+				Path    string           `json:"path"`
+				Patches []map[string]any `json:"patches"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal(data, &ks))
+		for _, o := range fluxBuild(t, filepath.Join(repo, ks.Spec.Path), ks.Spec.Patches) {
+			id := o.GetKind() + "/" + o.GetName()
+			require.NotContains(t, applied, id, "%s applied by %s and %s", id, applied[id], r.GetName())
+			applied[id] = r.GetName()
+		}
+	}
+	require.Len(t, applied, len(rendered), "every object of rendered/flux/, once")
+	for id := range rendered {
+		want := "gitbroker"
+		if strings.HasPrefix(id, "GitRepository/") {
+			want = "gitbroker-sources"
+		}
+		require.Equal(t, want, applied[id], id)
+	}
+}
+
+// fluxBuild builds dir as kustomize-controller does when it has no kustomization.yaml: a
+// generated one listing every manifest under it, with patches.
+func fluxBuild(t *testing.T, dir string, patches []map[string]any) []*resource.Resource {
+	t.Helper()
+	var resources []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".yaml") {
+			rel, _ := filepath.Rel(dir, p)
+			resources = append(resources, filepath.ToSlash(rel))
+		}
+		return err
+	}))
+	k, err := yaml.Marshal(map[string]any{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": resources, "patches": patches})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), k, 0o644))
+	defer os.Remove(filepath.Join(dir, "kustomization.yaml"))
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	require.NoError(t, err)
+	return m.Resources()
 }

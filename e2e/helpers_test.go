@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/blake2b"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -220,10 +221,14 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*un
 	ctx := context.Background()
 	pub, err := os.ReadFile(rendererPub)
 	require.NoError(t, err)
-	_, err = cluster.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+	// Applied again (another overlay over the same namespace), it keeps the Secret.
+	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-verify", Namespace: ns},
 		Data:       map[string][]byte{"renderer.sshpub": pub},
-	}, metav1.CreateOptions{})
+	}
+	if _, err = cluster.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = cluster.Client.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+	}
 	require.NoError(t, err)
 	for _, obj := range build(t, dir) {
 		if obj.GetNamespace() != "" {

@@ -123,8 +123,9 @@ func TestFolderSources(t *testing.T) {
 	before := podUIDs(t, sourcesNamespace)
 	srv.Commit(map[string]string{api.SettingsPath: withURL(settings(true))}, nil, "one source per folder")
 	run("render", "--git", srv.URL(), "--signing-key", rendererKey)
-	// The root's source as deploy/flux-folder-sources has it: rendered/flux/ alone.
-	applyRootSource(t, "../deploy/flux-folder-sources", sourcesFluxNamespace, srv.URL())
+	// deploy/flux-folder-sources over deploy/flux: the root's source on rendered/flux/ alone,
+	// and the folders' sources handed from the root to gitbroker-sources.
+	applyFluxFrom(t, "../deploy/flux-folder-sources", sourcesFluxNamespace, srv.URL(), rendererKey+".pub", nil)
 	waitSourcesApplied(t, srv, sourcesFluxNamespace)
 	for _, c := range configs {
 		k, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(sourcesFluxNamespace).Get(ctx, "gitbroker-sources-"+c, metav1.GetOptions{})
@@ -135,6 +136,7 @@ func TestFolderSources(t *testing.T) {
 		require.NoError(t, err)
 		verified, why := condition(repo, "SourceVerified")
 		require.True(t, verified, "Flux verified the renderer's signature on %s: %s", name, why)
+		require.Equal(t, "gitbroker-sources", repo.GetLabels()["kustomize.toolkit.fluxcd.io/name"], "%s is applied by gitbroker-sources, not the root", name)
 	}
 	require.Equal(t, before, podUIDs(t, sourcesNamespace), "every broker Pod is the same object")
 	before = podUIDs(t, sourcesNamespace, "cam-a", "cam-c")
@@ -142,7 +144,7 @@ func TestFolderSources(t *testing.T) {
 	quiet, quietCPU, quietPod := addDevice(t)
 	t.Logf("one source per folder: a device change reconciled %v; kustomize-controller CPU %s; time to Pod %s", quiet, quietCPU, quietPod.Round(time.Millisecond))
 	require.Equal(t, map[string]int{"gitbroker-sources-cam-b": 1}, quiet, "one Kustomization, once")
-	for _, k := range []string{"gitbroker", render.NamespacesKustomization, "gitbroker-sources-cam-a", "gitbroker-sources-cam-c"} {
+	for _, k := range []string{"gitbroker", "gitbroker-sources", render.NamespacesKustomization, "gitbroker-sources-cam-a", "gitbroker-sources-cam-c"} {
 		require.Zero(t, quiet[k], "%s's folder did not change: %v", k, quiet)
 	}
 	require.Equal(t, before, podUIDs(t, sourcesNamespace, "cam-a", "cam-c"))
@@ -221,6 +223,7 @@ func TestFolderSources(t *testing.T) {
 		require.Zero(t, rec["gitbroker-sources-cam-a"], "cam-a never changed: %v", rec)
 		require.Zero(t, rec[render.NamespacesKustomization], "%v", rec)
 		require.Zero(t, rec["gitbroker"], "no Flux object changed: %v", rec)
+		require.Zero(t, rec["gitbroker-sources"], "no source changed: %v", rec)
 		require.Positive(t, rec["gitbroker-sources-cam-b"])
 		require.Positive(t, rec["gitbroker-sources-cam-c"])
 	})
@@ -233,21 +236,6 @@ func cameras(name string, n int) string {
 		descs = append(descs, fmt.Sprintf("dev-%s-%d", name, i))
 	}
 	return strings.Replace(trustConfiguration(name, "dev-"+name), `["dev-`+name+`"]`, `["`+strings.Join(descs, `", "`)+`"]`, 1)
-}
-
-// applyRootSource applies the GitRepository of the kustomization in dir (deploy/flux or
-// deploy/flux-folder-sources) into Flux namespace ns, pointed at url: the root Kustomization's
-// source.
-func applyRootSource(t testing.TB, dir, ns, url string) {
-	t.Helper()
-	for _, obj := range build(t, dir) {
-		if obj.GetKind() == "GitRepository" {
-			obj.SetNamespace(ns)
-			obj.Object["spec"].(map[string]any)["url"] = url
-			obj.Object["spec"].(map[string]any)["interval"] = sourceInterval.String()
-			require.NoError(t, cluster.ApplyObject(context.Background(), obj))
-		}
-	}
 }
 
 // waitSourcesApplied waits until every Kustomization of Flux namespace ns is Ready and has
