@@ -47,8 +47,8 @@ e2e:
 # every 2 s), and the server-side apply again once Flux's fleet is gone (this machine's speed
 # drifts within a run). About 40-50 minutes at fleet-10k on this machine; not part of make e2e.
 # kustomize-controller gets the flags Flux's vertical-scaling guide gives for large fleets
-# (more workers, client-side limits lifted: the suite's API server runs without priority and
-# fairness), and a worker for each folder (20 Configurations x BENCH_SHARDS), so that no folder
+# (more workers, client-side limits lifted: the API server's priority and fairness is the
+# limit, as in real clusters), and a worker for each folder (20 Configurations x BENCH_SHARDS), so that no folder
 # waits for one on a first rollout: with 4 shards and 40 workers the last Pod shards started
 # minutes late and Flux took 1.89x the server-side apply, with 80 workers 1.26x and 1.53x, with
 # 8 shards and 160 workers 1.17x and 2.73x (a run whose machine slowed after the baseline).
