@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -87,23 +88,8 @@ func TestFluxSourceIsTheRenderersDefault(t *testing.T) {
 
 	// And what the renderer writes for a repository without gitbroker.yaml names it.
 	res := render.Render(render.Request{Files: render.Tree{
-		"configurations/echo.yaml": []byte(`apiVersion: akri.sh/v0
-kind: Configuration
-metadata: {name: echo}
-spec:
-  discoveryHandler: {name: debugEcho}
-  brokerSpec:
-    brokerPodSpec:
-      containers: [{name: b, image: busybox}]
-`),
-		"inventory/n1.yaml": []byte(`apiVersion: gitbroker.dev/v1alpha1
-kind: NodeInventory
-metadata: {name: n1}
-spec:
-  configurations:
-  - name: echo
-    devices: [{id: d0}]
-`),
+		"configurations/echo.yaml": podConfiguration("echo"),
+		"inventory/n1.yaml":        inventory("echo"),
 	}})
 	require.Empty(t, res.Errors)
 	var ks struct {
@@ -163,27 +149,10 @@ spec:
       url: https://git.example.com/fleet/edge.git
       verifySecretRef: {name: gitbroker-renderer-verify}
 `),
-		"inventory/n1.yaml": []byte(`apiVersion: gitbroker.dev/v1alpha1
-kind: NodeInventory
-metadata: {name: n1}
-spec:
-  configurations:
-  - name: echo
-    devices: [{id: d0}]
-  - name: cam
-    devices: [{id: c0}]
-`),
+		"inventory/n1.yaml": inventory("echo", "cam"),
 	}
 	for _, name := range []string{"echo", "cam"} {
-		files["configurations/"+name+".yaml"] = []byte(`apiVersion: akri.sh/v0
-kind: Configuration
-metadata: {name: ` + name + `}
-spec:
-  discoveryHandler: {name: debugEcho}
-  brokerSpec:
-    brokerPodSpec:
-      containers: [{name: b, image: busybox}]
-`)
+		files["configurations/"+name+".yaml"] = podConfiguration(name)
 	}
 	res := render.Render(render.Request{Files: files})
 	require.Empty(t, res.Errors)
@@ -258,4 +227,26 @@ func fluxBuild(t *testing.T, dir string, patches []map[string]any) []*resource.R
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	require.NoError(t, err)
 	return m.Resources()
+}
+
+// podConfiguration is a Configuration of debugEcho devices with a Pod broker.
+func podConfiguration(name string) []byte {
+	return []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata: {name: ` + name + `}
+spec:
+  discoveryHandler: {name: debugEcho}
+  brokerSpec:
+    brokerPodSpec:
+      containers: [{name: b, image: busybox}]
+`)
+}
+
+// inventory is node n1's inventory with one device, d<i>, for each of configurations.
+func inventory(configurations ...string) []byte {
+	s := "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata: {name: n1}\nspec:\n  configurations:\n"
+	for i, c := range configurations {
+		s += fmt.Sprintf("  - name: %s\n    devices: [{id: d%d}]\n", c, i)
+	}
+	return []byte(s)
 }
