@@ -63,7 +63,8 @@ import (
 // GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS and GITBROKER_E2E_SOURCE_CONTROLLER_ARGS pass flags to
 // Flux's controllers (make bench-cluster gives them Flux's large-fleet flags); GITBROKER_BENCH_DEVICES
 // scales the fleet (nodes are a tenth of it), GITBROKER_BENCH_SHARDS gives every Configuration
-// that many shards; GITBROKER_BENCH_STORM=1 also measures the same
+// that many shards, GITBROKER_BENCH_HEADLESS=1 their instance Services clusterIP: None (no
+// ClusterIP allocation, for the baseline and Flux alike); GITBROKER_BENCH_STORM=1 also measures the same
 // device change with one source for every folder; GITBROKER_BENCH_PROFILE=file takes a CPU
 // profile of kustomize-controller over the first minute of the Flux phase.
 func BenchmarkClusterFleet10k(b *testing.B) {
@@ -76,6 +77,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		spec.Devices, spec.Nodes = n, max(n/10, 1)
 	}
 	spec.Shards, _ = strconv.Atoi(os.Getenv("GITBROKER_BENCH_SHARDS"))
+	spec.Headless = os.Getenv("GITBROKER_BENCH_HEADLESS") != ""
 	const (
 		fleetNS = "fleet"
 		ssaNS   = "fleet-ssa"
@@ -146,7 +148,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	for _, o := range objs {
 		counts[o.GetKind()]++
 	}
-	b.Logf("fleet: %d nodes, %d devices, %d shards per Configuration, %d rendered files; objects %v", spec.Nodes, spec.Devices, max(spec.Shards, 1), len(rendered), counts)
+	b.Logf("fleet: %d nodes, %d devices, %d shards per Configuration, headless Services %t, %d rendered files; objects %v", spec.Nodes, spec.Devices, max(spec.Shards, 1), spec.Headless, len(rendered), counts)
 	b.Logf("kustomize-controller %q, source-controller %q, Kustomizations' interval %q", os.Getenv("GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS"), os.Getenv("GITBROKER_E2E_SOURCE_CONTROLLER_ARGS"), interval)
 
 	start := time.Now()
