@@ -33,7 +33,7 @@ test: fmt-check vet
 
 # The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
 # controllers, and with Argo CD's on a second one. The programs are built from their Go modules by
-# e2e/tools/build.sh into $$HOME/.cache/gitbroker/e2e, keyed by version: about 35 minutes on 2
+# e2e/tools/build.sh into $$HOME/.cache/gitbroker/e2e, keyed by version: 20-35 minutes on 2
 # cores the first time (Argo CD with GOTOOLCHAIN=go1.27.3, for that build only), and reused after
 # that.
 E2E_TIMEOUT ?= 30m
