@@ -9,6 +9,15 @@ const (
 	InventoryDir      = "inventory"
 )
 
+// Trailers of the renderer's commits. Only a commit that carries TrailerSourceCommit (and the
+// render metadata) is a render: the renderer signs its folder branches' commits too
+// (gitsync.TrailerCompanion marks them), and one of those must never be taken for its previous
+// render.
+const (
+	TrailerSourceCommit = "Gitbroker-Source-Commit"
+	TrailerInputsDigest = "Gitbroker-Inputs-Digest"
+)
+
 // IsYAML reports whether a path names a YAML file.
 func IsYAML(p string) bool { return strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") }
 

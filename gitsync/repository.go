@@ -676,7 +676,7 @@ func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plu
 	committer := object.Signature{Name: c.committer().Name, Email: c.committer().Email, When: c.committer().When}
 	for _, m := range moves {
 		h, err := b.commit(&object.Commit{Author: author, Committer: committer, TreeHash: m.root,
-			Message: fmt.Sprintf("%s of %s at %s\n", m.folder, r.branch.Short(), commit)})
+			Message: fmt.Sprintf("%s of %s at %s\n\n%s: %s\n", m.folder, r.branch.Short(), commit, TrailerCompanion, m.folder)})
 		if err != nil {
 			return nil, nil, err
 		}

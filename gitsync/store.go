@@ -54,6 +54,10 @@ type Signature struct {
 	When  time.Time
 }
 
+// TrailerCompanion marks a companion's commit (Change.Companions) with the folder it shows, so
+// that it is never taken for a commit of the branch itself, which its writer signed alike.
+const TrailerCompanion = "Gitbroker-Folder"
+
 // Trailer is a "Key: Value" line at the end of a commit message.
 type Trailer struct {
 	Key   string
@@ -294,4 +298,36 @@ func (c *Change) editsOn(base plumbing.Hash) (map[string][]byte, error) {
 		return nil, fmt.Errorf("the change's edits were computed on %q, but the head is %q", c.EditsBase, head)
 	}
 	return c.Edits, nil
+}
+
+// CommitTrailers returns the trailers of a raw commit object (Commit.Raw): the "Key: Value"
+// lines of its message's last paragraph. A signature header is not part of the message.
+func CommitTrailers(raw []byte) []Trailer {
+	_, msg, ok := strings.Cut(string(raw), "\n\n")
+	if !ok {
+		return nil
+	}
+	msg = strings.TrimRight(msg, "\n")
+	if i := strings.LastIndex(msg, "\n\n"); i >= 0 {
+		msg = msg[i+2:]
+	}
+	var out []Trailer
+	for _, line := range strings.Split(msg, "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil // not a trailer paragraph
+		}
+		out = append(out, Trailer{Key: k, Value: v})
+	}
+	return out
+}
+
+// TrailerValue returns the value of the first trailer named key in a raw commit object.
+func TrailerValue(raw []byte, key string) (string, bool) {
+	for _, t := range CommitTrailers(raw) {
+		if t.Key == key {
+			return t.Value, true
+		}
+	}
+	return "", false
 }

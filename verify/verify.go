@@ -105,6 +105,11 @@ type Sources struct {
 	Known func(commit string) (rendered, inputs map[string][]byte, ok bool)
 	// Signatures, when set, remembers the writers' signatures verified by earlier renders.
 	Signatures *Signatures
+	// LastPushed is the rendered branch's commit this renderer pushed (or rendered on) last, as
+	// a render daemon remembers it (in memory and in its leader Lease). With verification, a
+	// branch that does not descend from it is reported and rendered over from it, never
+	// adopted: pushing an older render back must not bring back what it accepted.
+	LastPushed string
 }
 
 // Signatures remembers which key made a commit's SSH signature, by commit: the hash names the
@@ -443,14 +448,22 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 }
 
 // previous finds the rendered branch's commit to render on top of, the head or with
-// verification the newest first-parent commit the renderer's own key signed, and returns its
-// files as filesOf does.
+// verification the newest first-parent render commit the renderer's own key signed, and
+// returns its files as filesOf does. A render commit carries the render metadata and
+// api.TrailerSourceCommit: the renderer's key also signs its folder branches' commits, and
+// pushing one of those onto the rendered branch must not make it the previous render. With
+// LastPushed, a branch that does not descend from the commit this renderer pushed last (moved
+// back to an older render, or replaced) is never adopted: the render is made over it from that
+// commit.
 func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (owned, rest map[string][]byte, err error) {
 	head := rendered.Commit()
-	if head == "" {
+	if head == "" && s.LastPushed == "" {
 		return map[string][]byte{}, map[string][]byte{}, nil
 	}
 	if tip.allowed == nil && tip.err == nil {
+		if head == "" {
+			return map[string][]byte{}, map[string][]byte{}, nil
+		}
 		in.Previous = head
 		return s.filesOf(rendered)
 	}
@@ -491,32 +504,102 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
 	}
 	in.Own = own
-	if c := gitsync.HeadCommit(rendered); c != nil && own(c) {
-		in.Previous = head
-		return s.filesOf(rendered)
-	}
-	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
+	found, err := lastRender(ctx, s, rendered, own)
 	if err != nil {
 		return nil, nil, err
 	}
+	if last := s.LastPushed; last != "" && (found == nil || found.Commit() != last) {
+		descends := false
+		if found != nil {
+			if descends, err = s.Main.IsAncestor(ctx, s.RenderedBranch, last, found.Commit()); err != nil {
+				return nil, nil, err
+			}
+		}
+		if !descends {
+			what := "is gone"
+			if head != "" {
+				what = fmt.Sprintf("is at %s, which does not descend from it (moved back to an older commit, or replaced)", short(head))
+			}
+			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: this renderer pushed %s last, and the branch %s; it is rendered over from %s",
+				s.RenderedBranch, short(last), what, short(last)))
+			in.Previous, in.Overwrite = last, true
+			if rendered, rest, ok := s.known(last); ok {
+				return rendered, rest, nil
+			}
+			snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, last)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s does not descend from %s, the commit this renderer pushed last, which cannot be read (%v): push that commit back to %s, or check the branch and give --adopt-rendered <commit>",
+					s.RenderedBranch, short(last), err, s.RenderedBranch)
+			}
+			return s.filesOf(snap)
+		}
+	}
+	if found == nil {
+		return nil, nil, fmt.Errorf("no render commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
+			s.RenderedBranch, want, AllowedSignersPath)
+	}
+	if found.Commit() != head {
+		in.Overwrite = true
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: %s is not a render signed by this renderer; everything after its own commit %s is dropped and rendered over",
+			s.RenderedBranch, short(head), short(found.Commit())))
+	}
+	in.Previous = found.Commit()
+	return s.filesOf(found)
+}
+
+// lastRender returns the newest render commit along the rendered branch's first parents that
+// own accepts, or nil when there is none within maxRenderedWalk.
+func lastRender(ctx context.Context, s Sources, rendered gitsync.Snapshot, own func(*gitsync.Commit) bool) (gitsync.Snapshot, error) {
+	head := rendered.Commit()
+	if head == "" {
+		return nil, nil
+	}
+	if c := gitsync.HeadCommit(rendered); c != nil && (c.Hash == s.Adopt || isRender(c, own) && hasMetadata(s, rendered)) {
+		return rendered, nil
+	}
+	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range commits {
-		if !own(c) {
+		if c.Hash != s.Adopt && !isRender(c, own) {
 			continue
 		}
+		snap := rendered
 		if c.Hash != head {
-			in.Overwrite = true
-			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: %s is not signed by this renderer; everything after its own commit %s is dropped and rendered over",
-				s.RenderedBranch, short(head), short(c.Hash)))
+			if snap, err = s.Main.SnapshotOf(ctx, s.RenderedBranch, c.Hash); err != nil {
+				return nil, err
+			}
 		}
-		in.Previous = c.Hash
-		snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, c.Hash)
-		if err != nil {
-			return nil, nil, err
+		if c.Hash == s.Adopt || hasMetadata(s, snap) {
+			return snap, nil
 		}
-		return s.filesOf(snap)
 	}
-	return nil, nil, fmt.Errorf("no commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
-		s.RenderedBranch, want, AllowedSignersPath)
+	return nil, nil
+}
+
+// isRender reports whether c is a render commit that own accepts: one that names its source
+// commit and is not a folder branch's commit. (A commit given as Sources.Adopt is taken as it
+// is, by the caller.)
+func isRender(c *gitsync.Commit, own func(*gitsync.Commit) bool) bool {
+	if !own(c) {
+		return false
+	}
+	if _, folder := gitsync.TrailerValue(c.Raw, gitsync.TrailerCompanion); folder {
+		return false
+	}
+	_, ok := gitsync.TrailerValue(c.Raw, api.TrailerSourceCommit)
+	return ok
+}
+
+// hasMetadata reports whether a rendered-branch commit holds the render metadata.
+func hasMetadata(s Sources, snap gitsync.Snapshot) bool {
+	if rendered, _, ok := s.known(snap.Commit()); ok {
+		_, has := rendered[render.MetadataPath]
+		return has
+	}
+	_, err := snap.ReadFile(render.MetadataPath)
+	return err == nil
 }
 
 // source walks the source branch from the last rendered source commit and returns the newest

@@ -21,8 +21,8 @@ import (
 
 // Trailers of the renderer's commits.
 const (
-	TrailerSourceCommit = "Gitbroker-Source-Commit"
-	TrailerInputsDigest = "Gitbroker-Inputs-Digest"
+	TrailerSourceCommit = api.TrailerSourceCommit
+	TrailerInputsDigest = api.TrailerInputsDigest
 )
 
 // commitPlanLines bounds the plan quoted in a commit message; the rest is
@@ -97,6 +97,9 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	var out remoteOutcome
 	sources := r.sources
 	sources.Known = r.known
+	if r.review == nil && r.last.commit != "" {
+		sources.LastPushed = r.last.commit
+	}
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
 	var rendered, inputs render.Tree

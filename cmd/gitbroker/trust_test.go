@@ -259,7 +259,7 @@ func TestStolenNodeCredential(t *testing.T) {
 		"planted.yaml": []byte("x: 1\n"),
 	})
 	out = s.renderTrust()
-	untrusted(out, verify.RenderedBranch, "is not signed by this renderer")
+	untrusted(out, verify.RenderedBranch, "is not a render signed by this renderer")
 	require.NotEmpty(t, out.Commit, "the render commits over the planted commit although nothing else changed")
 	for _, p := range s.rendered().Files() {
 		require.NotContains(t, p, "planted", "planted files are dropped")
