@@ -59,6 +59,10 @@ type remoteRender struct {
 		// inputs are the inputs mirrored beside it: everything not rendered/ or history/.
 		inputs render.Tree
 	}
+	// pushed is the rendered branch's commit this renderer pushed, or found holding exactly
+	// its render, last (verify.Sources.LastPushed); a daemon that starts takes it from its
+	// leader election Lease.
+	pushed string
 	// lastCompanions are the companions of the last render's files (the map's identity).
 	lastCompanions struct {
 		of    unsafe.Pointer
@@ -97,8 +101,8 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	var out remoteOutcome
 	sources := r.sources
 	sources.Known = r.known
-	if r.review == nil && r.last.commit != "" {
-		sources.LastPushed = r.last.commit
+	if r.review == nil {
+		sources.LastPushed = r.pushed
 	}
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
@@ -185,9 +189,11 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		switch {
 		case err == nil && res.Commit != "":
 			r.last.commit, r.last.rendered, r.last.inputs = res.Commit, rendered, inputs
+			r.pushed = res.Commit
 		case errors.Is(err, gitsync.ErrNoChanges) && rendered != nil:
 			// Nothing to commit: the head holds exactly these files.
 			r.last.commit, r.last.rendered, r.last.inputs = base, rendered, inputs
+			r.pushed = base
 		}
 	}
 	out.Push, out.Commit = res, res.Commit

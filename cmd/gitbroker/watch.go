@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	le "k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/gitbroker/gitbroker/gitsync"
 )
@@ -125,6 +124,9 @@ type renderDaemon struct {
 	metrics  *renderMetrics
 	// timeout bounds one render; 0 means none.
 	timeout time.Duration
+	// pushed, when set, keeps the commit the renderer pushed last where a next leader finds
+	// it (the leader election Lease).
+	pushed func(commit string)
 
 	last          atomic.Int64
 	ready         atomic.Bool
@@ -184,6 +186,9 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 		}
 		d.lastUntrusted = strings.Join(untrusted, "\n")
 	}
+	if d.pushed != nil && d.r.pushed != "" {
+		d.pushed(d.r.pushed)
+	}
 	d.metrics.refused.Set(0)
 	switch {
 	case isRefused(err):
@@ -212,14 +217,11 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 // lead runs f while this process holds the Lease, and returns when ctx
 // ends or the lease is lost (the process should then exit, as Flux's
 // controllers do, so two replicas never both push).
-func lead(ctx context.Context, client kubernetes.Interface, o *watchOptions, log logr.Logger, f func(context.Context)) error {
-	host, _ := os.Hostname()
-	identity := host + "_" + rand.String(8)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaderID, Namespace: o.LeaderNS},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
+//
+// The Lease also carries the rendered branch's commit the leader pushed last
+// (AnnotationLastPushed): f is given what a previous leader left there.
+func lead(ctx context.Context, client kubernetes.Interface, o *watchOptions, log logr.Logger, lock *pushedLease, f func(context.Context)) error {
+	identity := lock.identity
 	var led, lost atomic.Bool
 	elector, err := le.NewLeaderElector(le.LeaderElectionConfig{
 		Lock:            lock,
@@ -231,7 +233,7 @@ func lead(ctx context.Context, client kubernetes.Interface, o *watchOptions, log
 		Callbacks: le.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				led.Store(true)
-				log.Info("leading: rendering", "identity", identity)
+				log.Info("leading: rendering", "identity", identity, "lastPushed", lock.Found())
 				f(ctx)
 			},
 			OnStoppedLeading: func() {
@@ -254,6 +256,22 @@ func lead(ctx context.Context, client kubernetes.Interface, o *watchOptions, log
 		return errors.New("lost the leader election Lease")
 	}
 	return nil
+}
+
+// lead runs the daemon while it holds the leader election Lease, keeping the commit it pushed
+// last in the Lease, and starting from the one a previous leader left there: a leader that
+// starts holds no render in memory, and the branch must still descend from what was pushed.
+func (d *renderDaemon) lead(ctx context.Context, client kubernetes.Interface, o *watchOptions) error {
+	host, _ := os.Hostname()
+	lock := &pushedLease{meta: metav1.ObjectMeta{Name: o.LeaderID, Namespace: o.LeaderNS}, client: client.CoordinationV1(),
+		identity: host + "_" + rand.String(8)}
+	d.pushed = lock.Pushed
+	return lead(ctx, client, o, d.log, lock, func(ctx context.Context) {
+		if d.r.pushed == "" {
+			d.r.pushed = lock.Found()
+		}
+		d.run(ctx)
+	})
 }
 
 // runRenderDaemon renders every interval, behind leader election when it
@@ -299,7 +317,7 @@ func runRenderDaemon(cmd *cobra.Command, r *remoteRender, o *watchOptions) error
 	log.Info("renderer started", "branch", r.branch, "interval", o.Interval.String(), "leaderElection", o.Leader.Enable,
 		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
 	if client != nil {
-		err = lead(ctx, client, o, log, d.run)
+		err = d.lead(ctx, client, o)
 	} else {
 		d.run(ctx)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -74,7 +75,7 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		rep := &replica{store: store, daemon: d, cancel: cancel, done: make(chan error, 1)}
-		go func() { rep.done <- lead(ctx, client, opts, logr.Discard(), d.run) }()
+		go func() { rep.done <- d.lead(ctx, client, opts) }()
 		return rep
 	}
 	a := start()
@@ -87,9 +88,13 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	require.Zero(t, b.daemon.renders.Load(), "the standby replica does not render")
 
 	// The leader stops (SIGTERM, releasing the Lease); the standby takes
-	// over and renders what comes next.
+	// over and renders what comes next, from the commit the leader pushed last, which the Lease
+	// kept.
 	a.cancel()
 	require.NoError(t, <-a.done)
+	lease, err := client.CoordinationV1().Leases("gitbroker-system").Get(context.Background(), "gitbroker-renderer", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, srv.On(verify.RenderedBranch).Head(), lease.Annotations[AnnotationLastPushed])
 	change := nodeCommit(t, srv, "edge-b", "foo0", "foo5")
 	require.Eventually(t, func() bool {
 		return nodeTip(t, srv, "edge-b") == change
