@@ -41,6 +41,7 @@ type Repository struct {
 	pushOptions map[string]string
 	resetFactor int
 	signer      Signer
+	ownHistory  bool
 	maxFetch    int64
 	maxFile     int64
 	create      bool
@@ -53,6 +54,9 @@ type Repository struct {
 	repo       *git.Repository
 	storage    *memory.Storage
 	baseline   int
+	// pushed is the commit this Repository last pushed, or found to be its own newest, with
+	// WithOwnHistory; zero until then.
+	pushed plumbing.Hash
 }
 
 var _ Store = &Repository{}
@@ -154,6 +158,29 @@ func WithSigner(s Signer) Option {
 	return func(r *Repository) error { r.signer = s; return nil }
 }
 
+// Verifier is a Signer that also tells its own commits: Verifies reports whether a raw commit
+// object (Commit.Raw) carries a signature this Signer made.
+type Verifier interface {
+	Signer
+	Verifies(raw []byte) bool
+}
+
+// ErrNotOwnHistory is returned by WithOwnHistory without a Signer that is a Verifier.
+var ErrNotOwnHistory = errors.New("a writer that keeps its own history needs a signer that verifies its own commits")
+
+// WithOwnHistory makes the Repository read and build only on what its writer itself signed: the
+// branch's newest commit its Signer (a Verifier) signed, along first parents, is what Snapshot
+// returns and Update builds on; whatever someone else pushed on top of it is dropped by the
+// next Update, which moves the branch from the head it found (a compare-and-swap, as always)
+// to the writer's new commit, or back to its own commit when it has nothing to change. A
+// writer never signs what someone else planted on its ref. Once the Repository has pushed, a
+// branch that no longer descends from that commit (moved back to an older one, replaced, or
+// deleted) is built on that commit again, so the writer recovers by itself and nothing older
+// of its own is ever made current again.
+func WithOwnHistory() Option {
+	return func(r *Repository) error { r.ownHistory = true; return nil }
+}
+
 // WithResetAfterGrowth starts from an empty object store once it holds
 // factor times the objects it held right after its first fetch, so a
 // long-running writer does not keep every commit it ever saw, while small
@@ -190,6 +217,9 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 			return nil, r.redact.wrap(err)
 		}
 	}
+	if _, ok := r.signer.(Verifier); r.ownHistory && !ok {
+		return nil, ErrNotOwnHistory
+	}
 	if !r.branch.IsBranch() || strings.ContainsAny(branch, " ~^:?*[\\") {
 		return nil, fmt.Errorf("invalid branch name %q", branch)
 	}
@@ -214,10 +244,87 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return nil, r.redact.wrap(err)
 	}
-	if c == nil && !r.create {
+	if c == nil && !r.create && r.pushed.IsZero() {
 		return nil, r.noBranch()
 	}
+	if c, err = r.ownBase(ctx, c); err != nil {
+		return nil, r.redact.wrap(err)
+	}
 	return snapshotOf(c, r.maxFile)
+}
+
+// maxOwnWalk bounds the search for a writer's own newest commit below commits pushed by others.
+const maxOwnWalk = 1000
+
+// ownBase returns what a writer with WithOwnHistory reads and builds on, given the branch's
+// head (nil when the branch is gone): the head itself without WithOwnHistory.
+func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.Commit, error) {
+	if !r.ownHistory {
+		return head, nil
+	}
+	own := func(c *object.Commit) bool {
+		k, err := r.commitOf(ctx, r.branch.Short(), c.Hash.String(), false)
+		return err == nil && r.signer.(Verifier).Verifies(k.Raw)
+	}
+	var pushed *object.Commit
+	if !r.pushed.IsZero() {
+		c, err := r.repo.CommitObject(r.pushed)
+		if err == nil {
+			pushed = c
+		}
+	}
+	var found *object.Commit
+	for c, n := head, 0; c != nil && n < maxOwnWalk; n++ {
+		if c.Hash == r.pushed || own(c) {
+			found = c
+			break
+		}
+		if len(c.ParentHashes) == 0 {
+			break
+		}
+		k, err := r.commitOf(ctx, r.branch.Short(), c.ParentHashes[0].String(), true)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c, err = r.repo.CommitObject(plumbing.NewHash(k.Hash)); err != nil {
+			return nil, err
+		}
+	}
+	if pushed != nil && (found == nil || found.Hash != pushed.Hash && !r.descends(ctx, found, pushed.Hash)) {
+		found = pushed // moved back, replaced or deleted: build on what this writer pushed
+	}
+	if found != nil {
+		r.pushed = found.Hash
+	}
+	return found, nil
+}
+
+// descends reports whether c is ancestor or has it among its ancestors.
+func (r *Repository) descends(ctx context.Context, c *object.Commit, ancestor plumbing.Hash) bool {
+	seen := map[plumbing.Hash]bool{}
+	queue := []plumbing.Hash{c.Hash}
+	for len(queue) > 0 && len(seen) < 100*maxOwnWalk {
+		h := queue[0]
+		queue = queue[1:]
+		if h == ancestor {
+			return true
+		}
+		k, err := r.commitOf(ctx, r.branch.Short(), h.String(), false)
+		if err != nil {
+			continue
+		}
+		for _, p := range k.Parents {
+			ph := plumbing.NewHash(p)
+			if !seen[ph] {
+				seen[ph] = true
+				queue = append(queue, ph)
+			}
+		}
+	}
+	return false
 }
 
 func (r *Repository) noBranch() error {
@@ -468,12 +575,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // attempt is one fetch, recompute, commit and push.
 func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destination, res *Result) error {
-	base, err := r.fetch(ctx)
+	head, err := r.fetch(ctx)
 	if err != nil {
 		return err
 	}
-	if base == nil && !r.create {
+	if head == nil && !r.create && r.pushed.IsZero() {
 		return r.noBranch()
+	}
+	base, err := r.ownBase(ctx, head)
+	if err != nil {
+		return err
 	}
 	snap, err := snapshotOf(base, r.maxFile)
 	if err != nil {
@@ -486,7 +597,15 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	}
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
-	ref, old, derr := dest(base, snap)
+	ref, old, derr := dest(head, snap)
+	if errors.Is(err, ErrNoChanges) && base != head && ref == r.branch && derr == nil {
+		// Nothing to change on the writer's own commit, but the branch is not there: move it
+		// back (what someone else pushed on top is dropped).
+		commit, objects, err = base.Hash, nil, nil
+		res.Replaced = hashString(head)
+	} else if err == nil && base != head {
+		res.Replaced = hashString(head)
+	}
 	companions := change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil
 	var tips map[plumbing.ReferenceName]plumbing.Hash
 	if companions && (err == nil || errors.Is(err, ErrNoChanges)) {
@@ -521,12 +640,22 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 		return err
 	}
 	res.Commit, res.CompanionsMoved = commit.String(), moved
+	if r.ownHistory && ref == r.branch {
+		r.pushed = commit
+	}
 	if ref == r.branch {
 		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.remoteRef(), commit)); err != nil {
 			return &writerError{fmt.Errorf("recording pushed head: %w", err)}
 		}
 	}
 	return nil
+}
+
+func hashString(c *object.Commit) string {
+	if c == nil {
+		return ""
+	}
+	return c.Hash.String()
 }
 
 // writerError is an error of the writer or of the change it returned;

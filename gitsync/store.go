@@ -119,6 +119,9 @@ type Result struct {
 	Retries int
 	// CompanionsMoved counts the companion branches the push created, moved or deleted.
 	CompanionsMoved int
+	// Replaced, with WithOwnHistory, is the head the push replaced because its writer had not
+	// signed it (or the branch had moved away from the writer's last push); "" otherwise.
+	Replaced string
 	// Elapsed is the time from the first fetch to the end.
 	Elapsed time.Duration
 }

@@ -156,3 +156,20 @@ func LoadOrCreateSigner(path, comment string) (s *Signer, created bool, err erro
 	s, err = LoadSigner(path)
 	return s, true, err
 }
+
+// Verifies reports whether raw, a commit object as git stores it, carries a signature this
+// key made, directly or through any certificate of it (a renewed certificate still knows the
+// commits its key signed before): a writer's own commits (gitsync.WithOwnHistory).
+func (s *Signer) Verifies(raw []byte) bool {
+	payload, armored := SplitSignedCommit(raw)
+	sig, err := VerifySignature(payload, armored)
+	return err == nil && bytes.Equal(plainKey(sig.Key).Marshal(), plainKey(s.PublicKey()).Marshal())
+}
+
+// plainKey is the key a certificate certifies, or the key itself.
+func plainKey(k ssh.PublicKey) ssh.PublicKey {
+	if c, ok := k.(*ssh.Certificate); ok {
+		return c.Key
+	}
+	return k
+}

@@ -3,10 +3,15 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -114,4 +119,112 @@ func TestAttackRolledBackRenderIsNotAdopted(t *testing.T) {
 	s.srv.SetRef(verify.InventoryBranch("edge-b"), newB)
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, "repaired within one render: %s", s.plan(out))
+}
+
+// Finding 2: a record planted on top of the recorder's tip (here with a node's key) was kept
+// by the real recorder, which skipped paths that existed and signed on top: a Failed Job
+// retired as Succeeded.
+func TestAttackPlantedRecordIsNotLaundered(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
+	s.discover()
+	s.renderTrust()
+	require.Len(t, s.apply(), 1)
+	jobs := s.jobs(render.RenderedDir, "plc-firmware")
+	require.Len(t, jobs, 1)
+	job := strings.TrimSuffix(jobs[0], ".yaml")
+	instance := s.instanceOf(job)
+
+	forged := "apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + job + "\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: " + instance + "\n  deviceID: plc-1\n  outcome: Succeeded\n  succeeded: 1\n  failed: 0\n"
+	s.forge("node:edge-a", verify.StatusBranch, map[string][]byte{api.JobRecordPath("plant", job): []byte(forged)})
+	s.finish("plant", job, false)
+	status := s.srv.On(verify.StatusBranch)
+	require.Eventually(t, func() bool {
+		c, _ := status.File(api.JobRecordPath("plant", job))
+		return strings.Contains(c, "outcome: Failed")
+	}, 20*time.Second, 10*time.Millisecond, "the recorder writes the Job's own outcome over what was planted")
+	msg, err := s.srv.VerifyCommit(status.Head(), s.allowed)
+	require.NoError(t, err, msg)
+	require.Contains(t, msg, "recorder")
+	for _, e := range status.Log() {
+		require.NotContains(t, e.Subject, "forged", "the planted commit is no longer on the recorder's ref")
+	}
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	record := s.renderedFile(api.JobRecordPath("plant", job))
+	for _, p := range s.rendered().Files() {
+		if strings.HasPrefix(p, render.HistoryDir) && strings.HasSuffix(p, job+".yaml") {
+			record, _ = s.rendered().File(p)
+		}
+	}
+	require.Contains(t, record, "outcome: Failed")
+	require.NotContains(t, record, "outcome: Succeeded")
+}
+
+// instanceOf returns the akri.sh/instance label of a rendered Job.
+func (s *signedLoop) instanceOf(job string) string {
+	for _, p := range s.rendered().Files() {
+		if strings.HasSuffix(p, "/job-"+job+".yaml") {
+			_, rest, _ := strings.Cut(s.renderedFile(p), "akri.sh/instance: ")
+			instance, _, _ := strings.Cut(rest, "\n")
+			return instance
+		}
+	}
+	s.t.Fatalf("no rendered Job %s", job)
+	return ""
+}
+
+// Finding 5: an unsigned commit on a node's ref adding a device with the attacker's stream URL;
+// the agent, restarted, took it for its own last inventory, kept the device through its grace
+// period and signed it, so it rendered.
+func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	inv := s.renderedFile(api.InventoryPath("edge-b"))
+	planted := strings.Replace(inv, "    - id: baz0\n", "    - id: evil0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: rtsp://attacker.example/stream\n      shared: false\n    - id: baz0\n", 1)
+	require.NotEqual(t, inv, planted, inv)
+	s.srv.On(verify.InventoryBranch("edge-b")).Commit(map[string]string{api.InventoryPath("edge-b"): planted}, nil, "planted")
+
+	store, source := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory())
+	restarted, err := agent.New(agent.Options{Node: "edge-b", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]},
+		Log: logr.Discard(), SharedGracePeriod: time.Hour, LocalGracePeriod: time.Hour})
+	require.NoError(t, err)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
+	out, err := restarted.Sync(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Devices, "the planted device is not the agent's")
+	head, _ := s.srv.On(verify.InventoryBranch("edge-b")).File(api.InventoryPath("edge-b"))
+	require.NotContains(t, head, "evil0")
+	require.Contains(t, head, "baz1")
+	s.renderTrust()
+	require.NotContains(t, s.podsText(), "attacker.example")
+	require.True(t, s.inventoryWith("edge-b", "baz1"))
+}
+
+// Finding 6: deleting a node's ref or gitbroker/status made the writer start a new root commit,
+// refused for good as a replay or a rollback. A running writer builds on what it pushed last.
+func TestAttackDeletedRefsRecoverByThemselves(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	require.Len(t, s.apply(), 1)
+	jobs := s.jobs(render.RenderedDir, "plc-firmware")
+	require.Len(t, jobs, 1)
+
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), "")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.True(t, s.inventoryWith("edge-b", "baz1"))
+
+	s.srv.SetRef(verify.StatusBranch, "")
+	s.finish("plant", strings.TrimSuffix(jobs[0], ".yaml"), true)
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.plan(out), "retired")
 }

@@ -146,7 +146,13 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	// people's branch, which it never reads.
 	own := o.Git
 	own.Branch = verify.StatusBranch
-	repo, err := own.Open(append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())...)
+	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())
+	if len(signing) > 0 {
+		// The recorder reads and signs only what it wrote itself: a record someone else pushed
+		// on its ref is dropped, never kept under its signature.
+		opts = append(opts, gitsync.WithOwnHistory())
+	}
+	repo, err := own.Open(opts...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}

@@ -68,13 +68,13 @@ func newSignedLoop(t *testing.T) *signedLoop {
 	l.renderer = s.refs.renderer(s.keys["renderer"])
 	for _, node := range []string{"edge-a", "edge-b"} {
 		l.nodes[node] = &nodeDevices{devices: map[string][]api.Device{}}
-		store, source := s.refs.agent(node, gitsync.WithSigner(s.keys["node:"+node]))
+		store, source := s.refs.agent(node, gitsync.WithSigner(s.keys["node:"+node]), gitsync.WithOwnHistory())
 		a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
 			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
 		require.NoError(t, err)
 		l.agents[node] = a
 	}
-	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"])),
+	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()),
 		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Log: logr.Discard()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

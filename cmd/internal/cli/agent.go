@@ -155,7 +155,13 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			own.Inherit(o.Git)
 		}
 		own.Branch = verify.InventoryBranch(o.Node)
-		repo, err := own.Open(append(opts, gitsync.WithCreateBranch())...)
+		ownOpts := append(opts, gitsync.WithCreateBranch())
+		if len(signing) > 0 {
+			// The agent reads and signs only what it wrote itself: a commit someone else
+			// pushed on its ref is dropped, never carried into a signed inventory.
+			ownOpts = append(ownOpts, gitsync.WithOwnHistory())
+		}
+		repo, err := own.Open(ownOpts...)
 		if err != nil {
 			return Exitf(ExitInvalid, "%v", err)
 		}
