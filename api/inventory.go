@@ -180,6 +180,12 @@ func ParseJobRecord(file string, d *Document) (*ParsedJobRecord, ErrorList) {
 	if r.Spec.Outcome != OutcomeSucceeded && r.Spec.Outcome != OutcomeFailed {
 		add("spec.outcome", "must be %s or %s, got %q", OutcomeSucceeded, OutcomeFailed, r.Spec.Outcome)
 	}
+	if r.Spec.Succeeded < 0 {
+		add("spec.succeeded", "must not be negative, got %d", r.Spec.Succeeded)
+	}
+	if r.Spec.Failed < 0 {
+		add("spec.failed", "must not be negative, got %d", r.Spec.Failed)
+	}
 	validatePods(r.Spec.Pods, add)
 	if len(r.Spec.PodsNote) > MaxRecordMessageBytes {
 		add("spec.podsNote", "at most %d bytes", MaxRecordMessageBytes)

@@ -837,6 +837,12 @@ func (p *pass) loadRecords() {
 			p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: the Job %s was never rendered here; the record is ignored", f, k))
 			continue
 		}
+		if p.req.RenderedJobsOnly {
+			if why := p.recordMismatch(parsed.rec.JobRecord); why != "" {
+				p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: %s; the record is ignored", f, why))
+				continue
+			}
+		}
 		p.records[k] = parsed.rec.JobRecord
 		p.recordBytes[k] = data
 	}
@@ -855,6 +861,66 @@ func (p *pass) loadRecords() {
 		dk := rec.Namespace + "/" + rec.Spec.Configuration + "/" + rec.Spec.DeviceID
 		p.byDevice[dk] = append(p.byDevice[dk], rec)
 	}
+}
+
+// recordMismatch says how a record disagrees with the Job it names, as the renderer rendered
+// it (its Configuration, instance and device), or "" when it agrees: a record may retire, and
+// release the Pods waiting on, only the very Job it is the outcome of. The Job is looked for
+// where the record's own claims put it (history/ by its path, rendered/ in the claimed
+// Configuration's folder), so a record that claims another Configuration finds nothing.
+func (p *pass) recordMismatch(rec *api.JobRecord) string {
+	ns, name, cfgName, inst := rec.Namespace, rec.Name, rec.Spec.Configuration, rec.Spec.Instance
+	if _, ok := p.prev[historyPath(ns, cfgName, inst, name)]; ok {
+		h := p.history(historyPath(ns, cfgName, inst, name))
+		if h.err == nil && h.entry != nil && h.entry.record != nil && h.entry.record.Spec.DeviceID != rec.Spec.DeviceID {
+			return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.entry.record.Spec.DeviceID)
+		}
+		return ""
+	}
+	var candidates []string
+	if cfg, ok := p.configs[ns+"/"+cfgName]; ok {
+		candidates = append(candidates, p.instanceFolder(cfg, inst)+"/job-"+name+".yaml")
+	}
+	candidates = append(candidates, configFolder(ns, cfgName)+"/job-"+name+".yaml")
+	file := ""
+	for _, c := range candidates {
+		if _, ok := p.prev[c]; ok {
+			file = c
+			break
+		}
+	}
+	if file == "" {
+		// Shards that changed since: look through the claimed Configuration's folder.
+		prefix, suffix := configFolder(ns, cfgName)+"/", "/job-"+name+".yaml"
+		for f := range p.prev {
+			if strings.HasPrefix(f, prefix) && strings.HasSuffix(f, suffix) && strings.Count(f[len(prefix):], "/") == 1 {
+				file = f
+				break
+			}
+		}
+	}
+	if file == "" {
+		return fmt.Sprintf("it names Configuration %s and instance %s, but the Job %s/%s was not rendered for them", cfgName, inst, ns, name)
+	}
+	h := p.head(file, p.prev[file])
+	if h.err != nil {
+		return fmt.Sprintf("the Job %s/%s it names cannot be read", ns, name)
+	}
+	jns := h.Metadata.Namespace
+	if jns == "" {
+		jns = ns
+	}
+	switch {
+	case jns != ns || h.Metadata.Name != name:
+		return fmt.Sprintf("it names the Job %s/%s, but %s holds %s/%s", ns, name, file, jns, h.Metadata.Name)
+	case h.Metadata.Labels[LabelConfiguration] != cfgName:
+		return fmt.Sprintf("it names Configuration %s, but the Job %s/%s belongs to %q", cfgName, ns, name, h.Metadata.Labels[LabelConfiguration])
+	case h.Metadata.Labels[LabelInstance] != inst:
+		return fmt.Sprintf("it names instance %s, but the Job %s/%s ran for instance %q", inst, ns, name, h.Metadata.Labels[LabelInstance])
+	case h.Metadata.Annotations[AnnotationDeviceID] != rec.Spec.DeviceID:
+		return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.Metadata.Annotations[AnnotationDeviceID])
+	}
+	return ""
 }
 
 // renderedJobs is every Job (namespace/name) in the previous rendered/ and history/.

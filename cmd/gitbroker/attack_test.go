@@ -228,3 +228,46 @@ func TestAttackDeletedRefsRecoverByThemselves(t *testing.T) {
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Contains(t, s.plan(out), "retired")
 }
+
+// Finding 2: records signed by the recorder were not checked against the Job they name: one
+// naming another Configuration (here the Job journal-reader waits for) released that
+// Configuration's Pods, and one with negative counts retired its Job.
+func TestAttackRecordsAreCheckedAgainstTheirJob(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
+	s.nodes["edge-a"].set("plant/journal-format", "disk-1")
+	s.nodes["edge-a"].set("plant/journal-reader", "disk-1")
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	firmware := s.jobs(render.RenderedDir, "plc-firmware")
+	format := s.jobs(render.RenderedDir, "journal-format")
+	require.Len(t, firmware, 1)
+	require.Len(t, format, 1)
+	job := strings.TrimSuffix(firmware[0], ".yaml")
+	formatInstance := s.instanceOf(strings.TrimSuffix(format[0], ".yaml"))
+	require.NotContains(t, s.podsText(), "journal-reader", "the reader waits for the format Job")
+
+	record := func(cfg, instance, device, counts string) []byte {
+		return []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + job + "\n  namespace: plant\nspec:\n  configuration: " + cfg + "\n  instance: " + instance + "\n  deviceID: " + device + "\n  outcome: Succeeded\n" + counts)
+	}
+	path := api.JobRecordPath("plant", job)
+	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("journal-format", formatInstance, "disk-1", "  succeeded: 1\n  failed: 0\n")})
+	out = s.renderTrust()
+	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "it names Configuration journal-format and instance "+formatInstance+", but the Job plant/"+job+" was not rendered for them")
+	require.NotContains(t, s.podsText(), "journal-reader", "a record of another Job releases nothing")
+	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"), "nor retires its own Job")
+
+	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("plc-firmware", s.instanceOf(job), "plc-2", "  succeeded: 1\n  failed: 0\n")})
+	out = s.renderTrust()
+	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), `it names device "plc-2", but the Job plant/`+job+` ran for device "plc-1"`)
+	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"))
+
+	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("plc-firmware", s.instanceOf(job), "plc-1", "  succeeded: -1\n  failed: -5\n")})
+	out, err := s.renderer.once(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.Contains(t, out.Result.Errors.Error(), "spec.succeeded: must not be negative")
+	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"))
+}
