@@ -783,20 +783,47 @@ func nodeTip(ctx context.Context, s Sources, ref, node string, snap gitsync.Snap
 	if m.allowed == nil {
 		return "", nil
 	}
-	c, err := s.Inventory.CommitOf(ctx, ref, snap.Commit())
+	return signedSince(ctx, s.Inventory, s.Signatures, m.allowed, ref, trust.NodePrincipal(node), accepted, snap.Commit(), now)
+}
+
+// maxWriterWalk bounds the commits a writer's ref may gain between two renders.
+const maxWriterWalk = 1000
+
+// signedSince says why tip may not follow accepted, the tip accepted last, on a writer's ref,
+// or "" when it may: tip must descend from accepted along first parents, and every commit
+// after accepted, the tip and each one before it, must be signed as principal and have one
+// parent. A writer never signs on top of what someone else planted, so a planted commit below
+// a signed tip is refused as well as a planted tip.
+func signedSince(ctx context.Context, r Reader, sigs *Signatures, a *trust.AllowedSigners, ref, principal, accepted, tip string, now time.Time) (string, error) {
+	c, err := r.CommitOf(ctx, ref, tip)
 	if err != nil {
 		return "", err
 	}
-	if err := signedBy(s.Signatures, m.allowed, c, trust.NodePrincipal(node), now); err != nil {
+	if err := signedBy(sigs, a, c, principal, now); err != nil {
 		return err.Error(), nil
 	}
-	if accepted != "" && accepted != snap.Commit() {
-		ok, err := s.Inventory.IsAncestor(ctx, ref, accepted, snap.Commit())
-		if err != nil {
-			return "", err
+	if accepted == "" || accepted == tip {
+		return "", nil
+	}
+	commits, found, err := r.FirstParents(ctx, ref, tip, accepted, maxWriterWalk)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		if len(commits) >= maxWriterWalk {
+			return fmt.Sprintf("is more than %d commits after %s, the tip accepted last", maxWriterWalk, short(accepted)), nil
 		}
-		if !ok {
-			return fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(accepted)), nil
+		return fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(accepted)), nil
+	}
+	for _, c := range commits {
+		if len(c.Parents) > 1 {
+			return fmt.Sprintf("has a merge, %s, after %s, the tip accepted last; a writer's ref is a line of its own commits", short(c.Hash), short(accepted)), nil
+		}
+		if c.Hash == tip {
+			continue
+		}
+		if err := signedBy(sigs, a, c, principal, now); err != nil {
+			return fmt.Sprintf("is signed, but %s before it, after %s, the tip accepted last, is not the writer's: %v", short(c.Hash), short(accepted), err), nil
 		}
 	}
 	return "", nil
@@ -831,20 +858,8 @@ func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta 
 		}
 	}
 	if why == "" && m.allowed != nil {
-		c, err := s.Main.CommitOf(ctx, StatusBranch, snap.Commit())
-		if err != nil {
+		if why, err = signedSince(ctx, s.Main, s.Signatures, m.allowed, StatusBranch, trust.PrincipalRecorder, meta.Writers[StatusBranch], snap.Commit(), now); err != nil {
 			return err
-		}
-		if err := signedBy(s.Signatures, m.allowed, c, trust.PrincipalRecorder, now); err != nil {
-			why = err.Error()
-		} else if a := meta.Writers[StatusBranch]; a != "" && a != snap.Commit() {
-			ok, err := s.Main.IsAncestor(ctx, StatusBranch, a, snap.Commit())
-			if err != nil {
-				return err
-			}
-			if !ok {
-				why = fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(a))
-			}
 		}
 	}
 	if why != "" {

@@ -271,3 +271,21 @@ func TestAttackRecordsAreCheckedAgainstTheirJob(t *testing.T) {
 	require.Contains(t, out.Result.Errors.Error(), "spec.succeeded: must not be negative")
 	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"))
 }
+
+// Every commit since the tip accepted last must be the writer's, not only the tip: an unsigned
+// commit planted on edge-b's ref, with a commit signed by edge-b on top of it (an agent that
+// signed on top of what it found), was accepted whole.
+func TestAttackEveryCommitSinceTheAcceptedTipIsChecked(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	inv := s.renderedFile(api.InventoryPath("edge-b"))
+	ref := verify.InventoryBranch("edge-b")
+	planted := s.srv.On(ref).Commit(map[string]string{api.InventoryPath("edge-b"): strings.ReplaceAll(inv, "baz0", "evil0")}, nil, "planted")
+	s.forge("node:edge-b", ref, map[string][]byte{api.InventoryPath("edge-b"): []byte(strings.ReplaceAll(inv, "baz0", "evil0") + "\n")})
+	out := s.renderTrust()
+	s.untrusted(out, ref, "is signed, but "+planted[:12]+" before it")
+	require.False(t, s.inventoryWith("edge-b", "evil0"))
+	require.NotContains(t, s.podsText(), "evil0")
+}
