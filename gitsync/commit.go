@@ -480,3 +480,42 @@ func joinPath(dir, name string) string {
 	}
 	return dir + "/" + name
 }
+
+// Paths lists every entry of a snapshot's tree that is not a folder, without reading a blob:
+// regular files, and apart from them whatever else a tree can hold (symbolic links and
+// submodules), which a writer never writes. A reader checks what a ref holds with it before
+// reading any content. A snapshot that is not a commit's (a work tree) lists its files.
+func Paths(s Snapshot) (files, other []string, err error) {
+	t, ok := s.(*treeSnapshot)
+	if !ok {
+		all, err := s.Files("")
+		if err != nil {
+			return nil, nil, err
+		}
+		for p := range all {
+			files = append(files, p)
+		}
+		return files, nil, nil
+	}
+	if t.root == nil {
+		return nil, nil, nil
+	}
+	w := object.NewTreeWalker(t.root, true, nil)
+	defer w.Close()
+	for {
+		name, e, err := w.Next()
+		if err == io.EOF {
+			return files, other, nil
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("walking the tree of %s: %w", t.commit, err)
+		}
+		switch {
+		case e.Mode == filemode.Dir:
+		case e.Mode == filemode.Regular || e.Mode == filemode.Executable || e.Mode == filemode.Deprecated:
+			files = append(files, name)
+		default:
+			other = append(other, name)
+		}
+	}
+}

@@ -766,17 +766,22 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 // is the one accepted last, whose tree (named by the commit) was checked then.
 func nodeTip(ctx context.Context, s Sources, ref, node string, snap gitsync.Snapshot, m mode, accepted string, unmoved bool, now time.Time) (string, error) {
 	if !unmoved {
-		files, err := snap.Files("")
+		// What the ref holds is checked before any of it is read.
+		files, other, err := gitsync.Paths(snap)
 		if err != nil {
 			return fmt.Sprintf("cannot be read (%v)", err), nil
 		}
 		want := api.InventoryPath(node)
-		for p := range files {
+		if len(other) > 0 {
+			slices.Sort(other)
+			return fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); a node's ref may hold only the file %s", other[0], want), nil
+		}
+		for _, p := range files {
 			if p != want {
 				return fmt.Sprintf("holds %s; a node's ref may hold only %s", p, want), nil
 			}
 		}
-		if _, ok := files[want]; !ok {
+		if len(files) == 0 {
 			return "holds no " + want, nil
 		}
 	}
@@ -848,13 +853,24 @@ func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta 
 		return nil
 	}
 	why := ""
-	files, err := snap.Files("")
+	// What the ref holds is checked before any of it is read.
+	paths, other, err := gitsync.Paths(snap)
 	if err != nil {
 		why = fmt.Sprintf("cannot be read (%v)", err)
 	}
-	for p := range files {
+	if len(other) > 0 && why == "" {
+		slices.Sort(other)
+		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only files under status/jobs/", other[0])
+	}
+	for _, p := range paths {
 		if !strings.HasPrefix(p, "status/jobs/") && why == "" {
 			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/", p)
+		}
+	}
+	var files map[string][]byte
+	if why == "" {
+		if files, err = snap.Files(""); err != nil {
+			why = fmt.Sprintf("cannot be read (%v)", err)
 		}
 	}
 	if why == "" && m.allowed != nil {

@@ -289,3 +289,18 @@ func TestAttackEveryCommitSinceTheAcceptedTipIsChecked(t *testing.T) {
 	require.False(t, s.inventoryWith("edge-b", "evil0"))
 	require.NotContains(t, s.podsText(), "evil0")
 }
+
+// Finding 11: a submodule entry (gitlink) beside a node's inventory, signed by the node, was
+// accepted: reading only files, the check never saw it.
+func TestAttackGitlinkBesideAnInventoryIsRefused(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	ref := verify.InventoryBranch("edge-a")
+	tip := s.srv.On(ref).AddGitlink(s.keyFiles["node:edge-a"], "inventory/edge-b.yaml", s.srv.Head(), "a gitlink")
+	msg, err := s.srv.VerifyCommit(tip, s.allowed)
+	require.NoError(t, err, msg)
+	out := s.renderTrust()
+	s.untrusted(out, ref, "holds inventory/edge-b.yaml, which is not a file")
+}

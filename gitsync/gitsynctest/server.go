@@ -511,3 +511,19 @@ func (s *Server) seedBranches(branches map[string]map[string][]byte) {
 		}
 	}
 }
+
+// AddGitlink commits a submodule entry (a gitlink to commit) at path on the branch, signed with
+// signingKey when one is given: what no writer writes, pushed by someone holding a credential.
+func (s *Server) AddGitlink(signingKey, path, commit, message string) string {
+	s.t.Helper()
+	work := s.t.TempDir()
+	Git(s.t, "", "clone", "--quiet", "--depth=1", "--branch", s.branch, "file://"+s.Bare(), work)
+	Git(s.t, work, "update-index", "--add", "--cacheinfo", "160000,"+commit+","+path)
+	args := []string{"-c", "user.name=A Person", "-c", "user.email=person@example.com"}
+	if signingKey != "" {
+		args = append(args, "-c", "gpg.format=ssh", "-c", "user.signingkey="+signingKey, "-c", "commit.gpgsign=true")
+	}
+	Git(s.t, work, append(args, "commit", "--quiet", "-m", message)...)
+	Git(s.t, work, "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
+	return s.Head()
+}
