@@ -12,6 +12,10 @@ const (
 	MaxPropertiesPerDevice = 64
 	MaxPropertyNameLength  = 128
 	MaxPropertyValueSize   = 8 << 10 // bytes of one property value
+	// MaxPropertiesSize bounds the names and values of one device's properties together: each
+	// becomes two environment variables (KEY and KEY_<DIGEST>) in every container that gets the
+	// device, and 64 values of 8 KiB made a 4.2 MB Pod, above the API server's request limit.
+	MaxPropertiesSize = 16 << 10
 	MaxMountsPerDevice     = 32
 )
 
@@ -32,9 +36,25 @@ var (
 		"KUBERNETES_SERVICE_HOST": true, "KUBERNETES_SERVICE_PORT": true,
 		"GODEBUG": true, "GOFLAGS": true, "LUA_INIT": true, "LUA_PATH": true, "LUA_CPATH": true,
 		"PHPRC": true, "PHP_INI_SCAN_DIR": true, "TCLLIBPATH": true, "MALLOC_CONF": true,
+		"NODE_TLS_REJECT_UNAUTHORIZED": true, "KUBECONFIG": true, "SSLKEYLOGFILE": true, "WGETRC": true, "CURL_HOME": true,
+		"CONTAINER_HOST": true, "GOOGLE_APPLICATION_CREDENTIALS": true, "GOPROXY": true, "GONOSUMDB": true, "GOPRIVATE": true,
+		"PERL_MB_OPT": true, "PERL_MM_OPT": true, "EDITOR": true, "VISUAL": true, "PAGER": true, "BROWSER": true,
 	}
-	refusedDevicePrefixes = []string{"LD_", "DYLD_", "PYTHON", "PERL5", "PERLLIB", "CORECLR_", "COMPLUS_", "DOTNET_", "GIT_", "MALLOC_", "OPENSSL_"}
+	refusedDevicePrefixes = []string{"LD_", "DYLD_", "PYTHON", "PERL5", "PERLLIB", "CORECLR_", "COMPLUS_", "DOTNET_", "GIT_", "MALLOC_", "OPENSSL_",
+		"JAVA_", "JDK_", "NODE_", "NPM_CONFIG_", "AWS_", "AZURE_", "DOCKER_", "KUBE", "ASPNETCORE_", "ERL_", "ELIXIR_", "RUBY", "BUNDLE_", "GNUTLS_", "NSS_", "KRB5"}
+	// Any name ending so passes options to a program or routes its traffic, whatever the program
+	// (JAVA_OPTS, CATALINA_OPTS, MAVEN_OPTS, SOCKS_PROXY, ...).
+	refusedDeviceSuffixes = []string{"_OPTS", "_OPTIONS", "_FLAGS", "_PROXY", "_CA_BUNDLE", "_CA_CERTS", "_PRELOAD"}
 )
+
+// propertiesSize is the bytes of a device's property names and values.
+func propertiesSize(props map[string]string) int {
+	n := 0
+	for k, v := range props {
+		n += len(k) + len(v)
+	}
+	return n
+}
 
 // RefusedDeviceProperty reports whether a device may not set the environment variable name
 // unless its Configuration allows it. Names are compared without case: http_proxy is read as
@@ -46,6 +66,11 @@ func RefusedDeviceProperty(name string) bool {
 	}
 	for _, p := range refusedDevicePrefixes {
 		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	for _, s := range refusedDeviceSuffixes {
+		if strings.HasSuffix(n, s) {
 			return true
 		}
 	}

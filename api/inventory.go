@@ -91,6 +91,9 @@ func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedI
 			if len(dev.Properties) > MaxPropertiesPerDevice {
 				add(df+".properties", "%d properties, above the limit of %d per device", len(dev.Properties), MaxPropertiesPerDevice)
 			}
+			if n := propertiesSize(dev.Properties); n > MaxPropertiesSize {
+				add(df+".properties", "names and values are %d bytes, above the limit of %d per device (each becomes two environment variables in every broker container, and a rendered object must stay far below the API server's request limit)", n, MaxPropertiesSize)
+			}
 			if len(dev.Mounts)+len(dev.DeviceSpecs) > MaxMountsPerDevice {
 				add(df, "%d mounts and device specs, above the limit of %d per device", len(dev.Mounts)+len(dev.DeviceSpecs), MaxMountsPerDevice)
 			}

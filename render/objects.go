@@ -91,19 +91,35 @@ func (in *instance) labels() map[string]string {
 
 // env is Akri's broker environment: every device and broker property as KEY and KEY_<DIGEST>.
 // Broker properties win over device properties of the same name, as in Akri: the reviewed
-// Configuration decides, never the device.
+// Configuration decides, never the device. Every name appears once, whichever way it was made
+// (a device's MODE_<DIGEST> is the digest form of the Configuration's MODE, which wins; between
+// a device's own property and the digest form of another, the property as reported wins), so
+// the same inputs give the same bytes. A device's value is escaped for the kubelet, which
+// expands $(NAME) in env values: "$$" is a literal "$", so device text stays text.
 func (in *instance) env() []corev1.EnvVar {
-	props := map[string]string{}
+	suffix := "_" + strings.ToUpper(in.digest)
+	type entry struct {
+		value string
+		rank  int // the higher wins a name
+	}
+	names := map[string]entry{}
+	set := func(name, value string, rank int) {
+		if e, ok := names[name]; !ok || rank > e.rank {
+			names[name] = entry{value, rank}
+		}
+	}
 	for k, v := range in.properties {
-		props[k] = v
+		v = strings.ReplaceAll(v, "$", "$$")
+		set(k+suffix, v, 0)
+		set(k, v, 1)
 	}
 	for k, v := range in.cfg.Spec.BrokerProperties {
-		props[k] = v
+		set(k+suffix, v, 2)
+		set(k, v, 3)
 	}
-	suffix := "_" + strings.ToUpper(in.digest)
-	env := make([]corev1.EnvVar, 0, 2*len(props))
-	for k, v := range props {
-		env = append(env, corev1.EnvVar{Name: k, Value: v}, corev1.EnvVar{Name: k + suffix, Value: v})
+	env := make([]corev1.EnvVar, 0, len(names))
+	for k, e := range names {
+		env = append(env, corev1.EnvVar{Name: k, Value: e.value})
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	return env

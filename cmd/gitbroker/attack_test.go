@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -303,4 +304,67 @@ func TestAttackGitlinkBesideAnInventoryIsRefused(t *testing.T) {
 	require.NoError(t, err, msg)
 	out := s.renderTrust()
 	s.untrusted(out, ref, "holds inventory/edge-b.yaml, which is not a file")
+}
+
+// forgeInventory commits node's inventory as the rendered branch mirrors it with old replaced
+// by new, signed with node's own key (the stolen credential).
+func (s *signedLoop) forgeInventory(node, old, new string) {
+	s.t.Helper()
+	inv := s.renderedFile(api.InventoryPath(node))
+	require.Contains(s.t, inv, old)
+	s.forge("node:"+node, verify.InventoryBranch(node), map[string][]byte{api.InventoryPath(node): []byte(strings.Replace(inv, old, new, 1))})
+}
+
+// Finding 8: device properties as env. A device's X_<DIGEST> named the digest form of its own
+// X a second time (two env entries of one name, in an order that varied); a device value was
+// expanded by the kubelet ($(VAR)); names such as JAVA_OPTS passed the deny-list; 64 values of
+// 8 KiB made a Pod above the API server's request limit.
+func TestAttackDeviceEnv(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	_, rest, _ := strings.Cut(s.podsText(), "akri.sh/instance: akri-debug-echo-")
+	digest := strings.ToUpper(rest[:6])
+
+	s.forgeInventory("edge-a", "        DEBUG_ECHO_DESCRIPTION: bar0\n",
+		"        DEBUG_ECHO_DESCRIPTION: bar0\n        DEBUG_ECHO_DESCRIPTION_"+digest+": forged\n        STREAM: rtsp://$(KUBERNETES_SERVICE_HOST)/x\n")
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	pods := s.podsText()
+	require.Equal(t, 1, strings.Count(pods, "name: DEBUG_ECHO_DESCRIPTION_"+digest+"\n"), pods)
+	require.Contains(t, pods, "value: bar0", "the digest form of the reported property wins over a property of that name")
+	require.Contains(t, pods, "rtsp://$$(KUBERNETES_SERVICE_HOST)/x", "escaped: the kubelet gives the broker the text")
+	// A renderer that starts afresh renders the very same bytes: nothing to commit.
+	fresh := s.refs.renderer(s.keys["renderer"])
+	_, err := fresh.once(t.Context())
+	require.ErrorIs(t, err, gitsync.ErrNoChanges, "same inputs, same bytes")
+
+	for _, name := range []string{"JAVA_OPTS", "NODE_TLS_REJECT_UNAUTHORIZED", "AWS_ENDPOINT_URL", "DOCKER_HOST", "KUBECONFIG", "ASPNETCORE_HOSTINGSTARTUPASSEMBLIES", "ERL_AFLAGS", "CATALINA_OPTS"} {
+		require.True(t, api.RefusedDeviceProperty(name), name)
+	}
+	s.forgeInventory("edge-a", "        STREAM:", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n        STREAM:")
+	out, err = s.renderer.once(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.Contains(t, out.Result.Errors.Error(), "a device may not set JAVA_OPTS")
+	require.NotContains(t, s.podsText(), "javaagent")
+
+	var big strings.Builder
+	for i := 0; i < 64; i++ {
+		fmt.Fprintf(&big, "        P%02d: %s\n", i, strings.Repeat("x", 8<<10-8))
+	}
+	s.forgeInventory("edge-a", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n", big.String())
+	out, err = s.renderer.once(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.Contains(t, out.Result.Errors.Error(), "above the limit of 16384 per device")
+	for _, p := range s.rendered().Files() {
+		if strings.HasPrefix(p, render.RenderedDir) {
+			c, _ := s.rendered().File(p)
+			require.Less(t, len(c), 256<<10, p)
+		}
+	}
 }
