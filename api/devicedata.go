@@ -15,8 +15,8 @@ const (
 	// MaxPropertiesSize bounds the names and values of one device's properties together: each
 	// becomes two environment variables (KEY and KEY_<DIGEST>) in every container that gets the
 	// device, and 64 values of 8 KiB made a 4.2 MB Pod, above the API server's request limit.
-	MaxPropertiesSize = 16 << 10
-	MaxMountsPerDevice     = 32
+	MaxPropertiesSize  = 16 << 10
+	MaxMountsPerDevice = 32
 )
 
 // Device property names that change how a process loads code or where it connects. A device
