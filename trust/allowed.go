@@ -35,6 +35,9 @@ const MaxAllowedSignersSize = 1 << 20
 type AllowedSigners struct {
 	File    string
 	entries []entry
+	// revoked are the keys of a revocation file (git's gpg.ssh.revocationFile), by their
+	// wire form.
+	revoked map[string]bool
 }
 
 type entry struct {
@@ -188,6 +191,9 @@ func VerifySignature(payload, armored []byte) (*Signature, error) {
 // git verify-commit passes the committer time, which the signer chooses; a writer accepting a new
 // tip should pass the time it accepts it, so an expired certificate cannot backdate its way in.
 func (a *AllowedSigners) Allows(sig *Signature, principal string, when time.Time) bool {
+	if a.Revoked(sig.Key) {
+		return false
+	}
 	for _, e := range a.entries {
 		if e.permits(sig.Key, principal, when) {
 			return true
@@ -224,6 +230,53 @@ func (a *AllowedSigners) Principals(sig *Signature, when time.Time) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// MaxRevokedKeysSize bounds a revocation file: it is read on every render.
+const MaxRevokedKeysSize = 1 << 20
+
+// Revoke reads a revocation file, as git's gpg.ssh.revocationFile in its plain form (one
+// public key or certificate per line, as authorized_keys and ssh-keygen -Y verify -r take
+// them; blank lines and # comments ignored), and refuses every signature whose key is listed:
+// a listed key is retired with every certificate of it, a listed certificate alone, and a
+// listed CA key takes every certificate it signed with it. Every line must parse.
+func (a *AllowedSigners) Revoke(file string, data []byte) error {
+	if len(data) > MaxRevokedKeysSize {
+		return &LineError{File: file, Line: 1, Message: fmt.Sprintf("file is %d bytes, above the limit of %d", len(data), MaxRevokedKeysSize)}
+	}
+	if a.revoked == nil {
+		a.revoked = map[string]bool{}
+	}
+	for i, raw := range strings.Split(string(data), "\n") {
+		text := strings.TrimSpace(strings.TrimSuffix(raw, "\r"))
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		key, _, _, leftover, err := ssh.ParseAuthorizedKey([]byte(text))
+		if err != nil {
+			return &LineError{File: file, Line: i + 1, Message: fmt.Sprintf("no public key or certificate (%v); a binary KRL is not read here, list the keys", err)}
+		}
+		if len(bytes.TrimSpace(leftover)) > 0 {
+			return &LineError{File: file, Line: i + 1, Message: "one key per line"}
+		}
+		a.revoked[string(key.Marshal())] = true
+	}
+	return nil
+}
+
+// Revoked reports whether a signature's key is revoked: the key, or for a certificate the
+// certificate itself, the key it certifies or the CA key that signed it.
+func (a *AllowedSigners) Revoked(k ssh.PublicKey) bool {
+	if len(a.revoked) == 0 || k == nil {
+		return false
+	}
+	if a.revoked[string(k.Marshal())] {
+		return true
+	}
+	if c, ok := k.(*ssh.Certificate); ok {
+		return a.revoked[string(c.Key.Marshal())] || c.SignatureKey != nil && a.revoked[string(c.SignatureKey.Marshal())]
+	}
+	return false
 }
 
 // Empty reports whether the file enrolls nobody (only comments and blank lines).

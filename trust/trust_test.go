@@ -224,3 +224,13 @@ func BenchmarkVerifySignature(b *testing.B) {
 		}
 	}
 }
+
+// A revocation file lists keys one a line, as git's gpg.ssh.revocationFile in its plain form;
+// a line that is not a key is an error with its line, never a silently empty list.
+func TestRevokeParses(t *testing.T) {
+	a, err := trust.ParseAllowedSigners("allowed", []byte("renderer ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC0wlKSnOSmbF4zjjdXlHcjIVEsMkl2y0RkwkEFfqfGc\n"))
+	require.NoError(t, err)
+	err = a.Revoke(".gitbroker/revoked_keys", []byte("# retired\n\nnot a key\n"))
+	require.ErrorContains(t, err, ".gitbroker/revoked_keys:3: no public key or certificate")
+	require.NoError(t, a.Revoke(".gitbroker/revoked_keys", []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC0wlKSnOSmbF4zjjdXlHcjIVEsMkl2y0RkwkEFfqfGc edge-z\n")))
+}

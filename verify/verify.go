@@ -41,6 +41,9 @@ const (
 const (
 	AllowedSignersPath = ".gitbroker/allowed_signers"
 	TrustPath          = ".gitbroker/trust.yaml"
+	// RevokedKeysPath lists retired keys and certificates (git's gpg.ssh.revocationFile):
+	// how a node enrolled through an SSH CA is decommissioned.
+	RevokedKeysPath = ".gitbroker/revoked_keys"
 	TrustedKeysDir     = ".gitbroker/trusted-keys"
 	// RendererKeysDir holds the OpenPGP public keys (*.asc) of a renderer that signs with
 	// OpenPGP (for Argo CD), so that a plan, check or history, which holds no renderer key,
@@ -277,6 +280,13 @@ func modeAt(s gitsync.Snapshot) mode {
 	if a.Empty() {
 		return mode{} // enrolls nobody yet: nothing to verify against
 	}
+	if data, err := s.ReadFile(RevokedKeysPath); err == nil {
+		if err := a.Revoke(RevokedKeysPath, data); err != nil {
+			return mode{err: err}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return mode{err: err}
+	}
 	m := mode{allowed: a}
 	keys, err := s.Files(TrustedKeysDir)
 	if err != nil {
@@ -327,6 +337,9 @@ func signers(a *trust.AllowedSigners, c *gitsync.Commit, when time.Time) ([]stri
 	if err != nil {
 		return nil, err
 	}
+	if a.Revoked(sig.Key) {
+		return nil, fmt.Errorf("signed by %s, a key %s revokes", sig.Fingerprint, RevokedKeysPath)
+	}
 	ps := a.Principals(sig, when)
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("signed by %s, a key %s does not list", sig.Fingerprint, AllowedSignersPath)
@@ -341,6 +354,9 @@ func signedBy(sigs *Signatures, a *trust.AllowedSigners, c *gitsync.Commit, prin
 	}
 	if a.Allows(sig, principal, when) {
 		return nil
+	}
+	if a.Revoked(sig.Key) {
+		return fmt.Errorf("signed by %s, a key %s revokes", sig.Fingerprint, RevokedKeysPath)
 	}
 	if ps := a.Principals(sig, when); len(ps) > 0 {
 		return fmt.Errorf("signed by %s (%s), not by %s", sig.Fingerprint, strings.Join(ps, ", "), principal)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -367,4 +371,51 @@ func TestAttackDeviceEnv(t *testing.T) {
 			require.Less(t, len(c), 256<<10, p)
 		}
 	}
+}
+
+// Finding 13: a fleet enrolled through an SSH CA could not decommission one node: its
+// certificate stayed valid. .gitbroker/revoked_keys (git's gpg.ssh.revocationFile) retires it,
+// here and in git's own verify-commit.
+func TestAttackRevokedNodeKey(t *testing.T) {
+	s := newSignedLoop(t)
+	dir := t.TempDir()
+	ssh := func(args ...string) {
+		out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	ssh("-q", "-t", "ed25519", "-N", "", "-C", "fleet-ca", "-f", filepath.Join(dir, "ca"))
+	ssh("-q", "-t", "ed25519", "-N", "", "-C", "edge-c", "-f", filepath.Join(dir, "edge-c"))
+	ssh("-q", "-s", filepath.Join(dir, "ca"), "-I", "edge-c", "-n", "node:edge-c", "-V", "+52w", filepath.Join(dir, "edge-c.pub"))
+	caPub, err := os.ReadFile(filepath.Join(dir, "ca.pub"))
+	require.NoError(t, err)
+	s.allowed += `"node:*" cert-authority ` + string(caPub)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the fleet CA")
+
+	signer, err := trust.LoadSigner(filepath.Join(dir, "edge-c"))
+	require.NoError(t, err)
+	store, source := s.refs.agent("edge-c", gitsync.WithSigner(signer), gitsync.WithOwnHistory())
+	devices := &nodeDevices{devices: map[string][]api.Device{}}
+	devices.set("default/akri-debug-echo", "cam0")
+	c, err := agent.New(agent.Options{Node: "edge-c", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+	require.NoError(t, err)
+	_, err = c.Sync(t.Context())
+	require.NoError(t, err)
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.podsText(), "cam0")
+
+	nodePub, err := os.ReadFile(filepath.Join(dir, "edge-c.pub"))
+	require.NoError(t, err)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.RevokedKeysPath: "# edge-c, decommissioned\n" + string(nodePub)}, nil, "decommission edge-c")
+	devices.set("default/akri-debug-echo", "cam0", "cam1")
+	_, err = c.Sync(t.Context())
+	require.NoError(t, err)
+	out = s.renderTrust()
+	s.untrusted(out, verify.InventoryBranch("edge-c"), "a key .gitbroker/revoked_keys revokes")
+	require.NotContains(t, s.podsText(), "cam1")
+	tip := s.srv.On(verify.InventoryBranch("edge-c")).Head()
+	msg, err := s.srv.VerifyCommitRevoked(tip, s.allowed, string(nodePub))
+	require.Error(t, err, "git refuses it too: %s", msg)
+	msg, err = s.srv.VerifyCommit(tip, s.allowed)
+	require.NoError(t, err, "and accepts it without the revocation: %s", msg)
 }

@@ -387,12 +387,27 @@ func (s *Server) String() string { return fmt.Sprintf("git server %s", s.URL()) 
 // allowedSigners (git's allowed_signers format) as gpg.ssh.allowedSignersFile, and returns what
 // git said and whether it verified.
 func (s *Server) VerifyCommit(commit, allowedSigners string) (string, error) {
+	return s.VerifyCommitRevoked(commit, allowedSigners, "")
+}
+
+// VerifyCommitRevoked is VerifyCommit with revoked (public keys, one a line) as git's
+// gpg.ssh.revocationFile when it is not empty.
+func (s *Server) VerifyCommitRevoked(commit, allowedSigners, revoked string) (string, error) {
 	s.t.Helper()
-	f := filepath.Join(s.t.TempDir(), "allowed_signers")
+	dir := s.t.TempDir()
+	f := filepath.Join(dir, "allowed_signers")
 	if err := os.WriteFile(f, []byte(allowedSigners), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command("git", "-c", "gpg.ssh.allowedSignersFile="+f, "verify-commit", "-v", commit)
+	args := []string{"-c", "gpg.ssh.allowedSignersFile=" + f}
+	if revoked != "" {
+		r := filepath.Join(dir, "revoked_keys")
+		if err := os.WriteFile(r, []byte(revoked), 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+		args = append(args, "-c", "gpg.ssh.revocationFile="+r)
+	}
+	cmd := exec.Command("git", append(args, "verify-commit", "-v", commit)...)
 	cmd.Dir = s.Bare()
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+s.t.TempDir())
 	out, err := cmd.CombinedOutput()
