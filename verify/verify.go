@@ -44,7 +44,7 @@ const (
 	// RevokedKeysPath lists retired keys and certificates (git's gpg.ssh.revocationFile):
 	// how a node enrolled through an SSH CA is decommissioned.
 	RevokedKeysPath = ".gitbroker/revoked_keys"
-	TrustedKeysDir     = ".gitbroker/trusted-keys"
+	TrustedKeysDir  = ".gitbroker/trusted-keys"
 	// RendererKeysDir holds the OpenPGP public keys (*.asc) of a renderer that signs with
 	// OpenPGP (for Argo CD), so that a plan, check or history, which holds no renderer key,
 	// knows the renderer's commits; allowed_signers lists SSH keys only.
