@@ -550,3 +550,56 @@ func (r *Repository) Ref(ctx context.Context, name string) (Snapshot, error) {
 	}
 	return snapshotOf(c, r.maxFile)
 }
+
+// RefFirstParents fetches one ref that need not be a branch (a pull request's head) with its
+// history, and returns its commits from its tip back along first parents until one that stop
+// reports true for (excluded), newest first; found says whether one was reached. At most max
+// commits are returned.
+func (r *Repository) RefFirstParents(ctx context.Context, name string, stop func(hash string) bool, max int) (commits []*Commit, found bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.ensureStore(); err != nil {
+		return nil, false, err
+	}
+	src := plumbing.ReferenceName(name)
+	if !strings.HasPrefix(name, "refs/") {
+		src = plumbing.NewBranchReferenceName(name)
+	}
+	if err := src.Validate(); err != nil {
+		return nil, false, fmt.Errorf("invalid ref %q: %w", name, err)
+	}
+	dst := plumbing.ReferenceName("refs/gitbroker/fetched/" + strings.TrimPrefix(src.String(), "refs/"))
+	err = r.fetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", src, dst))},
+		Depth:      math.MaxInt32,
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil, false, r.redact.wrap(fmt.Errorf("fetching the history of %s from %s: %w", name, r.URL(), err))
+	}
+	ref, err := r.repo.Reference(dst, true)
+	if err != nil {
+		return nil, false, fmt.Errorf("resolving %s: %w", name, err)
+	}
+	for h := ref.Hash().String(); h != "" && len(commits) < max; {
+		if stop(h) {
+			return commits, true, nil
+		}
+		c, err := r.commitOf(ctx, name, h, false)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			return commits, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		commits = append(commits, c)
+		h = ""
+		if len(c.Parents) > 0 {
+			h = c.Parents[0]
+		}
+	}
+	return commits, false, nil
+}

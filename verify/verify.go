@@ -666,8 +666,8 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			return cur, curMode, nil
 		}
 		if curMode.allowed != nil && !curMode.protected {
-			if err := person(curMode, c); err != nil {
-				reject(c.Hash, "is not signed by a person: "+err.Error())
+			if err := person(curMode, c); err != nil && !accepted(curMode, c.Hash, commits[:i]) {
+				reject(c.Hash, "is not signed by a person: "+err.Error()+fmt.Sprintf(" (a person's signed commit on %s with the trailer \"%s: %s\" accepts it)", s.SourceBranch, TrailerAccept, c.Hash))
 				return cur, curMode, nil
 			}
 		}
@@ -683,6 +683,55 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(cur.Commit()), curMode.err)
 	}
 	return cur, curMode, nil
+}
+
+// TrailerAccept, in a commit a person signed on the source branch, names a commit before it
+// that no person signed (a merge made with a git host's button, a commit made before its
+// author enrolled), which the person vouches for: the source walk then goes on through it.
+// Argo CD's "seal" commits are the precedent. One trailer per commit accepted, by full hash.
+const TrailerAccept = "Gitbroker-Accept"
+
+// accepted reports whether a commit of later, the source commits after an unsigned one, newest
+// first, was signed by a person under m (the trust in force before the unsigned commit, so
+// that the unsigned commit cannot enroll the signer who accepts it) and names hash in a
+// TrailerAccept.
+func accepted(m mode, hash string, later []*gitsync.Commit) bool {
+	for _, c := range later {
+		names := false
+		for _, t := range gitsync.CommitTrailers(c.Raw) {
+			names = names || t.Key == TrailerAccept && strings.EqualFold(strings.TrimSpace(t.Value), hash)
+		}
+		if names && person(m, c) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Proposed says what proposed commits (a pull request's, newest first, those not on the source
+// branch yet) would do to rendering once they land on the branch's first parents, as a
+// fast-forward or a rebase puts them, under the trust in force at the branch's tip: each commit
+// no person signed and no later proposed commit accepts would stop rendering at its parent. A
+// merge the git host makes is a commit of its own: unless the host signs it with a key of
+// .gitbroker/trusted-keys/ (or the branch is declared protected), it stops rendering too.
+func Proposed(tip gitsync.Snapshot, branch, ref string, proposed []*gitsync.Commit) []string {
+	m := modeAt(tip)
+	if m.err != nil || m.allowed == nil || m.protected {
+		return nil
+	}
+	var out []string
+	for i := len(proposed) - 1; i >= 0; i-- {
+		c := proposed[i]
+		if err := person(m, c); err != nil && !accepted(m, c.Hash, proposed[:i]) {
+			out = append(out, fmt.Sprintf("%s: commit %s is not signed by a person (%v): landed on %s as it is (fast-forward, rebase), it would stop rendering at its parent; sign it, or have a person's signed commit say \"%s: %s\"",
+				ref, short(c.Hash), err, branch, TrailerAccept, c.Hash))
+		}
+	}
+	if m.people.Empty() {
+		out = append(out, fmt.Sprintf("%s: a merge commit the git host makes for it would stop rendering at its parent: %s/ holds no OpenPGP key of the host and %s does not declare %s protected",
+			ref, TrustedKeysDir, TrustPath, branch))
+	}
+	return out
 }
 
 // person checks that a person signed c: with an SSH key allowed_signers lists as a person, or

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -418,4 +420,67 @@ func TestAttackRevokedNodeKey(t *testing.T) {
 	require.Error(t, err, "git refuses it too: %s", msg)
 	msg, err = s.srv.VerifyCommit(tip, s.allowed)
 	require.NoError(t, err, "and accepts it without the revocation: %s", msg)
+}
+
+// Finding 6: one unsigned commit on main (a merge made with a git host's button, a commit
+// from before its author enrolled) stopped Configuration rendering for good. A person's signed
+// commit that names it in a Gitbroker-Accept trailer lets the source walk go on through it; a
+// trailer in a commit no person signed accepts nothing.
+func TestAttackUnsignedSourceCommitIsAcceptedByAPerson(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
+
+	// The pull request's plan warns first: its unsigned commit, landed as it is, and a merge
+	// commit of a host whose key main does not list, would each stop rendering.
+	gitsynctest.Git(t, s.srv.Bare(), "branch", "feature/bump", "main")
+	prHead := s.srv.On("feature/bump").Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "bump nginx")
+	gitsynctest.Git(t, s.srv.Bare(), "update-ref", "refs/pull/8/head", prHead)
+	code, stdout, stderr := gitbroker(t, "plan", "--git", s.srv.URL(), "--ref", "refs/pull/8/head")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "refs/pull/8/head: commit "+prHead[:12]+" is not signed by a person")
+	require.Contains(t, stdout, `"Gitbroker-Accept: `+prHead+`"`)
+	require.Contains(t, stdout, "a merge commit the git host makes for it would stop rendering")
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.TrustedKeysDir + "/host.asc": armoredPublic(t, mustEntity(t))}, nil, "trust the host's merges")
+	s.renderTrust()
+	code, stdout, stderr = gitbroker(t, "plan", "--git", s.srv.URL(), "--ref", "refs/pull/8/head")
+	require.Equal(t, exitOK, code, stderr)
+	require.NotContains(t, stdout, "a merge commit the git host makes", "the host's key is listed now")
+
+	unsigned := s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "Merge pull request #8 (the host did not sign it)")
+	out := s.renderTrust()
+	s.untrusted(out, "main", "commit "+unsigned[:12]+" is not signed by a person")
+	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), `"Gitbroker-Accept: `+unsigned+`" accepts it`)
+	require.NotContains(t, s.podsText(), "nginx:1.27-alpine")
+
+	// Someone without a person's key tries the trailer: nothing moves.
+	s.srv.Commit(map[string]string{"README.md": "x\n"}, nil, "accept\n\n"+verify.TrailerAccept+": "+unsigned)
+	out = s.renderTrust()
+	s.untrusted(out, "main", "commit "+unsigned[:12]+" is not signed by a person")
+	s.forge("node:edge-a", "main", map[string][]byte{"README.md": []byte("y\n")})
+
+	// A person accepts it, and everything after it renders: the forged README commits are
+	// unsigned too, and are accepted in the same commit.
+	log := s.srv.Log()
+	var accept []string
+	for _, e := range log {
+		if e.Hash == unsigned {
+			break
+		}
+		accept = append(accept, verify.TrailerAccept+": "+e.Hash)
+	}
+	accept = append(accept, verify.TrailerAccept+": "+unsigned)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"README.md": "reviewed\n"}, nil, "accept the host's merge\n\n"+strings.Join(accept, "\n"))
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+	require.Equal(t, s.srv.Head(), out.Source)
+}
+
+func mustEntity(t *testing.T) *openpgp.Entity {
+	e, err := openpgp.NewEntity("GitHub", "web-flow commit signing", "noreply@github.com", nil)
+	require.NoError(t, err)
+	return e
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,6 +56,10 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	if err != nil {
 		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
+	warnings, err := o.proposedCommits(ctx, source, in)
+	if err != nil {
+		return nil, nil, &exitError{Code: exitRefused, Err: err}
+	}
 	tree := render.Tree{}
 	for p, b := range in.Inputs {
 		if !verify.IsPeoplePath(p) {
@@ -69,7 +74,35 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	// On top of what the renderer would render now: its own last output, known as such.
 	req.Files, req.Previous, req.SourceCommit = tree, target.Files, proposed.Commit()
 	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust
+	req.Untrusted = append(slices.Clip(req.Untrusted), warnings...)
 	return r.Render(req), in, nil
+}
+
+// maxProposedWalk bounds the commits of a proposed change and of the branch searched for
+// where it starts.
+const maxProposedWalk = 10000
+
+// proposedCommits says which of the proposed change's commits would stop rendering once on
+// the source branch (verify.Proposed): those after the newest commit the branch already has.
+func (o *readOptions) proposedCommits(ctx context.Context, source *gitsync.Repository, in *verify.Inputs) ([]string, error) {
+	branch := source.Branch()
+	onBranch := map[string]bool{}
+	commits, _, err := source.FirstParents(ctx, branch, in.SourceTip, "", maxProposedWalk)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range commits {
+		onBranch[c.Hash] = true
+	}
+	proposed, _, err := source.RefFirstParents(ctx, o.Ref, func(h string) bool { return onBranch[h] }, maxProposedWalk)
+	if err != nil {
+		return nil, err
+	}
+	tip, err := source.SnapshotOf(ctx, branch, in.SourceTip)
+	if err != nil {
+		return nil, err
+	}
+	return verify.Proposed(tip, branch, o.Ref, proposed), nil
 }
 
 func short(h string) string {
