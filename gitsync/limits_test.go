@@ -32,21 +32,54 @@ func TestFetchAndFileLimits(t *testing.T) {
 	require.ErrorIs(t, err, gitsync.ErrTooLarge)
 	require.ErrorContains(t, err, "more than 16384 bytes")
 
+	// A file above the file limit is refused before it inflates: the fetch that would bring it.
 	r = open(t, srv, gitsync.WithLimits(0, 32<<10))
+	_, err = r.Snapshot(ctx)
+	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+	require.ErrorContains(t, err, "inflates to 65536 bytes, above the limit of 32768")
+
+	// Within the limits, a file read is still bounded on its own.
+	r = open(t, srv, gitsync.WithLimits(0, 128<<10))
 	snap, err := r.Snapshot(ctx)
 	require.NoError(t, err)
 	b, err := snap.ReadFile("inventory/edge-b.yaml")
 	require.NoError(t, err)
 	require.Equal(t, "small: 1\n", string(b))
-	_, err = snap.ReadFile("inventory/edge-a.yaml")
-	require.ErrorIs(t, err, gitsync.ErrTooLarge)
-	require.ErrorContains(t, err, "inventory/edge-a.yaml")
-	_, err = snap.Files("inventory")
-	require.ErrorIs(t, err, gitsync.ErrTooLarge)
 
 	snap, err = open(t, srv).Snapshot(ctx)
 	require.NoError(t, err)
 	files, err := snap.Files("inventory")
 	require.NoError(t, err)
 	require.Len(t, files, 2)
+}
+
+// A decompression bomb (zeros that pack to almost nothing) on one node's ref is refused before
+// it inflates, and leaves every other ref readable: Branches leaves it out and says so.
+func TestInflationBombIsIsolated(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/a.yaml": "a: 1\n"})
+	srv.SeedBranches(map[string]map[string][]byte{
+		"gitbroker/inventory/edge-a": {"inventory/edge-a.yaml": []byte("ok: 1\n")},
+		"gitbroker/inventory/edge-b": {"inventory/edge-b.yaml": make([]byte, 8<<20)},
+		"gitbroker/inventory/edge-c": {"inventory/edge-c.yaml": []byte("ok: 3\n")},
+	})
+	ctx := context.Background()
+	for _, first := range []bool{true, false} {
+		r := open(t, srv, gitsync.WithLimits(4<<20, 1<<20))
+		if !first {
+			// A store that has the refs already, when the bomb arrives on one that moves.
+			_, err := r.Branches(ctx, "main")
+			require.NoError(t, err)
+		}
+		snaps, err := r.Branches(ctx, "main", "gitbroker/inventory/")
+		require.NoError(t, err)
+		require.Contains(t, snaps, "gitbroker/inventory/edge-a")
+		require.Contains(t, snaps, "gitbroker/inventory/edge-c")
+		require.NotContains(t, snaps, "gitbroker/inventory/edge-b")
+		over := r.Oversized()
+		require.Len(t, over, 1)
+		require.ErrorIs(t, over["gitbroker/inventory/edge-b"], gitsync.ErrTooLarge)
+		b, err := snaps["gitbroker/inventory/edge-c"].ReadFile("inventory/edge-c.yaml")
+		require.NoError(t, err)
+		require.Equal(t, "ok: 3\n", string(b))
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,10 +60,15 @@ func (r *Repository) branches(ctx context.Context, names ...string) (map[string]
 		specs = append(specs, config.RefSpec(fmt.Sprintf("+%s:%s", src, plumbing.NewRemoteReferenceName("origin", n))))
 	}
 	depth := r.depth
+	r.oversized = nil
 	if has, _ := r.hasRemoteRefs(); has {
 		depth = 0
 		specs = nil
-		if err := r.fetchMoved(ctx, names); err != nil {
+		err := r.fetchMoved(ctx, names)
+		if errors.Is(err, ErrTooLarge) {
+			err = r.fetchIsolating(ctx, names, 0)
+		}
+		if err != nil {
 			return nil, r.redact.wrap(fmt.Errorf("fetching from %s: %w", r.URL(), err))
 		}
 	}
@@ -80,6 +87,10 @@ func (r *Repository) branches(ctx context.Context, names ...string) (map[string]
 		case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
 		case errors.Is(err, transport.ErrEmptyRemoteRepository):
 			return map[string]Snapshot{}, nil
+		case errors.Is(err, ErrTooLarge):
+			if err := r.fetchIsolating(ctx, names, depth); err != nil {
+				return nil, r.redact.wrap(fmt.Errorf("fetching from %s: %w", r.URL(), err))
+			}
 		case errors.As(err, &noRef):
 			// A named branch that does not exist yet (a first render, a recorder that never
 			// wrote): fetch the others without it, and forget any copy of it.
@@ -244,6 +255,68 @@ func (r *Repository) fetchMoved(ctx context.Context, names []string) error {
 	return nil
 }
 
+// Oversized lists the branches the last Branches call left out because what they hold is
+// larger than the limits (WithLimits), with why: each was fetched on its own and refused, and
+// its copy in the store, if any, stays where it was. A branch anyone can push to must not stop
+// the reading of every other.
+func (r *Repository) Oversized() map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.oversized)
+}
+
+// fetchIsolating fetches the wanted branches after a fetch of all of them was refused as too
+// large: it halves the set until each refused part is one branch, which it leaves out and
+// records in r.oversized; the others are fetched.
+func (r *Repository) fetchIsolating(ctx context.Context, names []string, depth int) error {
+	remote, err := r.repo.Remotes()
+	if err != nil || len(remote) == 0 {
+		return fmt.Errorf("listing the remote's branches: %v", err)
+	}
+	refs, err := remote[0].ListContext(ctx, &git.ListOptions{Auth: r.auth})
+	if err != nil {
+		return fmt.Errorf("listing the remote's branches: %w", err)
+	}
+	var shorts []string
+	for _, ref := range refs {
+		if short, ok := strings.CutPrefix(ref.Name().String(), "refs/heads/"); ok && ref.Type() == plumbing.HashReference && wanted(short, names) {
+			if local, err := r.repo.Reference(plumbing.NewRemoteReferenceName("origin", short), true); err == nil && local.Hash() == ref.Hash() {
+				continue // not moved
+			}
+			shorts = append(shorts, short)
+		}
+	}
+	slices.Sort(shorts)
+	var fetch func(part []string) error
+	fetch = func(part []string) error {
+		specs := make([]config.RefSpec, 0, len(part))
+		for _, short := range part {
+			specs = append(specs, config.RefSpec(fmt.Sprintf("+%s:%s", plumbing.NewBranchReferenceName(short), plumbing.NewRemoteReferenceName("origin", short))))
+		}
+		err := r.fetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: specs, Depth: depth, Auth: r.auth, Tags: git.NoTags, Force: true})
+		switch {
+		case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+			return nil
+		case errors.Is(err, ErrTooLarge) && len(part) == 1:
+			if r.oversized == nil {
+				r.oversized = map[string]error{}
+			}
+			r.oversized[part[0]] = err
+			return nil
+		case errors.Is(err, ErrTooLarge):
+			if err := fetch(part[:len(part)/2]); err != nil {
+				return err
+			}
+			return fetch(part[len(part)/2:])
+		}
+		return err
+	}
+	if len(shorts) == 0 {
+		return nil
+	}
+	return fetch(shorts)
+}
+
 func wanted(short string, names []string) bool {
 	for _, n := range names {
 		if short == n || (strings.HasSuffix(n, "/") && strings.HasPrefix(short, n) && len(short) > len(n)) {
@@ -269,7 +342,9 @@ func (r *Repository) ensureStore() error {
 		return nil
 	}
 	storage := memory.NewStorage()
-	repo, err := git.Init(storage, nil)
+	// Every pack is checked before it inflates (boundedStorage): a file may be at most maxFile
+	// bytes, and a fetch inflate to at most maxFetch, as it may bring at most that on the wire.
+	repo, err := git.Init(&boundedStorage{Storage: storage, maxObject: r.maxFile, maxTotal: r.maxFetch}, nil)
 	if err != nil {
 		return fmt.Errorf("creating object store: %w", err)
 	}

@@ -74,6 +74,9 @@ func TestBranchesKeepTheFetchLimit(t *testing.T) {
 	_, err := r.Branches(ctx, "main", "gitbroker/inventory/")
 	require.NoError(t, err)
 	srv.On("gitbroker/inventory/a").Commit(map[string]string{"inventory/a.yaml": randomText(64 << 10)}, nil, "large")
-	_, err = r.Branches(ctx, "main", "gitbroker/inventory/")
-	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+	// The ref too large to fetch is left out and named; the others are read.
+	snaps, err := r.Branches(ctx, "main", "gitbroker/inventory/")
+	require.NoError(t, err)
+	require.Contains(t, snaps, "main")
+	require.ErrorIs(t, r.Oversized()["gitbroker/inventory/a"], gitsync.ErrTooLarge)
 }

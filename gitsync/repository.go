@@ -54,6 +54,8 @@ type Repository struct {
 	repo       *git.Repository
 	storage    *memory.Storage
 	baseline   int
+	// oversized are the branches the last Branches call left out as too large.
+	oversized map[string]error
 	// pushed is the commit this Repository last pushed, or found to be its own newest, with
 	// WithOwnHistory; zero until then.
 	pushed plumbing.Hash

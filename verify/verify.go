@@ -398,6 +398,15 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 			return nil, err
 		}
 	}
+	oversized := map[string]error{}
+	for _, r := range []Reader{s.Main, s.Inventory} {
+		if o, ok := r.(interface{ Oversized() map[string]error }); ok {
+			maps.Copy(oversized, o.Oversized())
+		}
+	}
+	if err := oversized[s.SourceBranch]; err != nil {
+		return nil, fmt.Errorf("reading %s: %w", s.SourceBranch, err)
+	}
 	tip, ok := refs[s.SourceBranch]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", gitsync.ErrNoBranch, s.SourceBranch)
@@ -442,10 +451,10 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	// Whether prev is the caller's own render held in memory: its inventories are then exactly
 	// the files of the tips it accepted, so a tip that has not moved need not be read again.
 	_, _, mirrored := s.known(in.Previous)
-	if err := nodes(ctx, s, nodeRefs, m, meta, prev, mirrored, now, in); err != nil {
+	if err := nodes(ctx, s, nodeRefs, oversized, m, meta, prev, mirrored, now, in); err != nil {
 		return nil, err
 	}
-	if err := status(ctx, s, refs[StatusBranch], m, meta, prev, now, in); err != nil {
+	if err := status(ctx, s, refs[StatusBranch], oversized[StatusBranch], m, meta, prev, now, in); err != nil {
 		return nil, err
 	}
 	in.Newest = in.SourceTime
@@ -760,7 +769,7 @@ func person(m mode, c *gitsync.Commit) error {
 // nodes takes each node's inventory from its ref. With mirrored, prev holds the file of each
 // tip meta.Writers names as it was read: a tip that has not moved is taken from there (its
 // signature is still checked, against today's allowed_signers and clock).
-func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, mirrored bool, now time.Time, in *Inputs) error {
+func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, oversized map[string]error, m mode, meta render.Metadata, prev map[string][]byte, mirrored bool, now time.Time, in *Inputs) error {
 	keep := func(ref, node string) {
 		p := api.InventoryPath(node)
 		if b, ok := prev[p]; ok {
@@ -771,8 +780,18 @@ func nodes(ctx context.Context, s Sources, refs map[string]gitsync.Snapshot, m m
 		}
 	}
 	seen := map[string]bool{}
+	// A ref too large to read is not read: the node's part stays as it was accepted.
+	for _, ref := range slices.Sorted(maps.Keys(oversized)) {
+		node, ok := strings.CutPrefix(ref, InventoryPrefix)
+		if !ok || len(validation.IsDNS1123Subdomain(node)) > 0 {
+			continue
+		}
+		seen[node] = true
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: too large to read (%v); the node's last verified inventory is kept", ref, oversized[ref]))
+		keep(ref, node)
+	}
 	for _, ref := range slices.Sorted(maps.Keys(refs)) {
-		if !strings.HasPrefix(ref, InventoryPrefix) {
+		if !strings.HasPrefix(ref, InventoryPrefix) || oversized[ref] != nil {
 			continue
 		}
 		node := strings.TrimPrefix(ref, InventoryPrefix)
@@ -900,7 +919,7 @@ func signedSince(ctx context.Context, r Reader, sigs *Signatures, a *trust.Allow
 }
 
 // status takes the JobRecords from the recorder's ref.
-func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta render.Metadata, prev map[string][]byte, now time.Time, in *Inputs) error {
+func status(ctx context.Context, s Sources, snap gitsync.Snapshot, oversized error, m mode, meta render.Metadata, prev map[string][]byte, now time.Time, in *Inputs) error {
 	keep := func() {
 		for p, b := range prev {
 			if strings.HasPrefix(p, "status/") {
@@ -910,6 +929,11 @@ func status(ctx context.Context, s Sources, snap gitsync.Snapshot, m mode, meta 
 		if t := meta.Writers[StatusBranch]; t != "" {
 			in.Writers[StatusBranch] = t
 		}
+	}
+	if oversized != nil {
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: too large to read (%v); the records verified before are kept", StatusBranch, oversized))
+		keep()
+		return nil
 	}
 	if snap == nil {
 		if m.allowed != nil {

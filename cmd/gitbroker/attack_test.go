@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -483,4 +484,30 @@ func mustEntity(t *testing.T) *openpgp.Entity {
 	e, err := openpgp.NewEntity("GitHub", "web-flow commit signing", "noreply@github.com", nil)
 	require.NoError(t, err)
 	return e
+}
+
+// Finding 7: 150 MB of zeros (80 MB here) on a node's own ref, a few hundred kilobytes on the wire, took the
+// renderer to 973 MB. The pack is refused before anything inflates, and only that node's part
+// stays as it was: every other ref still renders.
+func TestAttackDecompressionBomb(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	ref := verify.InventoryBranch("edge-b")
+	s.srv.On(ref).Commit(map[string]string{api.InventoryPath("edge-b"): strings.Repeat("\x00", 80<<20)}, nil, "zeros")
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "bar1")
+	_, err := s.agents["edge-a"].Sync(t.Context())
+	require.NoError(t, err)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := s.renderTrust()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	s.untrusted(out, ref, "too large to read")
+	require.True(t, s.inventoryWith("edge-b", "baz0"), "edge-b's verified inventory is kept")
+	require.True(t, s.inventoryWith("edge-a", "bar1"), "the other nodes render")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(80<<20), "the zeros were never inflated")
 }
