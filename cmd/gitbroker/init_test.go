@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -134,6 +135,18 @@ func TestInitCIWorkflows(t *testing.T) {
 		walk(f, doc)
 	}
 	require.Len(t, seen, 4, "each workflow plans pull requests and checks the rendered branch: %v", seen)
+
+	// A merge request's pipeline runs the merge request's own .gitlab-ci.yml: it must need no
+	// secret beyond the job token, or the author could take it (the trust review's finding 10).
+	gitlab, err := os.ReadFile(filepath.Join(dir, ".gitlab-ci.yml"))
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal(gitlab, &doc))
+	plan := fmt.Sprint(doc["gitbroker-plan"]) + fmt.Sprint(doc[".gitbroker"])
+	require.NotContains(t, plan, "TOKEN}")
+	require.NotContains(t, plan, "PRIVATE-TOKEN")
+	require.Regexp(t, `^\$CI_JOB_TOKEN$|CI_JOB_TOKEN`, plan)
+	require.Contains(t, plan, "expose_as:gitbroker plan")
 }
 
 // init --flux --folder-sources writes a repository whose renders give every folder a source of
