@@ -78,6 +78,9 @@ type instance struct {
 	// when its Configuration or a reporting inventory changes (instanceSet).
 	pod     *podBrokerInputs
 	jobHash string
+	// disputed, for a shared device whose reporting nodes disagree on its properties, says so;
+	// the instance is then held as it was.
+	disputed string
 }
 
 func (in *instance) labels() map[string]string {

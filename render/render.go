@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"reflect"
 	"slices"
@@ -309,6 +310,8 @@ type pass struct {
 	instances       map[string][]*instance  // by configuration key
 	sets            map[string]*instanceSet // by configuration key
 	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
+	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
+	disputed        []*instance             // shared instances whose reporting nodes disagree
 
 	retired map[objectKey]bool // Jobs retired in this render
 	meta    map[string]objMeta
@@ -1017,6 +1020,11 @@ func (p *pass) buildInstances() {
 			p.warn("%s", w)
 		}
 		p.instances[k] = s.list
+		for _, in := range s.list {
+			if in.disputed != "" {
+				p.disputed = append(p.disputed, in)
+			}
+		}
 	}
 	p.r.instanceSets, p.sets = kept, kept
 }
@@ -1089,6 +1097,9 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 		shared   bool
 		nodes    []string
 		props    map[string]string
+		// disagree names a node that reports the shared device with other properties than
+		// the first node did.
+		disagree string
 	}
 	cfg := p.configs[k]
 	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports)), ics: make([]*api.InventoryConfiguration, len(reports))}
@@ -1104,6 +1115,8 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 			if a == nil {
 				a = &agg{id: d.ID, node: r.inv.Name, shared: d.Shared, props: d.Properties}
 				devs[ident] = a
+			} else if a.disagree == "" && !maps.Equal(a.props, d.Properties) {
+				a.disagree = r.inv.Name
 			}
 			a.nodes = append(a.nodes, r.inv.Name)
 		}
@@ -1145,6 +1158,11 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 		in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
 			nodes: a.nodes, properties: a.props, collided: collided[id]}
 		in.name = instanceName(cfg.Name, in.digest)
+		if a.disagree != "" {
+			// A node cannot give another node's device its own properties (a stream URL, say):
+			// the instance is held as it was until the nodes that report it agree.
+			in.disputed = fmt.Sprintf("instance %s held as it was: nodes %s and %s report shared device %q with different properties", in.name, a.node, a.disagree, a.id)
+		}
 		sort.Strings(in.nodes)
 		in.folder = p.instanceFolder(cfg, in.name)
 		list = append(list, in)
@@ -1180,9 +1198,19 @@ func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
 
 // findFrozenInstances keeps, for each node whose inventory is invalid, every instance that node
 // took part in exactly as it was rendered before.
+//
+// A shared instance that valid inventories still report is frozen by such a node only when that
+// node holds one of its Pods: a node cannot freeze another node's broker (or its runs) by
+// making its own inventory invalid. An instance whose reporting nodes disagree about its
+// properties is held as it was too (instance.disputed).
 func (p *pass) findFrozenInstances() {
 	p.frozenInstances = map[string][]string{}
-	if len(p.frozenNodes) == 0 {
+	p.frozenWhy = map[string]string{}
+	disputed := map[string]*instance{}
+	for _, in := range p.disputed {
+		disputed[in.cfg.Namespace+"/"+in.cfg.Name+"/"+in.name] = in
+	}
+	if len(p.frozenNodes) == 0 && len(disputed) == 0 {
 		return
 	}
 	files := map[string][]string{}
@@ -1204,6 +1232,12 @@ func (p *pass) findFrozenInstances() {
 		}
 		k := ref.namespace + "/" + ref.configuration + "/" + inst
 		files[k] = append(files[k], f)
+		if len(p.frozenNodes) == 0 {
+			continue
+		}
+		if cur := p.instance(k); cur != nil && cur.shared && ref.kind != "pod" {
+			continue // reported by valid nodes: only a Pod on the frozen node freezes it
+		}
 		for _, n := range h.nodes() {
 			if p.frozenNodes[n] {
 				involved[k] = true
@@ -1212,6 +1246,13 @@ func (p *pass) findFrozenInstances() {
 	}
 	for k := range involved {
 		p.frozenInstances[k] = files[k]
+	}
+	for k, in := range disputed {
+		if p.scope != nil && !p.scope[in.cfg.Namespace+"/"+in.cfg.Name] {
+			continue
+		}
+		p.frozenInstances[k] = append([]string{}, files[k]...)
+		p.frozenWhy[k] = in.disputed
 	}
 }
 
@@ -1295,7 +1336,7 @@ func (p *pass) renderBrokers() {
 				}
 			}
 			parallel(len(todo), func(i int) {
-				pi := podInputs(cfg, todo[i], phash, ishash)
+				pi := podInputs(cfg, todo[i], phash, ishash, p.prev)
 				todo[i].pod = &pi
 			})
 		}
@@ -1350,7 +1391,14 @@ func (p *pass) renderBrokers() {
 				p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
 				kept = true
 			}
-			if kept {
+			if why := p.frozenWhy[ik]; why != "" {
+				if kept {
+					withBrokers++
+				}
+				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+				cp.Notes = append(cp.Notes, why)
+				p.frozenNotes[k] = append(p.frozenNotes[k], why)
+			} else if kept {
 				withBrokers++
 				note := fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
 				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
@@ -1379,10 +1427,22 @@ type podBrokerInputs struct {
 	serviceHash         string
 }
 
-func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte) podBrokerInputs {
+// Placement is sticky: of the nodes that report a shared instance, those that held its broker in
+// the previous render keep it, and free places go to the others in name order, so a node that
+// newly reports a device (or claims another node's) never displaces a broker.
+func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte, prev Tree) podBrokerInputs {
 	nodes := in.nodes
 	if len(nodes) > cfg.Policy.Capacity {
-		nodes = nodes[:cfg.Policy.Capacity]
+		var holders, others []string
+		for _, n := range nodes {
+			if _, held := prev[in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml"]; held {
+				holders = append(holders, n)
+			} else {
+				others = append(others, n)
+			}
+		}
+		nodes = append(holders, others...)[:cfg.Policy.Capacity]
+		sort.Strings(nodes)
 	}
 	pi := podBrokerInputs{nodes: nodes, env: in.env()}
 	props := propsJSON(in.properties)

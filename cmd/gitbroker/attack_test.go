@@ -511,3 +511,58 @@ func TestAttackDecompressionBomb(t *testing.T) {
 	require.True(t, s.inventoryWith("edge-a", "bar1"), "the other nodes render")
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(80<<20), "the zeros were never inflated")
 }
+
+// podsOn lists the rendered Pod files pinned to node.
+func (s *signedLoop) podsOn(node string) []string {
+	var out []string
+	for _, p := range s.rendered().Files() {
+		if strings.Contains(p, "/pod-"+node+"-") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Finding 3: node A reports node B's shared device with its own properties. With capacity 1,
+// B's broker moved to A (first by name) and the instance Service selected A's Pod; its
+// properties were A's. Now a disagreement holds the instance as it was, placement is sticky,
+// and A making its own inventory invalid no longer freezes B's instance.
+func TestAttackSharedDeviceHijack(t *testing.T) {
+	s := newSignedLoop(t)
+	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
+	require.Contains(t, cfg, "  capacity: 2\n")
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "  capacity: 2\n", "  capacity: 1\n", 1)}, nil, "one broker per camera")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:cam-1")
+	s.discover()
+	s.renderTrust()
+	require.Len(t, s.podsOn("edge-b"), 1)
+	require.Empty(t, s.podsOn("edge-a"))
+	pod := s.podsOn("edge-b")[0]
+	before := s.renderedFile(pod)
+
+	// A claims the device with its own stream.
+	s.forgeInventory("edge-a", "spec: {}\n", "spec:\n  configurations:\n  - devices:\n    - id: cam-1\n      properties:\n        DEBUG_ECHO_DESCRIPTION: rtsp://attacker.example/cam\n      shared: true\n    name: akri-debug-echo\n    namespace: default\n")
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.plan(out), "report shared device \"cam-1\" with different properties")
+	require.Empty(t, s.podsOn("edge-a"), "the broker does not move to the claiming node")
+	require.Equal(t, before, s.renderedFile(pod), "the instance is held as it was")
+	require.NotContains(t, s.podsText(), "attacker.example")
+
+	// A copies B's properties exactly: they agree, and B keeps the broker (capacity 1).
+	s.forgeInventory("edge-a", "rtsp://attacker.example/cam", "cam-1")
+	out = s.renderTrust()
+	require.NotContains(t, s.plan(out), "different properties")
+	require.Empty(t, s.podsOn("edge-a"), "placement is sticky: a newly reporting node never displaces a broker")
+	require.Equal(t, []string{pod}, s.podsOn("edge-b"))
+
+	// A makes its own inventory invalid: B's instance still follows B.
+	s.forgeInventory("edge-a", "    namespace: default\n", "    namespace: default\n    bogus: 1\n")
+	s.forgeInventory("edge-b", "DEBUG_ECHO_DESCRIPTION: cam-1", "DEBUG_ECHO_DESCRIPTION: cam-1 v2")
+	out, err := s.renderer.once(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.NotEmpty(t, out.Result.Errors, "edge-a's inventory is invalid")
+	require.Contains(t, s.renderedFile(s.podsOn("edge-b")[0]), "cam-1 v2")
+}
