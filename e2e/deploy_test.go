@@ -68,7 +68,8 @@ func TestDeployManifests(t *testing.T) {
 	})
 	t.Run("flux", func(t *testing.T) {
 		objs := build(t, "../deploy/flux")
-		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 3, "Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1}, kinds(objs))
+		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 3, "Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
+			"ConfigMap": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2}, kinds(objs))
 		dryRun(t, objs)
 		applier, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
 		require.NoError(t, err)

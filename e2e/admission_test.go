@@ -1,0 +1,112 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// TestAdmissionPolicies applies deploy/flux's ValidatingAdmissionPolicies and accounts as a user
+// does and plays the accounts Flux applies as, on the API server: gitbroker-flux may create a
+// Kustomization only when it applies as gitbroker-applier, and a GitRepository only on the
+// fleet's URL with gitbroker's own Secret; gitbroker-namespaces may not touch kube-system, change
+// a namespace's Pod Security labels, or bind anything but gitbroker's accounts (the trust
+// review's finding 12).
+func TestAdmissionPolicies(t *testing.T) {
+	ctx := context.Background()
+	require.NoError(t, cluster.CreateNamespace(ctx, "flux-system"))
+	data, err := os.ReadFile("../deploy/flux/admission.yaml")
+	require.NoError(t, err)
+	require.NoError(t, cluster.Apply(ctx, data))
+	data, err = os.ReadFile("../deploy/flux/applier.yaml")
+	require.NoError(t, err)
+	require.NoError(t, cluster.Apply(ctx, data))
+
+	as := func(sa string) dynamic.Interface {
+		cfg := rest.CopyConfig(cluster.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:flux-system:" + sa,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:flux-system", "system:authenticated"}}
+		return dynamic.NewForConfigOrDie(cfg)
+	}
+	flux, namespaces := as("gitbroker-flux"), as("gitbroker-namespaces")
+	kustomizations := schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	repositories := schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+	nsResource := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	bindings := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	create := func(c dynamic.Interface, gvr schema.GroupVersionResource, ns, yaml string) error {
+		objs, err := Objects([]byte(yaml))
+		require.NoError(t, err)
+		var ri dynamic.ResourceInterface = c.Resource(gvr)
+		if ns != "" {
+			ri = c.Resource(gvr).Namespace(ns)
+		}
+		_, err = ri.Create(ctx, objs[0], dry)
+		return err
+	}
+	kustomization := func(sa string) string {
+		k := "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: gitbroker-default-cam\n  namespace: flux-system\nspec:\n  interval: 10m\n  path: ./rendered/default/cam\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: gitbroker\n"
+		if sa != "" {
+			k += "  serviceAccountName: " + sa + "\n"
+		}
+		return k
+	}
+	repository := func(url, secret string) string {
+		return "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: gitbroker-default-cam\n  namespace: flux-system\nspec:\n  interval: 1m\n  url: " + url + "\n  ref:\n    branch: gitbroker/folders/gitbroker-default-cam\n  secretRef:\n    name: " + secret + "\n  verify:\n    mode: HEAD\n    secretRef:\n      name: gitbroker-renderer-verify\n"
+	}
+
+	// The API server loads new policies within moments.
+	require.Eventually(t, func() bool {
+		err := create(flux, kustomizations, "flux-system", kustomization(""))
+		return err != nil && containsAll(err.Error(), "ValidatingAdmissionPolicy", "gitbroker-flux", "must apply as gitbroker-applier")
+	}, time.Minute, 200*time.Millisecond, "a Kustomization without serviceAccountName is refused")
+	require.ErrorContains(t, create(flux, kustomizations, "flux-system", kustomization("kustomize-controller")), "must apply as gitbroker-applier")
+	require.NoError(t, create(flux, kustomizations, "flux-system", kustomization("gitbroker-applier")))
+	k := kustomization("gitbroker-applier") + "  postBuild:\n    substituteFrom:\n    - kind: Secret\n      name: flux-system\n"
+	require.ErrorContains(t, create(flux, kustomizations, "flux-system", k), "may not set kubeConfig, decryption or postBuild.substituteFrom")
+
+	require.ErrorContains(t, create(flux, repositories, "flux-system", repository("https://git.example.com/fleet/edge.git", "flux-system")), "name no Secret but gitbroker-git")
+	require.ErrorContains(t, create(flux, repositories, "flux-system", repository("https://attacker.example/x.git", "gitbroker-git")), "must fetch https://git.example.com/fleet/edge.git")
+	require.NoError(t, create(flux, repositories, "flux-system", repository("https://git.example.com/fleet/edge.git", "gitbroker-git")))
+
+	// gitbroker-namespaces: RBAC lets it patch any namespace; the policy keeps it to its own.
+	patch := func(name, body string) error {
+		_, err := namespaces.Resource(nsResource).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	require.ErrorContains(t, patch("kube-system", `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"gitbroker"}}}`), "may not touch the cluster namespace kube-system")
+	require.NoError(t, cluster.CreateNamespace(ctx, "brokers-admission"))
+	require.NoError(t, patch("brokers-admission", `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"gitbroker"}}}`))
+	require.ErrorContains(t, patch("brokers-admission", `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`), "never change its Pod Security labels")
+	require.NoError(t, create(namespaces, nsResource, "", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: brokers-new\n  labels:\n    app.kubernetes.io/managed-by: gitbroker\n"))
+
+	binding := func(ns, sa, saNS string) string {
+		return "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: gitbroker-applier\n  namespace: " + ns + "\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: gitbroker-applier\nsubjects:\n- kind: ServiceAccount\n  name: " + sa + "\n  namespace: " + saNS + "\n"
+	}
+	require.ErrorContains(t, create(namespaces, bindings, "kube-system", binding("kube-system", "gitbroker-applier", "flux-system")), "may not touch the cluster namespace kube-system")
+	require.ErrorContains(t, create(namespaces, bindings, "brokers-admission", binding("brokers-admission", "default", "brokers-admission")), "may bind only gitbroker-applier and the recorder")
+	require.NoError(t, create(namespaces, bindings, "brokers-admission", binding("brokers-admission", "gitbroker-applier", "flux-system")))
+
+	// An administrator is not held by them.
+	require.NoError(t, create(dynamic.NewForConfigOrDie(cluster.Config), kustomizations, "flux-system", kustomization("")))
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
