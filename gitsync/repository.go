@@ -42,6 +42,7 @@ type Repository struct {
 	resetFactor int
 	signer      Signer
 	ownHistory  bool
+	recoverFrom func(ctx context.Context) (string, error)
 	maxFetch    int64
 	maxFile     int64
 	create      bool
@@ -181,6 +182,22 @@ var ErrNotOwnHistory = errors.New("a writer that keeps its own history needs a s
 // of its own is ever made current again.
 func WithOwnHistory() Option {
 	return func(r *Repository) error { r.ownHistory = true; return nil }
+}
+
+// TrailerReplaces, on the first commit of a writer's new line (its ref was deleted, or holds
+// none of its commits, and it has none in memory), names the writer's commit the renderer
+// accepted last: the renderer takes the new line in its place, and only that one, so an old
+// commit of the writer stays refused.
+const TrailerReplaces = "Gitbroker-Replaces"
+
+// WithRecoverFrom, with WithOwnHistory, tells a writer that must start a new line where to
+// find the commit of its own the renderer accepted last (the render metadata on
+// gitbroker/rendered says it; what it says need not be trusted, since the renderer takes a new
+// line only when it names exactly the tip it accepted): the new line's first commit names it in
+// TrailerReplaces. An error or "" starts the line without it, which the renderer refuses until
+// a person decides.
+func WithRecoverFrom(f func(ctx context.Context) (string, error)) Option {
+	return func(r *Repository) error { r.recoverFrom = f; return nil }
 }
 
 // WithResetAfterGrowth starts from an empty object store once it holds
@@ -596,6 +613,14 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	change, err := fn(ctx, snap)
 	if err != nil {
 		return &writerError{err}
+	}
+	if base == nil && r.ownHistory && r.recoverFrom != nil && change != nil {
+		// A new line of the writer's own: it names what it replaces.
+		if accepted, rerr := r.recoverFrom(ctx); rerr == nil && accepted != "" {
+			change.Trailers = append(slices.Clip(change.Trailers), Trailer{Key: TrailerReplaces, Value: accepted})
+		} else if rerr != nil {
+			r.log.Info("starting a new line of commits without naming the accepted one", "branch", r.branch.Short(), "error", r.redact.wrap(rerr).Error())
+		}
 	}
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
 	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)

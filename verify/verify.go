@@ -902,7 +902,16 @@ func signedSince(ctx context.Context, r Reader, sigs *Signatures, a *trust.Allow
 		if len(commits) >= maxWriterWalk {
 			return fmt.Sprintf("is more than %d commits after %s, the tip accepted last", maxWriterWalk, short(accepted)), nil
 		}
-		return fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(accepted)), nil
+		// A writer whose ref was deleted starts a new line whose first commit names the tip it
+		// replaces: taken when that is exactly the accepted tip, and every commit of the line
+		// is the writer's.
+		if commits, _, err = r.FirstParents(ctx, ref, tip, "", maxWriterWalk); err != nil {
+			return "", err
+		}
+		root := commits[len(commits)-1]
+		if v, ok := gitsync.TrailerValue(root.Raw, gitsync.TrailerReplaces); !ok || v != accepted || len(root.Parents) > 0 {
+			return fmt.Sprintf("does not descend from %s, the tip accepted last (a replay or a rollback)", short(accepted)), nil
+		}
 	}
 	for _, c := range commits {
 		if len(c.Parents) > 1 {
@@ -1014,4 +1023,28 @@ func (t *treeSnap) Files(dir string) (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// AcceptedTip returns what a writer that must start a new line on ref (gitsync.WithRecoverFrom)
+// reads to name the tip it replaces: the tip of ref the renderer accepted last, from the render
+// metadata at the head of the rendered branch. It is read, not verified: the renderer takes the
+// new line only when it names exactly the tip it accepted itself. It reads the whole rendered
+// branch once, only when a writer recovers.
+func AcceptedTip(rendered interface {
+	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
+}, ref string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		snap, err := rendered.Snapshot(ctx)
+		if err != nil {
+			return "", err
+		}
+		data, err := snap.ReadFile(render.MetadataPath)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return render.ParseMetadata(data).Writers[ref], nil
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -565,4 +566,55 @@ func TestAttackSharedDeviceHijack(t *testing.T) {
 	}
 	require.NotEmpty(t, out.Result.Errors, "edge-a's inventory is invalid")
 	require.Contains(t, s.renderedFile(s.podsOn("edge-b")[0]), "cam-1 v2")
+}
+
+// Finding 6, after a restart: a writer whose ref was deleted while it was down has nothing of
+// its own to build on. Its new line names the tip the renderer accepted (read from the render
+// metadata), which the renderer takes in that tip's place; the old commits stay refused.
+func TestAttackDeletedRefRecoversAfterARestart(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	ref := verify.InventoryBranch("edge-b")
+	old := s.srv.On(ref).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
+	s.discover()
+	s.renderTrust()
+
+	s.srv.SetRef(ref, "")
+	restart := func() *agent.Agent {
+		store, source := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory(),
+			gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+		a, err := agent.New(agent.Options{Node: "edge-b", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]},
+			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
+		require.NoError(t, err)
+		return a
+	}
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1", "baz2")
+	_, err := restart().Sync(t.Context())
+	require.NoError(t, err)
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.True(t, s.inventoryWith("edge-b", "baz2"))
+
+	// The old line is still a replay.
+	newTip := s.srv.On(ref).Head()
+	s.srv.SetRef(ref, old)
+	out = s.renderTrust()
+	s.untrusted(out, ref, "a replay or a rollback")
+	// So is a new line that names another tip.
+	s.srv.SetRef(ref, "")
+	store, _ := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory(),
+		gitsync.WithRecoverFrom(func(context.Context) (string, error) { return old, nil }))
+	_, err = store.Update(t.Context(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		return &gitsync.Change{Owned: []string{api.InventoryPath("edge-b")}, Files: map[string][]byte{api.InventoryPath("edge-b"): []byte(s.renderedFile(api.InventoryPath("edge-b")))},
+			Message: "a line naming an older tip", Author: gitsync.Signature{Name: "x", Email: "x@example.com", When: time.Now()}}, nil
+	})
+	require.NoError(t, err)
+	out = s.renderTrust()
+	s.untrusted(out, ref, "a replay or a rollback")
+	s.srv.SetRef(ref, newTip)
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
 }

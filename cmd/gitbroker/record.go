@@ -149,8 +149,15 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())
 	if len(signing) > 0 {
 		// The recorder reads and signs only what it wrote itself: a record someone else pushed
-		// on its ref is dropped, never kept under its signature.
-		opts = append(opts, gitsync.WithOwnHistory())
+		// on its ref is dropped, never kept under its signature. Should its ref be gone when it
+		// starts, its new line names the tip the renderer accepted.
+		rendered := o.Git
+		rendered.Branch = verify.RenderedBranch
+		rr, err := rendered.Open(signing...)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		opts = append(opts, gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(verify.AcceptedTip(rr, verify.StatusBranch)))
 	}
 	repo, err := own.Open(opts...)
 	if err != nil {
