@@ -233,7 +233,7 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		return Outcome{}, err
 	}
 	out := Outcome{Devices: count}
-	if have, err := head.ReadFile(a.path); err == nil && bytes.Equal(have, want) {
+	if have, err := head.ReadFile(a.path); err == nil && bytes.Equal(have, want) && !gitsync.Replaces(head) {
 		a.ready.Store(true)
 		return out, nil
 	}

@@ -367,6 +367,8 @@ type treeSnapshot struct {
 	root   *object.Tree
 	// maxFile bounds one file read (0: no bound).
 	maxFile int64
+	// replaces says the snapshot is a writer's own commit below the branch's head (Replaces).
+	replaces bool
 
 	// read remembers the blob hash of every file handed out, so a change
 	// that writes the same bytes back needs no hashing.

@@ -266,10 +266,23 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 	if c == nil && !r.create && r.pushed.IsZero() {
 		return nil, r.noBranch()
 	}
-	if c, err = r.ownBase(ctx, c); err != nil {
+	base, err := r.ownBase(ctx, c)
+	if err != nil {
 		return nil, r.redact.wrap(err)
 	}
-	return snapshotOf(c, r.maxFile)
+	snap, err := snapshotOf(base, r.maxFile)
+	if err == nil && base != c {
+		snap.(*treeSnapshot).replaces = true
+	}
+	return snap, err
+}
+
+// Replaces reports whether a Snapshot a WithOwnHistory Repository returned is not the branch's
+// head (someone else pushed on top of the writer's own commit, or the branch moved away from
+// it): the writer's next Update puts the branch back even when it has nothing to change.
+func Replaces(s Snapshot) bool {
+	t, ok := s.(*treeSnapshot)
+	return ok && t.replaces
 }
 
 // maxOwnWalk bounds the search for a writer's own newest commit below commits pushed by others.

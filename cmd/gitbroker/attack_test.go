@@ -187,6 +187,19 @@ func (s *signedLoop) instanceOf(job string) string {
 // the agent, restarted, took it for its own last inventory, kept the device through its grace
 // period and signed it, so it rendered.
 func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
+	t.Run("unchanged devices", func(t *testing.T) {
+		// With nothing new to report, the agent still puts its ref back over what was planted.
+		s := newSignedLoop(t)
+		s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+		s.discover()
+		s.renderTrust()
+		own := s.srv.On(verify.InventoryBranch("edge-b")).Head()
+		s.srv.On(verify.InventoryBranch("edge-b")).Commit(map[string]string{"inventory/extra.yaml": "x: 1\n"}, nil, "planted")
+		s.discover()
+		require.Equal(t, own, s.srv.On(verify.InventoryBranch("edge-b")).Head())
+		out := s.renderTrust()
+		require.Empty(t, out.Result.Untrusted, s.plan(out))
+	})
 	s := newSignedLoop(t)
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
 	s.discover()
@@ -204,6 +217,7 @@ func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
 	out, err := restarted.Sync(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 2, out.Devices, "the planted device is not the agent's")
+	require.NotContains(t, s.srv.On(verify.InventoryBranch("edge-b")).Log()[0].Subject, "planted")
 	head, _ := s.srv.On(verify.InventoryBranch("edge-b")).File(api.InventoryPath("edge-b"))
 	require.NotContains(t, head, "evil0")
 	require.Contains(t, head, "baz1")
