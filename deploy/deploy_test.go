@@ -47,6 +47,9 @@ func TestObjectsSetURLAndBranch(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(flux["gitrepository.yaml"], &repo))
 	require.Equal(t, "https://git.example.org/plant/edge.git", repo.Spec.URL)
+	// The admission policy's parameters hold the same URL: the only one a rendered
+	// GitRepository may fetch.
+	require.Contains(t, string(flux["admission.yaml"]), `url: "https://git.example.org/plant/edge.git"`)
 	require.Equal(t, "release/2026: 11", repo.Spec.Ref.Branch)
 
 	objs, err := Objects("argocd", "https://x.example/r.git", "prod")
