@@ -481,24 +481,36 @@ func (r *Repository) IsAncestor(ctx context.Context, branch, ancestor, tip strin
 func (r *Repository) FirstParents(ctx context.Context, branch, tip, stop string, max int) (commits []*Commit, found bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	deepened := false
-	for h := tip; h != "" && len(commits) < max; {
-		if h == stop {
-			return commits, true, nil
+	commits, found, rooted, err := r.firstParents(ctx, branch, tip, func(h string) bool { return h == stop }, max, func() error { return r.deepenBranch(ctx, branch) })
+	if err != nil {
+		return nil, false, err
+	}
+	return commits, found || stop == "" && rooted, nil
+}
+
+// firstParents walks from tip back along first parents until stop says a commit is where to
+// stop (excluded, found true), a root (rooted true, within max), or max commits; a commit
+// missing from the store (a shallow boundary) is fetched with deepen once, if given.
+func (r *Repository) firstParents(ctx context.Context, name, tip string, stop func(string) bool, max int, deepen func() error) (commits []*Commit, found, rooted bool, err error) {
+	deepened := deepen == nil
+	h := tip
+	for h != "" && len(commits) < max {
+		if stop(h) {
+			return commits, true, false, nil
 		}
-		c, err := r.commitOf(ctx, branch, h, false)
+		c, err := r.commitOf(ctx, name, h, false)
 		if errors.Is(err, plumbing.ErrObjectNotFound) && !deepened {
 			deepened = true
-			if err := r.deepenBranch(ctx, branch); err != nil {
-				return nil, false, err
+			if err := deepen(); err != nil {
+				return nil, false, false, err
 			}
-			c, err = r.commitOf(ctx, branch, h, false)
+			c, err = r.commitOf(ctx, name, h, false)
 		}
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
-			return commits, false, nil
+			return commits, false, false, nil
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		commits = append(commits, c)
 		h = ""
@@ -506,7 +518,7 @@ func (r *Repository) FirstParents(ctx context.Context, branch, tip, stop string,
 			h = c.Parents[0]
 		}
 	}
-	return commits, stop == "" && len(commits) < max, nil
+	return commits, false, h == "" && len(commits) < max, nil
 }
 
 // SnapshotOf returns the files at one commit of branch (deepening its history if needed).
@@ -659,22 +671,6 @@ func (r *Repository) RefFirstParents(ctx context.Context, name string, stop func
 	if err != nil {
 		return nil, false, fmt.Errorf("resolving %s: %w", name, err)
 	}
-	for h := ref.Hash().String(); h != "" && len(commits) < max; {
-		if stop(h) {
-			return commits, true, nil
-		}
-		c, err := r.commitOf(ctx, name, h, false)
-		if errors.Is(err, plumbing.ErrObjectNotFound) {
-			return commits, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		commits = append(commits, c)
-		h = ""
-		if len(c.Parents) > 0 {
-			h = c.Parents[0]
-		}
-	}
-	return commits, false, nil
+	commits, found, _, err = r.firstParents(ctx, name, ref.Hash().String(), stop, max, nil)
+	return commits, found, err
 }
