@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -148,16 +149,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	own.Branch = verify.StatusBranch
 	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())
 	if len(signing) > 0 {
-		// The recorder reads and signs only what it wrote itself: a record someone else pushed
-		// on its ref is dropped, never kept under its signature. Should its ref be gone when it
-		// starts, its new line names the tip the renderer accepted.
-		rendered := o.Git
-		rendered.Branch = verify.RenderedBranch
-		rr, err := rendered.Open(signing...)
-		if err != nil {
-			return exitf(exitInvalid, "%v", err)
-		}
-		opts = append(opts, gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(verify.AcceptedTip(rr, verify.StatusBranch)))
+		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, append(slices.Clip(signing), gitsync.WithLogger(log))...)...)
 	}
 	repo, err := own.Open(opts...)
 	if err != nil {

@@ -157,16 +157,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		own.Branch = verify.InventoryBranch(o.Node)
 		ownOpts := append(opts, gitsync.WithCreateBranch())
 		if len(signing) > 0 {
-			// The agent reads and signs only what it wrote itself: a commit someone else
-			// pushed on its ref is dropped, never carried into a signed inventory. Should its
-			// ref be gone when it starts, its new line names the tip the renderer accepted.
-			rendered := o.Git
-			rendered.Branch = verify.RenderedBranch
-			rr, err := rendered.Open(opts...)
-			if err != nil {
-				return Exitf(ExitInvalid, "%v", err)
-			}
-			ownOpts = append(ownOpts, gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(verify.AcceptedTip(rr, verify.InventoryBranch(o.Node))))
+			ownOpts = append(ownOpts, OwnRefOptions(o.Git, verify.InventoryBranch(o.Node), opts...)...)
 		}
 		repo, err := own.Open(ownOpts...)
 		if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // FlagSigningKey names every writer's signing key.
@@ -94,4 +96,23 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 	}
 	k, err := o.Load(logr.Discard(), trust.PrincipalRenderer, false)
 	return RendererSigner{SSH: k}, err
+}
+
+// OwnRefOptions are the gitsync options of a writer that signs its own ref (the agent, the
+// recorder): it reads and builds only on what it signed itself (gitsync.WithOwnHistory), so a
+// commit someone else pushed there is dropped, never signed; and should its ref be gone when it
+// starts, its new line names the tip of ref the renderer accepted, read from the render
+// metadata on main's rendered branch (verify.AcceptedTip). That branch is opened only then, and
+// let go after, so a writer holds no copy of the rendered tree. read are the options to read
+// main with (credentials, limits, logger).
+func OwnRefOptions(main gitsync.Options, ref string, read ...gitsync.Option) []gitsync.Option {
+	main.Branch = verify.RenderedBranch
+	accepted := func(ctx context.Context) (string, error) {
+		rendered, err := main.Open(read...)
+		if err != nil {
+			return "", err
+		}
+		return verify.AcceptedTip(rendered, ref)(ctx)
+	}
+	return []gitsync.Option{gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(accepted)}
 }
