@@ -269,6 +269,9 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 	a.opts.Log.Info("inventory written", "devices", count,
 		"commit", res.Commit, "attempts", res.Attempts, "conflicts", res.Conflicts, "retries", res.Retries,
 		"duration", res.Elapsed.String())
+	if res.Replaced != "" {
+		a.opts.Log.Error(errors.New("the branch held commits this agent did not sign"), "dropped what someone else pushed on the node's ref", "replaced", res.Replaced, "commit", res.Commit)
+	}
 	return out, nil
 }
 

@@ -287,6 +287,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if err == nil {
 		r.opts.Log.Info("Job records written", "records", len(written), "commit", res.Commit,
 			"attempts", res.Attempts, "conflicts", res.Conflicts)
+		if res.Replaced != "" {
+			r.opts.Log.Error(errors.New("the branch held commits this recorder did not sign"), "dropped what someone else pushed on the recorder's ref", "replaced", res.Replaced, "commit", res.Commit)
+		}
 	}
 	r.mu.Lock()
 	for path := range batch {
