@@ -544,6 +544,9 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 			what := "is gone"
 			if head != "" {
 				what = fmt.Sprintf("is at %s, which does not descend from it (moved back to an older commit, or replaced)", short(head))
+				if ok, err := s.Main.IsAncestor(ctx, s.RenderedBranch, last, head); err == nil && ok {
+					what = fmt.Sprintf("is at %s, with no render of its own within %d commits on top of it", short(head), maxRenderedWalk)
+				}
 			}
 			in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: this renderer pushed %s last, and the branch %s; it is rendered over from %s",
 				s.RenderedBranch, short(last), what, short(last)))
