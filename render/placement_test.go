@@ -55,4 +55,20 @@ func TestDisagreeingNodesHoldASharedInstance(t *testing.T) {
 		require.NotContains(t, string(b), "attacker.example", p)
 	}
 	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2, "c1 on edge-b, and edge-a's own c2")
+
+	// A new shared device they disagree on from the start is not rendered at all.
+	tree = apply(tree, res)
+	tree["inventory/edge-a.yaml"] = []byte(strings.Replace(inventory("edge-a", entry("cam", "shared:c1", "shared:c2", "shared:c3")), "DEVICE: c1", "DEVICE: rtsp://attacker.example", 1))
+	tree["inventory/edge-b.yaml"] = []byte(strings.Replace(inventory("edge-b", entry("cam", "shared:c1", "shared:c3")), "DEVICE: c3", "DEVICE: other", 1))
+	res = renderOK(t, tree)
+	require.Contains(t, planText(res.Plan), `report shared device "c3" with different properties`)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2, "nothing for c3")
+
+	// Once they agree, the instance renders from what they report.
+	tree = apply(tree, res)
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "shared:c1", "shared:c2")))
+	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b", entry("cam", "shared:c1")))
+	res = renderOK(t, tree)
+	require.NotContains(t, planText(res.Plan), "different properties")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2)
 }

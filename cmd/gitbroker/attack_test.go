@@ -44,6 +44,30 @@ func (s *signedLoop) inventoryWith(node, substr string) bool {
 	return strings.Contains(s.renderedFile(api.InventoryPath(node)), substr)
 }
 
+// firmwareJob has edge-a report plc-1 for plc-firmware (with whatever the test set before),
+// renders, lets "Flux" create the one Job and returns its name.
+func (s *signedLoop) firmwareJob() string {
+	s.t.Helper()
+	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
+	s.discover()
+	s.renderTrust()
+	require.Len(s.t, s.apply(), 1)
+	jobs := s.jobs(render.RenderedDir, "plc-firmware")
+	require.Len(s.t, jobs, 1)
+	return strings.TrimSuffix(jobs[0], ".yaml")
+}
+
+// startAgent starts an agent of node as a restarted one is: nothing in memory, signing with
+// signer and keeping to its own history, vanished devices kept for grace.
+func (s *signedLoop) startAgent(node string, signer gitsync.Signer, devices *nodeDevices, grace time.Duration, extra ...gitsync.Option) *agent.Agent {
+	s.t.Helper()
+	store, source := s.refs.agent(node, append([]gitsync.Option{gitsync.WithSigner(signer), gitsync.WithOwnHistory()}, extra...)...)
+	a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices},
+		Log: logr.Discard(), SharedGracePeriod: grace, LocalGracePeriod: grace})
+	require.NoError(s.t, err)
+	return a
+}
+
 // Finding 1: a folder branch's commit, which the renderer's key signed too, pushed onto
 // gitbroker/rendered. Taken for the previous render, it had no metadata: the accepted tips were
 // dropped, so a node's old commit, refused before, became acceptable again.
@@ -135,13 +159,7 @@ func TestAttackRolledBackRenderIsNotAdopted(t *testing.T) {
 // retired as Succeeded.
 func TestAttackPlantedRecordIsNotLaundered(t *testing.T) {
 	s := newSignedLoop(t)
-	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
-	s.discover()
-	s.renderTrust()
-	require.Len(t, s.apply(), 1)
-	jobs := s.jobs(render.RenderedDir, "plc-firmware")
-	require.Len(t, jobs, 1)
-	job := strings.TrimSuffix(jobs[0], ".yaml")
+	job := s.firmwareJob()
 	instance := s.instanceOf(job)
 
 	forged := "apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + job + "\n  namespace: plant\nspec:\n  configuration: plc-firmware\n  instance: " + instance + "\n  deviceID: plc-1\n  outcome: Succeeded\n  succeeded: 1\n  failed: 0\n"
@@ -209,10 +227,7 @@ func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
 	require.NotEqual(t, inv, planted, inv)
 	s.srv.On(verify.InventoryBranch("edge-b")).Commit(map[string]string{api.InventoryPath("edge-b"): planted}, nil, "planted")
 
-	store, source := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory())
-	restarted, err := agent.New(agent.Options{Node: "edge-b", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]},
-		Log: logr.Discard(), SharedGracePeriod: time.Hour, LocalGracePeriod: time.Hour})
-	require.NoError(t, err)
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], time.Hour)
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
 	out, err := restarted.Sync(t.Context())
 	require.NoError(t, err)
@@ -230,13 +245,8 @@ func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
 // refused for good as a replay or a rollback. A running writer builds on what it pushed last.
 func TestAttackDeletedRefsRecoverByThemselves(t *testing.T) {
 	s := newSignedLoop(t)
-	s.nodes["edge-a"].set("plant/plc-firmware", "shared:plc-1")
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
-	s.discover()
-	s.renderTrust()
-	require.Len(t, s.apply(), 1)
-	jobs := s.jobs(render.RenderedDir, "plc-firmware")
-	require.Len(t, jobs, 1)
+	job := s.firmwareJob()
 
 	s.srv.SetRef(verify.InventoryBranch("edge-b"), "")
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
@@ -246,7 +256,7 @@ func TestAttackDeletedRefsRecoverByThemselves(t *testing.T) {
 	require.True(t, s.inventoryWith("edge-b", "baz1"))
 
 	s.srv.SetRef(verify.StatusBranch, "")
-	s.finish("plant", strings.TrimSuffix(jobs[0], ".yaml"), true)
+	s.finish("plant", job, true)
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Contains(t, s.plan(out), "retired")
@@ -411,11 +421,9 @@ func TestAttackRevokedNodeKey(t *testing.T) {
 
 	signer, err := trust.LoadSigner(filepath.Join(dir, "edge-c"))
 	require.NoError(t, err)
-	store, source := s.refs.agent("edge-c", gitsync.WithSigner(signer), gitsync.WithOwnHistory())
 	devices := &nodeDevices{devices: map[string][]api.Device{}}
 	devices.set("default/akri-debug-echo", "cam0")
-	c, err := agent.New(agent.Options{Node: "edge-c", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
-	require.NoError(t, err)
+	c := s.startAgent("edge-c", signer, devices, 0)
 	_, err = c.Sync(t.Context())
 	require.NoError(t, err)
 	out := s.renderTrust()
@@ -597,16 +605,10 @@ func TestAttackDeletedRefRecoversAfterARestart(t *testing.T) {
 	s.renderTrust()
 
 	s.srv.SetRef(ref, "")
-	restart := func() *agent.Agent {
-		store, source := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory(),
-			gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
-		a, err := agent.New(agent.Options{Node: "edge-b", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]},
-			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
-		require.NoError(t, err)
-		return a
-	}
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0,
+		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1", "baz2")
-	_, err := restart().Sync(t.Context())
+	_, err := restarted.Sync(t.Context())
 	require.NoError(t, err)
 	out := s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
