@@ -334,6 +334,17 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 	return found, nil
 }
 
+// Restore puts a WithOwnHistory writer's branch back on its own commit when someone else pushed
+// on top of it or moved it (the same compare-and-swap an Update makes), and does nothing
+// otherwise (ErrNoChanges): a writer with nothing to write calls it now and then, so its ref
+// is repaired within an interval even when it has nothing new.
+func (r *Repository) Restore(ctx context.Context) (Result, error) {
+	if !r.ownHistory {
+		return Result{}, ErrNoChanges
+	}
+	return r.Update(ctx, nil)
+}
+
 // descends reports whether c is ancestor or has it among its ancestors.
 func (r *Repository) descends(ctx context.Context, c *object.Commit, ancestor plumbing.Hash) bool {
 	seen := map[plumbing.Hash]bool{}
@@ -623,9 +634,11 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 		return err
 	}
 	res.Base = snap.Commit()
-	change, err := fn(ctx, snap)
-	if err != nil {
-		return &writerError{err}
+	var change *Change
+	if fn != nil {
+		if change, err = fn(ctx, snap); err != nil {
+			return &writerError{err}
+		}
 	}
 	if base == nil && r.ownHistory && r.recoverFrom != nil && change != nil {
 		// A new line of the writer's own: it names what it replaces.
@@ -636,9 +649,15 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 		}
 	}
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}
-	commit, objects, err := b.build(base, change, snap.(*treeSnapshot).known)
+	var commit plumbing.Hash
+	var objects []plumbing.Hash
+	if change != nil {
+		commit, objects, err = b.build(base, change, snap.(*treeSnapshot).known)
+	} else {
+		err = ErrNoChanges // Restore: nothing to write, only the branch to put back
+	}
 	ref, old, derr := dest(head, snap)
-	if errors.Is(err, ErrNoChanges) && base != head && ref == r.branch && derr == nil {
+	if errors.Is(err, ErrNoChanges) && base != nil && base != head && ref == r.branch && derr == nil {
 		// Nothing to change on the writer's own commit, but the branch is not there: move it
 		// back (what someone else pushed on top is dropped).
 		commit, objects, err = base.Hash, nil, nil

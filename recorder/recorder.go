@@ -68,6 +68,10 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Repair is how often the recorder puts its ref back over commits someone else pushed
+	// there (a Store with Restore, gitsync.WithOwnHistory), when it has no record to write
+	// (default 1m; negative never).
+	Repair time.Duration
 
 	// Logs reads container logs; nil reads them through Client (pods/log).
 	Logs LogSource
@@ -117,6 +121,9 @@ func New(opts Options) (*Recorder, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Repair == 0 {
+		opts.Repair = time.Minute
 	}
 	if opts.Author.Name == "" {
 		opts.Author = gitsync.Signature{Name: "gitbroker-recorder", Email: "recorder@gitbroker.dev"}
@@ -177,6 +184,12 @@ func (r *Recorder) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	r.opts.Log.Info("watching broker Jobs", "selector", Selector, "namespaces", r.opts.Namespaces)
+	var repair <-chan time.Time
+	if _, ok := r.opts.Store.(restorer); ok && r.opts.Repair > 0 {
+		t := time.NewTicker(r.opts.Repair)
+		defer t.Stop()
+		repair = t.C
+	}
 	for {
 		if err := r.Flush(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -197,7 +210,34 @@ func (r *Recorder) Run(ctx context.Context) error {
 			if !sleep(ctx, r.opts.Batch) {
 				return nil
 			}
+		case <-repair:
+			r.Restore(ctx)
 		}
+	}
+}
+
+// restorer is a Store that can put a writer's ref back on its own commit (gitsync.Repository).
+type restorer interface {
+	Restore(ctx context.Context) (gitsync.Result, error)
+}
+
+// Restore puts the recorder's ref back over what someone else pushed there, so the renderer
+// takes its records again within an interval even when no Job finishes. Run calls it every
+// Options.Repair; it does nothing for a Store that cannot (a work tree, an unsigned recorder).
+func (r *Recorder) Restore(ctx context.Context) {
+	rs, ok := r.opts.Store.(restorer)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	res, err := rs.Restore(ctx)
+	switch {
+	case errors.Is(err, gitsync.ErrNoChanges):
+	case err != nil:
+		r.opts.Log.Error(err, "putting the recorder's ref back failed; will retry")
+	case res.Replaced != "":
+		r.opts.Log.Error(errors.New("the branch held commits this recorder did not sign"), "dropped what someone else pushed on the recorder's ref", "replaced", res.Replaced, "commit", res.Commit)
 	}
 }
 

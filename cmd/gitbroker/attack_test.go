@@ -188,6 +188,23 @@ func TestAttackPlantedRecordIsNotLaundered(t *testing.T) {
 	require.NotContains(t, record, "outcome: Succeeded")
 }
 
+// Finding 6 for the recorder: a commit planted on gitbroker/status while no Job finishes is
+// dropped within the recorder's repair interval, so the renderer takes its records again
+// without a person and without waiting for the next Job.
+func TestAttackPlantedStatusIsRepairedWithoutARecord(t *testing.T) {
+	s := newSignedLoop(t)
+	job := s.firmwareJob()
+	s.finish("plant", job, true)
+	status := s.srv.On(verify.StatusBranch)
+	own := status.Head()
+	s.forge("node:edge-a", verify.StatusBranch, map[string][]byte{"status/jobs/plant/other.yaml": []byte("x: 1\n")})
+	require.NotEqual(t, own, status.Head())
+	s.rec.Restore(t.Context()) // what Run does every Options.Repair (off here, so the other tests see what they planted)
+	require.Equal(t, own, status.Head(), "the recorder puts its ref back")
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+}
+
 // instanceOf returns the akri.sh/instance label of a rendered Job.
 func (s *signedLoop) instanceOf(job string) string {
 	for _, p := range s.rendered().Files() {

@@ -75,7 +75,7 @@ func newSignedLoop(t *testing.T) *signedLoop {
 		l.agents[node] = a
 	}
 	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()),
-		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Log: logr.Discard()})
+		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: -1, Log: logr.Discard()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
