@@ -38,9 +38,12 @@ type Options struct {
 	Node string
 	// Store is the node's own ref (or a directory) the inventory is written to.
 	Store gitsync.Store
-	// Source is the branch the Configurations are read from (the people's branch); Store when
+	// Configurations is where the Configurations are read from: the renderer's verified
+	// publication (verify.Published) or, unverified, the people's branch; Store when nil (a
+	// directory holds both). A read that returns a snapshot with an error (a publication
+	// refused, the last accepted one standing in) is logged, and discovery goes on with it.
 	// nil (a directory holds both).
-	Source gitsync.Store
+	Configurations ConfigurationSource
 	// Handlers finds discovery handlers by name.
 	Handlers Source
 	// Interval is the time between discovery cycles.
@@ -63,6 +66,14 @@ type Options struct {
 	// context ends.
 	ShutdownGrace time.Duration
 }
+
+// ConfigurationSource returns the snapshot the Configurations are read from.
+type ConfigurationSource interface {
+	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
+}
+
+// configurationsKey keys the reported error of the Configurations' source.
+const configurationsKey = "(configurations)"
 
 // Agent keeps one node's inventory in step with what its handlers see.
 type Agent struct {
@@ -208,10 +219,20 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("reading the inventory's head: %w", err)
 	}
 	src := head
-	if a.opts.Source != nil {
-		if src, err = a.opts.Source.Snapshot(ctx); err != nil {
+	if a.opts.Configurations != nil {
+		src, err = a.opts.Configurations.Snapshot(ctx)
+		switch {
+		case err != nil && src == nil:
 			a.ready.Store(false)
-			return Outcome{}, fmt.Errorf("reading the Configurations' branch: %w", err)
+			return Outcome{}, fmt.Errorf("reading the Configurations: %w", err)
+		case err != nil:
+			a.opts.Metrics.refusedConfigurations(true)
+			if a.report(configurationsKey, err) {
+				a.opts.Log.Error(err, "discovering with the Configurations accepted before", "commit", src.Commit())
+			}
+		default:
+			a.opts.Metrics.refusedConfigurations(false)
+			delete(a.reported, configurationsKey)
 		}
 	}
 	configs, unsure, err := a.configurations(src)

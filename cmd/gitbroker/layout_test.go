@@ -56,8 +56,18 @@ func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *remoteR
 	}
 	if signer != nil {
 		r.sources.RendererKey = signer.PublicKey()
+		r.published = l.open(verify.ConfigurationsBranch, append(extra, gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...)
 	}
 	return r
+}
+
+// published returns what an agent given --renderer-key reads its Configurations from: the
+// renderer's signed gitbroker/configurations, checked against allowedSigners.
+func (l layout) published(allowedSigners string) *verify.Published {
+	l.t.Helper()
+	keys, err := verify.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
+	require.NoError(l.t, err)
+	return &verify.Published{Repo: l.open(verify.ConfigurationsBranch), Keys: keys}
 }
 
 func allowingDeletions(r *remoteRender) *remoteRender {

@@ -84,7 +84,7 @@ func newLoop(t *testing.T) *loop {
 	for _, node := range []string{"edge-a", "edge-b"} {
 		l.nodes[node] = &nodeDevices{devices: map[string][]api.Device{}}
 		store, source := refs.agent(node)
-		a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
+		a, err := agent.New(agent.Options{Node: node, Store: store, Configurations: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
 			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
 		require.NoError(t, err)
 		l.agents[node] = a

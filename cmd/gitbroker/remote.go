@@ -40,8 +40,12 @@ type remoteRender struct {
 	sources verify.Sources
 	// review, when set, proposes each render on a new branch named reviewPrefix + the source
 	// commit, on top of the rendered branch (--review-branch); store is then unused.
-	review         *gitsync.Repository
-	reviewPrefix   string
+	review       *gitsync.Repository
+	reviewPrefix string
+	// published, when set, is verify.ConfigurationsBranch in the repository of the node refs:
+	// after each render that lands (or finds nothing to change), the Configurations and
+	// settings it verified are published there, signed, for the agents.
+	published      gitsync.Store
 	branch         string
 	renderer       *render.Renderer
 	allowDeletions bool
@@ -86,6 +90,11 @@ type remoteOutcome struct {
 	tree   render.Tree
 	Result *render.Result
 	Push   gitsync.Result
+	// Published is the commit that published the verified Configurations for the agents, ""
+	// when what was published already holds them; PublishErr is why publishing failed (the
+	// render itself stands).
+	Published  string
+	PublishErr error
 }
 
 // errRefused carries a safety refusal out of the writer callback.
@@ -195,9 +204,31 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			r.last.commit, r.last.rendered, r.last.inputs = base, rendered, inputs
 			r.pushed = base
 		}
+		if r.published != nil && rendered != nil && (err == nil || errors.Is(err, gitsync.ErrNoChanges)) {
+			out.Published, out.PublishErr = r.publish(ctx, out.Inputs)
+		}
 	}
 	out.Push, out.Commit = res, res.Commit
 	return out, err
+}
+
+// publish puts the Configurations and settings a render verified and rendered on
+// verify.ConfigurationsBranch for the agents, on the renderer's own signed history there: a
+// commit someone else pushed on that branch is dropped, and one whose tip holds other files is
+// put back, even when the Configurations did not change.
+func (r *remoteRender) publish(ctx context.Context, in *verify.Inputs) (string, error) {
+	author := r.author
+	author.When = r.now()
+	res, err := r.published.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		return verify.PublishedChange(in, author), nil
+	})
+	if errors.Is(err, gitsync.ErrNoChanges) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("publishing the verified Configurations on %s: %w", verify.ConfigurationsBranch, err)
+	}
+	return res.Commit, nil
 }
 
 // companions are render.Companions of a render's files and of its previous files. A render on

@@ -210,6 +210,18 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	target := remote.RenderedBranch
 	if remote.ReviewBranch {
 		r.review, r.reviewPrefix = repo, remote.ReviewBranchPrefix
+	} else if v := signer.Verifier(); v != nil {
+		// The agents read the verified Configurations where they write, in the repository of
+		// the node refs.
+		pub := remote.Git
+		if remote.Inventory.URL != "" {
+			pub = remote.Inventory
+			pub.Inherit(remote.Git)
+		}
+		pub.Branch = verify.ConfigurationsBranch
+		if r.published, err = pub.Open(append(extra, gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...); err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
 	}
 	if watch.Watch {
 		if remote.PRDescription != "" {
@@ -245,6 +257,12 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		if n := out.Push.CompanionsMoved; n > 0 {
 			fmt.Fprintf(stderr, "moved %d folder source branch(es) under %s\n", n, api.FolderBranchPrefix)
 		}
+	}
+	if out.Published != "" {
+		fmt.Fprintf(stderr, "published the verified Configurations for the agents: %s on %s\n", out.Published, verify.ConfigurationsBranch)
+	}
+	if out.PublishErr != nil {
+		return &exitError{Code: exitRefused, Err: out.PublishErr}
 	}
 	if remote.PRDescription != "" && out.Result != nil && (err == nil || errors.Is(err, gitsync.ErrBranchExists)) {
 		desc, err := r.pullRequest(out)

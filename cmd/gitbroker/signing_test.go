@@ -52,6 +52,39 @@ func TestWritersSign(t *testing.T) {
 	_, err = srv.VerifyCommit(renderCommit, node)
 	require.Error(t, err, "the node's key did not sign the render")
 
+	// The render published the Configurations it rendered for the agents, signed; an agent
+	// given the renderer's key reads them from there.
+	require.Contains(t, stderr, "published the verified Configurations for the agents")
+	publication := srv.On(verify.ConfigurationsBranch)
+	out, err = srv.VerifyCommit(publication.Head(), renderer)
+	require.NoError(t, err, out)
+	cfg, ok := publication.File("configurations/akri-debug-echo.yaml")
+	require.True(t, ok, "the publication holds the Configurations")
+	mainCfg, _ := srv.File("configurations/akri-debug-echo.yaml")
+	require.Equal(t, mainCfg, cfg)
+	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(pinned, []byte(renderer), 0o644))
+	agentWith := func(extra ...string) (int, string, string) {
+		return gitbroker(t, append([]string{"agent", "--git", srv.URL(), "--node", "edge-y", "--once", "--signing-key", filepath.Join(t.TempDir(), "key"),
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none")}, extra...)...)
+	}
+	code, stdout, stderr = agentWith("--renderer-key", pinned)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "committed")
+	// Another key pinned: the publication is refused, and with nothing accepted before, the
+	// agent writes nothing.
+	code, _, stderr = agentWith("--renderer-key", filepath.Join(t.TempDir(), "absent"))
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--renderer-key")
+	require.NoError(t, os.WriteFile(pinned, []byte(node), 0o644))
+	code, _, stderr = agentWith("--renderer-key", pinned)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "names no key for principal renderer")
+	require.NoError(t, os.WriteFile(pinned, []byte(strings.Replace(node, "node:edge-z", "renderer", 1)), 0o644))
+	code, stdout, _ = agentWith("--renderer-key", pinned)
+	require.Equal(t, exitRefused, code, "the cycle fails (its log says why)")
+	require.Empty(t, stdout)
+
 	// A key that is not there is an error for the renderer: only agents make their own.
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--signing-key", filepath.Join(t.TempDir(), "missing"))
 	require.Equal(t, exitInvalid, code)

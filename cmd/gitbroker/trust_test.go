@@ -68,8 +68,8 @@ func newSignedLoop(t *testing.T) *signedLoop {
 	l.renderer = s.refs.renderer(s.keys["renderer"])
 	for _, node := range []string{"edge-a", "edge-b"} {
 		l.nodes[node] = &nodeDevices{devices: map[string][]api.Device{}}
-		store, source := s.refs.agent(node, gitsync.WithSigner(s.keys["node:"+node]), gitsync.WithOwnHistory())
-		a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
+		store, _ := s.refs.agent(node, gitsync.WithSigner(s.keys["node:"+node]), gitsync.WithOwnHistory())
+		a, err := agent.New(agent.Options{Node: node, Store: store, Configurations: s.refs.published(s.allowed), Handlers: agent.Builtin{"debugEcho": l.nodes[node]},
 			Log: logr.Discard(), SharedGracePeriod: 0, LocalGracePeriod: 0})
 		require.NoError(t, err)
 		l.agents[node] = a
@@ -82,6 +82,8 @@ func newSignedLoop(t *testing.T) *signedLoop {
 	go func() { done <- l.rec.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 	s.loop = l
+	// The agents read the Configurations the renderer verified: its first render publishes them.
+	s.renderTrust()
 	return s
 }
 
@@ -294,7 +296,7 @@ func TestVerificationModes(t *testing.T) {
 	store, source := s.refs.agent("edge-c", gitsync.WithSigner(stranger))
 	devices := &nodeDevices{devices: map[string][]api.Device{}}
 	devices.set("default/akri-debug-echo", "cam0")
-	c, err := agent.New(agent.Options{Node: "edge-c", Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+	c, err := agent.New(agent.Options{Node: "edge-c", Store: store, Configurations: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
 	require.NoError(t, err)
 	_, err = c.Sync(context.Background())
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,7 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	le "k8s.io/client-go/tools/leaderelection"
 
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Flag names of the render daemon.
@@ -70,6 +71,7 @@ type renderMetrics struct {
 	refused      prometheus.Gauge
 	heldNodes    prometheus.Gauge
 	untrusted    prometheus.Gauge
+	unpublished  prometheus.Gauge
 	sourceToPush prometheus.Histogram
 	duration     prometheus.Histogram
 	leader       prometheus.Gauge
@@ -97,6 +99,10 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Name: "gitbroker_renderer_untrusted_inputs",
 			Help: "Inputs the last render refused for who wrote them (a forged, replayed or rolled-back tip, an unsigned source commit, a record of a Job it never rendered); each froze only its writer's part.",
 		}),
+		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_unpublished",
+			Help: "1 while publishing the last render's verified Configurations on gitbroker/configurations failed (the agents keep discovering with what was published before).",
+		}),
 		sourceToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gitbroker_renderer_source_to_push_seconds",
 			Help:    "Time from a source commit to the pushed render of it.",
@@ -112,7 +118,7 @@ func newRenderMetrics(reg prometheus.Registerer) *renderMetrics {
 			Help: "1 while this replica holds the leader election Lease (or runs without election).",
 		}),
 	}
-	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.sourceToPush, m.duration, m.leader)
+	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.unpublished, m.sourceToPush, m.duration, m.leader)
 	return m
 }
 
@@ -188,6 +194,14 @@ func (d *renderDaemon) cycle(ctx context.Context) {
 	}
 	if d.pushed != nil && d.r.pushed != "" {
 		d.pushed(d.r.pushed)
+	}
+	if out.Published != "" {
+		d.log.Info("published the verified Configurations for the agents", "commit", out.Published, "branch", verify.ConfigurationsBranch, "source", out.Source)
+	}
+	d.metrics.unpublished.Set(0)
+	if out.PublishErr != nil {
+		d.metrics.unpublished.Set(1)
+		d.log.Error(out.PublishErr, "the agents keep discovering with the Configurations published before; will retry")
 	}
 	d.metrics.refused.Set(0)
 	switch {

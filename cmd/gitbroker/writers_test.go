@@ -78,7 +78,7 @@ func TestAllWritersAtOnce(t *testing.T) {
 			node := fmt.Sprintf("edge-%02d", n)
 			devices := &nodeDevices{devices: map[string][]api.Device{}}
 			store, source := refs.agent(node)
-			a, err := agent.New(agent.Options{Node: node, Store: store, Source: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
+			a, err := agent.New(agent.Options{Node: node, Store: store, Configurations: source, Handlers: agent.Builtin{"debugEcho": devices}, Log: logr.Discard()})
 			if err != nil {
 				errs <- err
 				return

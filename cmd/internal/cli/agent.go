@@ -35,9 +35,12 @@ const (
 	FlagAuthorName            = "git-author-name"
 	FlagAuthorEmail           = "git-author-email"
 	// FlagInventoryPrefix prefixes the flags of the node refs' own repository (--inventory-git).
-	FlagInventoryPrefix        = "inventory-"
-	flagAgentDir               = "dir"
-	flagShutdownGrace          = "shutdown-grace"
+	FlagInventoryPrefix = "inventory-"
+	flagAgentDir        = "dir"
+	flagShutdownGrace   = "shutdown-grace"
+	// FlagRendererKey pins the renderer's public key: the agent then reads the Configurations
+	// the renderer verified, from verify.ConfigurationsBranch.
+	FlagRendererKey            = "renderer-key"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
 
@@ -62,6 +65,7 @@ type agentOptions struct {
 	AuthorName            string
 	AuthorEmail           string
 	ShutdownGrace         time.Duration
+	RendererKey           string
 }
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
@@ -87,7 +91,27 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.DebugEchoAvailability, flagDebugEchoAvailability, agent.DebugEchoAvailabilityFile, "debugEcho devices vanish while this file contains OFFLINE.")
 	fs.StringVar(&o.AuthorName, FlagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
 	fs.StringVar(&o.AuthorEmail, FlagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
+	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+verify.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Give it whenever .gitbroker/allowed_signers exists.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
+}
+
+// published opens the renderer's publication of the Configurations it verified, in the
+// repository the agent writes to, checked against the pinned --renderer-key.
+func (o *agentOptions) published(own gitsync.Options, read ...gitsync.Option) (*verify.Published, error) {
+	data, err := os.ReadFile(o.RendererKey)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
+	}
+	keys, err := verify.ParseRendererKeys(o.RendererKey, data)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
+	}
+	own.Branch = verify.ConfigurationsBranch
+	repo, err := own.Open(read...)
+	if err != nil {
+		return nil, err
+	}
+	return &verify.Published{Repo: repo, Keys: keys}, nil
 }
 
 // AgentCommand is `agent`: in gitbroker, and the whole of gitbroker-agent.
@@ -96,8 +120,9 @@ func AgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Discover this node's devices and keep inventory/<node>.yaml in git up to date",
-		Long: `The agent runs on every edge node (a DaemonSet). Each cycle it reads the Configurations at the
-branch head, runs the discovery handlers they name (debugEcho, udev, and any Akri handler that
+		Long: `The agent runs on every edge node (a DaemonSet). Each cycle it reads the Configurations (with
+--renderer-key, only those the renderer verified and signed on gitbroker/configurations; without,
+the branch head as it is), runs the discovery handlers they name (debugEcho, udev, and any Akri handler that
 registers on the registration socket), and commits inventory/<node>.yaml when what the node sees
 has changed. A vanished device stays for a grace period, so a flapping device writes nothing.
 
@@ -117,6 +142,9 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	if (o.Dir == "") == (o.Git.URL == "") {
 		return Exitf(ExitInvalid, "give exactly one of --%s and --%s", gitsync.FlagGit, flagAgentDir)
 	}
+	if o.Dir != "" && o.RendererKey != "" {
+		return Exitf(ExitInvalid, "--%s reads the renderer's branch, and --%s has none", FlagRendererKey, flagAgentDir)
+	}
 	if o.Dir != "" && o.Signing.Key != "" {
 		return Exitf(ExitInvalid, "--%s signs commits, and --%s makes none", FlagSigningKey, flagAgentDir)
 	}
@@ -126,7 +154,8 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	}
 	log := base.WithValues("node", o.Node)
 
-	var store, source gitsync.Store
+	var store gitsync.Store
+	var source agent.ConfigurationSource
 	where := o.Dir
 	if o.Dir != "" {
 		dir, err := gitsync.NewDir(o.Dir)
@@ -165,6 +194,16 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		}
 		store, source = repo, src
 		where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
+		if o.RendererKey != "" {
+			pub, err := o.published(own, opts...)
+			if err != nil {
+				return Exitf(ExitInvalid, "%v", err)
+			}
+			source = pub
+			where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), verify.ConfigurationsBranch)
+		} else if snap, err := src.Snapshot(cmd.Context()); err == nil && verify.HasAllowedSigners(snap) {
+			log.Info("this repository verifies its writers, but the agent reads Configurations from the people's branch unverified; give --" + FlagRendererKey + " so that it reads only what the renderer verified")
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -186,7 +225,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	a, err := agent.New(agent.Options{
 		Node:              o.Node,
 		Store:             store,
-		Source:            source,
+		Configurations:    source,
 		Handlers:          handlers,
 		Interval:          o.Interval,
 		SharedGracePeriod: o.GracePeriod,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -115,4 +116,24 @@ func OwnRefOptions(main gitsync.Options, ref string, read ...gitsync.Option) []g
 		return verify.AcceptedTip(rendered, ref)(ctx)
 	}
 	return []gitsync.Option{gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(accepted)}
+}
+
+// Verifier is the renderer's key as a gitsync.Verifier, which tells its own commits (for
+// gitsync.WithOwnHistory); nil without a key.
+func (r RendererSigner) Verifier() gitsync.Verifier {
+	switch {
+	case r.SSH != nil:
+		return r.SSH
+	case r.OpenPGP != nil:
+		return openPGPVerifier{r.OpenPGP}
+	}
+	return nil
+}
+
+// openPGPVerifier tells the commits an OpenPGP renderer key signed.
+type openPGPVerifier struct{ *trust.OpenPGPSigner }
+
+func (v openPGPVerifier) Verifies(raw []byte) bool {
+	payload, armored := trust.SplitSignedCommit(raw)
+	return v.OpenPGPSigner.Verifies(payload, armored, time.Now())
 }
