@@ -248,6 +248,7 @@ type mode struct {
 	people    *trust.KeyRing        // people's OpenPGP keys, for merges a git host signs
 	renderers *trust.KeyRing        // the OpenPGP keys of renderers that sign with OpenPGP
 	protected bool                  // the host protects the branch; people's commits need no signature
+	bound     bool                  // a person's signature counts only up to a commit bound to the branch
 	err       error                 // allowed_signers or trust.yaml does not parse
 }
 
@@ -256,8 +257,10 @@ type trustSettings struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Spec       struct {
-		// SourceBranch is "signed" (every first-parent commit signed by a person, the default)
-		// or "protected" (the git host requires reviews and refuses direct pushes).
+		// SourceBranch is "signed" (every first-parent commit signed by a person, the default),
+		// "bound" (signed, and rendered only up to the newest commit a person signed that names
+		// the branch in a TrailerBranch: a signature made on another branch does not count for
+		// this one) or "protected" (the git host requires reviews and refuses direct pushes).
 		SourceBranch string `json:"sourceBranch"`
 	} `json:"spec"`
 }
@@ -319,10 +322,12 @@ func modeAt(s gitsync.Snapshot) mode {
 		}
 		switch ts.Spec.SourceBranch {
 		case "", "signed":
+		case "bound":
+			m.bound = true
 		case "protected":
 			m.protected = true
 		default:
-			return mode{err: fmt.Errorf("%s: spec.sourceBranch: %q is not signed or protected", TrustPath, ts.Spec.SourceBranch)}
+			return mode{err: fmt.Errorf("%s: spec.sourceBranch: %q is not signed, bound or protected", TrustPath, ts.Spec.SourceBranch)}
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return mode{err: err}
@@ -444,6 +449,8 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 		in.Trust = fmt.Sprintf("unverified: %s has no %s that enrolls anyone, so every writer's commits are rendered as they are", s.SourceBranch, AllowedSignersPath)
 	case m.protected:
 		in.Trust = fmt.Sprintf("verified: node, recorder and renderer signatures checked against %s; people's commits on %s are trusted because %s declares the branch protected by its host", AllowedSignersPath, s.SourceBranch, TrustPath)
+	case m.bound:
+		in.Trust = fmt.Sprintf("verified: every commit on %s signed by a person and rendered up to the newest one a person bound to %s (trailer \"%s: %s\"), and node, recorder and renderer signatures checked against %s", s.SourceBranch, s.SourceBranch, TrailerBranch, s.SourceBranch, AllowedSignersPath)
 	default:
 		in.Trust = fmt.Sprintf("verified: every commit on %s signed by a person, and node, recorder and renderer signatures checked against %s", s.SourceBranch, AllowedSignersPath)
 	}
@@ -649,6 +656,9 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			if err := person(tipMode, c); err != nil {
 				return nil, mode{}, fmt.Errorf("%s: the first verified render needs its head %s signed by a person in its own %s: %v", s.SourceBranch, short(tip.Commit()), AllowedSignersPath, err)
 			}
+			if tipMode.bound && !boundTo(c, s.SourceBranch) {
+				return nil, mode{}, fmt.Errorf("%s: the first verified render needs its head %s bound to the branch by the trailer \"%s: %s\" (%s declares spec.sourceBranch: bound)", s.SourceBranch, short(tip.Commit()), TrailerBranch, s.SourceBranch, TrustPath)
+			}
 		}
 		return tip, tipMode, nil
 	}
@@ -671,18 +681,26 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 		reject(tip.Commit(), fmt.Sprintf("does not descend from the last rendered source commit %s (or is more than %d commits after it)", short(last), maxSourceWalk))
 		return cur, curMode, nil
 	}
+	// settled is the newest commit that may be rendered; with spec.sourceBranch: bound, the
+	// commits after it (unbound, newest last) wait for a person to bind one to the branch.
+	settled, settledMode := cur, curMode
+	var unbound []string
 	for i := len(commits) - 1; i >= 0; i-- {
 		c := commits[i]
 		if curMode.err != nil {
 			reject(c.Hash, fmt.Sprintf("follows a commit whose trust files do not parse (%v)", curMode.err))
-			return cur, curMode, nil
+			return settled, settledMode, nil
 		}
+		signed := true
 		if curMode.allowed != nil && !curMode.protected {
-			if err := person(curMode, c); err != nil && !accepted(curMode, c.Hash, commits[:i]) {
+			err := person(curMode, c)
+			if err != nil && !accepted(curMode, c.Hash, commits[:i]) {
 				reject(c.Hash, "is not signed by a person: "+err.Error()+fmt.Sprintf(" (a person's signed commit on %s with the trailer \"%s: %s\" accepts it)", s.SourceBranch, TrailerAccept, c.Hash))
-				return cur, curMode, nil
+				return settled, settledMode, nil
 			}
+			signed = err == nil
 		}
+		binds := curMode.allowed == nil || !curMode.bound || signed && boundTo(c, s.SourceBranch)
 		next := tip
 		if c.Hash != tip.Commit() {
 			if next, err = s.Main.SnapshotOf(ctx, s.SourceBranch, c.Hash); err != nil {
@@ -690,11 +708,36 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			}
 		}
 		cur, curMode = next, modeAt(next)
+		if binds {
+			settled, settledMode, unbound = cur, curMode, nil
+		} else {
+			unbound = append(unbound, c.Hash)
+		}
 	}
-	if curMode.err != nil {
-		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(cur.Commit()), curMode.err)
+	if len(unbound) > 0 {
+		in.Untrusted = append(in.Untrusted, fmt.Sprintf("%s: %d commit(s) up to %s are signed but bound to no branch: %s declares spec.sourceBranch: bound, so rendering stays at %s until a person's signed commit on top says \"%s: %s\" (a merge commit, or git commit --trailer)",
+			s.SourceBranch, len(unbound), short(unbound[len(unbound)-1]), TrustPath, short(settled.Commit()), TrailerBranch, s.SourceBranch))
 	}
-	return cur, curMode, nil
+	if settledMode.err != nil {
+		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(settled.Commit()), settledMode.err)
+	}
+	return settled, settledMode, nil
+}
+
+// TrailerBranch, in a commit a person signed, binds the signature to a branch: with
+// spec.sourceBranch: bound, the source branch renders only up to its newest such commit that
+// names it, so a commit signed for work in progress on another branch, pushed onto the source
+// branch, is not rendered.
+const TrailerBranch = "Gitbroker-Branch"
+
+// boundTo reports whether c names branch in a TrailerBranch.
+func boundTo(c *gitsync.Commit, branch string) bool {
+	for _, t := range gitsync.CommitTrailers(c.Raw) {
+		if t.Key == TrailerBranch && strings.TrimSpace(t.Value) == branch {
+			return true
+		}
+	}
+	return false
 }
 
 // TrailerAccept, in a commit a person signed on the source branch, names a commit before it
@@ -742,6 +785,10 @@ func Proposed(tip gitsync.Snapshot, branch, ref string, proposed []*gitsync.Comm
 	if m.people.Empty() {
 		out = append(out, fmt.Sprintf("%s: a merge commit the git host makes for it would stop rendering at its parent: %s/ holds no OpenPGP key of the host and %s does not declare %s protected",
 			ref, TrustedKeysDir, TrustPath, branch))
+	}
+	if m.bound && !slices.ContainsFunc(proposed, func(c *gitsync.Commit) bool { return person(m, c) == nil && boundTo(c, branch) }) {
+		out = append(out, fmt.Sprintf("%s: no commit a person signed binds it to %s (%s declares spec.sourceBranch: bound): landed, it renders once a person's signed commit on top says \"%s: %s\" (a merge commit, or git commit --trailer)",
+			ref, branch, TrustPath, TrailerBranch, branch))
 	}
 	return out
 }

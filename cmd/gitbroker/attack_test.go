@@ -715,3 +715,45 @@ func TestAttackAgentsReadOnlyVerifiedConfigurations(t *testing.T) {
 	_, err = restarted.Sync(t.Context())
 	require.ErrorContains(t, err, "does not exist")
 }
+
+// Finding 9: any enrolled person's signature counted on main, wherever it was made: with a node
+// credential, main was fast-forwarded to a signed but unreviewed "WIP" commit and it rendered.
+// With spec.sourceBranch: bound, main renders only up to the newest commit a person signed
+// that names main in a Gitbroker-Branch trailer (a signed merge, or git commit --trailer).
+func TestAttackSignedWorkInProgressIsNotRendered(t *testing.T) {
+	s := newSignedLoop(t)
+	alice := s.keyFiles["alice@example.com"]
+	s.srv.CommitSigned(alice, map[string]string{verify.TrustPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Trust\nspec:\n  sourceBranch: bound\n"}, nil,
+		"bind signatures to their branch\n\n"+verify.TrailerBranch+": main")
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, out.Inputs.Trust, "bound to main")
+	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
+
+	// Alice's work in progress, signed, on a branch of its own; its plan says it is not bound.
+	gitsynctest.Git(t, s.srv.Bare(), "branch", "wip", "main")
+	wip := s.srv.On("wip").CommitSigned(alice, map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:wip", 1)}, nil, "WIP: try an untested image")
+	code, stdout, stderr := gitbroker(t, "plan", "--git", s.srv.URL(), "--ref", "refs/heads/wip")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "no commit a person signed binds it to main")
+
+	// The node credential fast-forwards main to it: signed, but not for main, so not rendered.
+	s.srv.SetRef("main", wip)
+	out = s.renderTrust()
+	s.untrusted(out, "main", "1 commit(s) up to "+wip[:12]+" are signed but bound to no branch")
+	require.NotContains(t, s.podsText(), "nginx:wip")
+	// Bound to another branch, it still is not main's.
+	s.srv.CommitSigned(alice, map[string]string{"NOTES.md": "staging\n"}, nil, "for staging\n\n"+verify.TrailerBranch+": staging")
+	out = s.renderTrust()
+	s.untrusted(out, "main", "2 commit(s)")
+	require.NotContains(t, s.podsText(), "nginx:wip")
+
+	// A person binds what is on main now to main: everything up to that commit renders.
+	bound := s.srv.CommitSigned(alice, map[string]string{"NOTES.md": "reviewed\n"}, nil, "reviewed: the new image is for main\n\n"+verify.TrailerBranch+": main")
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Equal(t, bound, out.Source)
+	require.Contains(t, s.podsText(), "nginx:wip")
+}
