@@ -14,6 +14,62 @@ import (
 // folder holding bin/gitbroker as make build leaves it (make itself is a stand-in here, since
 // the test already built the binary).
 func TestQuickStart(t *testing.T) {
+	text := runQuickStart(t, "")
+	require.Contains(t, text, "inventory/edge-a.yaml: 2 device(s), committed")
+	require.Contains(t, text, "+ Pod edge-a-akri-debug-echo-8120fe-pod started")
+	require.Contains(t, text, "Inputs: verified: every commit on main signed by a person")
+	require.Contains(t, text, "to gitbroker/rendered")
+	require.Contains(t, text, "**Summary:** 2 Pods replaced")
+	require.NotContains(t, text, "untrusted")
+}
+
+// The quick start's repository, on as a team goes on with it: the pull request is merged by
+// the git host with its OpenPGP key, which plan warned about until the key was listed; then
+// someone pushes an unsigned commit, which stops the people's part of rendering at its parent
+// until a person's signed commit accepts it. Nothing is rewritten.
+func TestQuickStartSurvivesHostMergesAndUnsignedCommits(t *testing.T) {
+	_, err := exec.LookPath("gpg")
+	require.NoError(t, err, "the host's merge is signed with gpg: apt-get install gnupg (.ci/run does)")
+	text := runQuickStart(t, `
+echo "--- plan before the host's key is listed"
+gitbroker plan --git "$R" --ref more-memory
+export GNUPGHOME=$(mktemp -d) && trap 'gpgconf --kill gpg-agent' EXIT
+gpg -q --batch --pinentry-mode loopback --passphrase '' --quick-gen-key "Git host <noreply@host.example>" ed25519 sign never
+git switch -q main && mkdir -p .gitbroker/trusted-keys && gpg --armor --export noreply@host.example > .gitbroker/trusted-keys/host.asc
+git add .gitbroker && git commit -qm "trust the git host's merge key" && git push -q "$R" main
+echo "--- plan after"
+gitbroker plan --git "$R" --ref more-memory
+git -c gpg.format=openpgp -c user.signingkey=noreply@host.example merge -q --no-ff -S -m "Merge pull request #1 from more-memory" more-memory
+git push -q "$R" main
+echo "--- render of the host's merge"
+gitbroker render --git "$R" --signing-key ../renderer
+echo "# unsigned" >> configurations/akri-debug-echo.yaml && sed -i 's/memory: 16Mi/memory: 32Mi/' configurations/akri-debug-echo.yaml
+git -c commit.gpgsign=false commit -qam "an unsigned commit" && git push -q "$R" main
+echo "--- render of the unsigned commit"
+gitbroker render --git "$R" --signing-key ../renderer && exit 1 || echo "render exit $?"
+git commit -q --allow-empty -m "accept the unsigned commit" --trailer "Gitbroker-Accept: $(git rev-parse HEAD)" && git push -q "$R" main
+echo "--- render of the acceptance"
+gitbroker render --git "$R" --signing-key ../renderer
+`)
+	before, after, ok := strings.Cut(text, "--- plan after")
+	require.True(t, ok, text)
+	require.Contains(t, before, "a merge commit the git host makes for it would stop rendering")
+	require.NotContains(t, after[:strings.Index(after, "--- render of the host's merge")], "a merge commit the git host makes")
+	_, merged, _ := strings.Cut(text, "--- render of the host's merge")
+	merged, unsigned, _ := strings.Cut(merged, "--- render of the unsigned commit")
+	unsigned, accepted, _ := strings.Cut(unsigned, "--- render of the acceptance")
+	require.Contains(t, merged, "memory: 10Mi → 16Mi", "the host's signed merge renders")
+	require.NotContains(t, merged, "untrusted")
+	require.Contains(t, unsigned, "is not signed by a person")
+	require.Contains(t, unsigned, "render exit")
+	require.NotContains(t, unsigned, "32Mi")
+	require.Contains(t, accepted, "memory: 16Mi → 32Mi", "the accepted commit renders")
+	require.NotContains(t, accepted, "untrusted")
+}
+
+// runQuickStart runs the README's quick start as written, then more (a script run in the same
+// shell, in the fleet's work tree), and returns everything they printed.
+func runQuickStart(t *testing.T, more string) string {
 	for _, tool := range []string{"bash", "ssh-keygen", "sed", "cut", "mktemp"} {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "the quick start needs %s", tool)
@@ -42,17 +98,11 @@ func TestQuickStart(t *testing.T) {
 	shims := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(shims, "make"), []byte("#!/bin/sh\ntest \"$1\" = build\n"), 0o755))
 
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block+more)
 	cmd.Dir = clone
 	cmd.Env = append(os.Environ(), "PATH="+shims+":"+os.Getenv("PATH"), "TMPDIR="+t.TempDir(), "HOME="+t.TempDir(),
 		"GIT_CONFIG_NOSYSTEM=1", "NODE_NAME=")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "the quick start failed:\n%s", out)
-	text := string(out)
-	require.Contains(t, text, "inventory/edge-a.yaml: 2 device(s), committed")
-	require.Contains(t, text, "+ Pod edge-a-akri-debug-echo-8120fe-pod started")
-	require.Contains(t, text, "Inputs: verified: every commit on main signed by a person")
-	require.Contains(t, text, "to gitbroker/rendered")
-	require.Contains(t, text, "**Summary:** 2 Pods replaced")
-	require.NotContains(t, text, "untrusted")
+	return string(out)
 }
