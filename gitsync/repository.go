@@ -60,6 +60,10 @@ type Repository struct {
 	// pushed is the commit this Repository last pushed, or found to be its own newest, with
 	// WithOwnHistory; zero until then.
 	pushed plumbing.Hash
+	// unreadable, with WithOwnHistory, is the branch's head when the last fetch refused it as
+	// too large to read (never the writer's own): the writer then builds as if the branch were
+	// gone, and its push replaces this commit.
+	unreadable plumbing.Hash
 }
 
 var _ Store = &Repository{}
@@ -271,7 +275,7 @@ func (r *Repository) Snapshot(ctx context.Context) (Snapshot, error) {
 		return nil, r.redact.wrap(err)
 	}
 	snap, err := snapshotOf(base, r.maxFile)
-	if err == nil && base != c {
+	if err == nil && (base != c || !r.unreadable.IsZero()) {
 		snap.(*treeSnapshot).replaces = true
 	}
 	return snap, err
@@ -444,8 +448,21 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 		Force:      true,
 	})
 	var noRef git.NoMatchingRefSpecError
+	r.unreadable = plumbing.ZeroHash
 	switch {
 	case err == nil, errors.Is(err, git.NoErrAlreadyUpToDate):
+	case errors.Is(err, ErrTooLarge) && r.ownHistory:
+		// Someone pushed more onto the writer's own ref than it reads: nothing of its own is
+		// that large, so the writer takes the branch as gone (building on what it pushed last,
+		// or starting a new line that names its accepted tip) and replaces the head it cannot
+		// read, instead of being stopped by it for good.
+		head, lerr := r.remoteHead(ctx)
+		if lerr != nil {
+			return nil, fmt.Errorf("fetching %s from %s: %w (and listing it: %v)", r.branch.Short(), r.URL(), err, lerr)
+		}
+		r.log.Error(err, "the writer's own branch holds a commit too large to read; replacing it", "branch", r.branch.Short(), "head", head.String())
+		r.unreadable = head
+		return nil, nil
 	case errors.Is(err, transport.ErrEmptyRemoteRepository), errors.As(err, &noRef):
 		_ = r.repo.Storer.RemoveReference(r.remoteRef())
 		if r.baseline < 0 {
@@ -467,6 +484,24 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 		return nil, fmt.Errorf("reading commit %s: %w", ref.Hash(), err)
 	}
 	return c, nil
+}
+
+// remoteHead lists the server's refs and returns the branch's head, without fetching it.
+func (r *Repository) remoteHead(ctx context.Context) (plumbing.Hash, error) {
+	remotes, err := r.repo.Remotes()
+	if err != nil || len(remotes) == 0 {
+		return plumbing.ZeroHash, fmt.Errorf("no remote: %v", err)
+	}
+	refs, err := remotes[0].ListContext(ctx, &git.ListOptions{Auth: r.auth})
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	for _, ref := range refs {
+		if ref.Name() == r.branch && ref.Type() == plumbing.HashReference {
+			return ref.Hash(), nil
+		}
+	}
+	return plumbing.ZeroHash, nil
 }
 
 // maxContention caps the contention carried between writes.
@@ -526,7 +561,7 @@ var errConflict = errors.New("branch moved since it was fetched")
 func (r *Repository) Update(ctx context.Context, fn UpdateFunc) (Result, error) {
 	return r.update(ctx, fn, func(base *object.Commit, _ Snapshot) (plumbing.ReferenceName, plumbing.Hash, error) {
 		if base == nil {
-			return r.branch, plumbing.ZeroHash, nil
+			return r.branch, r.unreadable, nil
 		}
 		return r.branch, base.Hash, nil
 	})
@@ -664,6 +699,9 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 		res.Replaced = hashString(head)
 	} else if err == nil && base != head {
 		res.Replaced = hashString(head)
+	}
+	if head == nil && !r.unreadable.IsZero() && (err == nil || res.Replaced != "") {
+		res.Replaced = r.unreadable.String()
 	}
 	companions := change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil
 	var tips map[plumbing.ReferenceName]plumbing.Hash

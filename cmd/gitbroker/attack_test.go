@@ -550,6 +550,25 @@ func TestAttackDecompressionBomb(t *testing.T) {
 	require.True(t, s.inventoryWith("edge-b", "baz0"), "edge-b's verified inventory is kept")
 	require.True(t, s.inventoryWith("edge-a", "bar1"), "the other nodes render")
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(80<<20), "the zeros were never inflated")
+
+	// The bomb does not stop edge-b for good: its agent cannot read its own ref, so it takes
+	// the ref as gone and pushes over it, from what it pushed last.
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1")
+	_, err = s.agents["edge-b"].Sync(t.Context())
+	require.NoError(t, err)
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.True(t, s.inventoryWith("edge-b", "baz1"))
+	// Nor a restarted agent, which remembers nothing: it starts a new line that names its
+	// accepted tip, which the renderer takes.
+	s.srv.On(ref).Commit(map[string]string{api.InventoryPath("edge-b"): strings.Repeat("\x00", 80<<20)}, nil, "zeros again")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+	_, err = restarted.Sync(t.Context())
+	require.NoError(t, err)
+	out = s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.True(t, s.inventoryWith("edge-b", "baz2"))
 }
 
 // podsOn lists the rendered Pod files pinned to node.
