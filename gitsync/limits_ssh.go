@@ -17,8 +17,8 @@ import (
 
 // go-git's SSH transport dials through golang.org/x/net/proxy when a fetch names a proxy, and
 // offers no other hook on the connection. A fetch over SSH names this scheme, whose "proxy"
-// dials directly and fails a read past the fetch's limit, so SSH fetches are bounded like HTTP
-// ones.
+// dials directly (within DialTimeout) and fails a read past the fetch's limit or one that stalls
+// for StallTimeout, so SSH fetches are bounded like HTTP ones.
 const limitScheme = "gitbroker-limit"
 
 var (
@@ -64,12 +64,12 @@ func (d limitDialer) Dial(network, addr string) (net.Conn, error) {
 }
 
 func (d limitDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	var nd net.Dialer
+	nd := net.Dialer{Timeout: DialTimeout}
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &limitedConn{Conn: c, limit: d.limit, hit: d.hit}, nil
+	return &limitedConn{Conn: &stallConn{Conn: c, stall: StallTimeout}, limit: d.limit, hit: d.hit}, nil
 }
 
 // limitedConn fails reads once more than limit bytes came in, as limitedBody does for HTTP.

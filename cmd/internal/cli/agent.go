@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -93,6 +94,22 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.AuthorEmail, FlagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
 	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+verify.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Give it whenever .gitbroker/allowed_signers exists.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
+}
+
+// unverifiedSource reads the Configurations from the people's branch as they are, and says once
+// when that branch enrolls writers, so the agent should be given --renderer-key.
+type unverifiedSource struct {
+	*gitsync.Repository
+	log  logr.Logger
+	told atomic.Bool
+}
+
+func (s *unverifiedSource) Snapshot(ctx context.Context) (gitsync.Snapshot, error) {
+	snap, err := s.Repository.Snapshot(ctx)
+	if err == nil && verify.HasAllowedSigners(snap) && !s.told.Swap(true) {
+		s.log.Info("this repository verifies its writers, but the agent reads Configurations from the people's branch unverified; give --" + FlagRendererKey + " so that it reads only what the renderer verified")
+	}
+	return snap, err
 }
 
 // published opens the renderer's publication of the Configurations it verified, in the
@@ -201,8 +218,8 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			}
 			source = pub
 			where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), verify.ConfigurationsBranch)
-		} else if snap, err := src.Snapshot(cmd.Context()); err == nil && verify.HasAllowedSigners(snap) {
-			log.Info("this repository verifies its writers, but the agent reads Configurations from the people's branch unverified; give --" + FlagRendererKey + " so that it reads only what the renderer verified")
+		} else {
+			source = &unverifiedSource{Repository: src, log: log}
 		}
 	}
 
