@@ -1,0 +1,211 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
+)
+
+// maxRenderedWalk bounds the search for the renderer's own last commit.
+const maxRenderedWalk = 1000
+
+// filesOf returns every file of a rendered-branch commit: its rendered/ and history/, and the
+// rest.
+func (s Sources) filesOf(snap gitsync.Snapshot) (rendered, rest map[string][]byte, err error) {
+	if rendered, rest, ok := s.known(snap.Commit()); ok {
+		return rendered, rest, nil
+	}
+	files, err := snap.Files("")
+	if err != nil {
+		return nil, nil, err
+	}
+	rendered, rest = map[string][]byte{}, map[string][]byte{}
+	for p, b := range files {
+		if render.IsOwned(p) {
+			rendered[p] = b
+		} else {
+			rest[p] = b
+		}
+	}
+	return rendered, rest, nil
+}
+
+func (s Sources) known(commit string) (rendered, rest map[string][]byte, ok bool) {
+	if s.Known == nil || commit == "" {
+		return nil, nil, false
+	}
+	return s.Known(commit)
+}
+
+// previous finds the rendered branch's commit to render on top of, the head or with
+// verification the newest first-parent render commit the renderer's own key signed, and
+// returns its files as filesOf does. A render commit carries the render metadata and
+// api.TrailerSourceCommit: the renderer's key also signs its folder branches' commits, and
+// pushing one of those onto the rendered branch must not make it the previous render. With
+// LastPushed, a branch that does not descend from the commit this renderer pushed last (moved
+// back to an older render, or replaced) is never adopted: the render is made over it from that
+// commit.
+func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (owned, rest map[string][]byte, err error) {
+	head := rendered.Commit()
+	if head == "" && s.LastPushed == "" {
+		return map[string][]byte{}, map[string][]byte{}, nil
+	}
+	if tip.allowed == nil && tip.err == nil {
+		if head == "" {
+			return map[string][]byte{}, map[string][]byte{}, nil
+		}
+		in.Previous = head
+		return s.filesOf(rendered)
+	}
+	own, want, err := ownCheck(s, tip)
+	if err != nil {
+		return nil, nil, err
+	}
+	in.Own = own
+	found, err := lastRender(ctx, s, rendered, own)
+	if err != nil {
+		return nil, nil, err
+	}
+	if last := s.LastPushed; last != "" && (found == nil || found.Commit() != last) {
+		descends := false
+		if found != nil {
+			if descends, err = s.Main.IsAncestor(ctx, s.RenderedBranch, last, found.Commit()); err != nil {
+				return nil, nil, err
+			}
+		}
+		if !descends {
+			what := "is gone"
+			if head != "" {
+				what = fmt.Sprintf("is at %s, which does not descend from it (moved back to an older commit, or replaced)", short(head))
+				if ok, err := s.Main.IsAncestor(ctx, s.RenderedBranch, last, head); err == nil && ok {
+					what = fmt.Sprintf("is at %s, with no render of its own within %d commits on top of it", short(head), maxRenderedWalk)
+				}
+			}
+			in.reject(Rejection{Writer: WriterRenderer, Ref: s.RenderedBranch, Commit: head,
+				Reason: fmt.Sprintf("this renderer pushed %s last, and the branch %s; it is rendered over from %s", short(last), what, short(last))})
+			in.Previous, in.Overwrite = last, true
+			if rendered, rest, ok := s.known(last); ok {
+				return rendered, rest, nil
+			}
+			snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, last)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s does not descend from %s, the commit this renderer pushed last, which cannot be read (%v): push that commit back to %s, or check the branch and give --adopt-rendered <commit>",
+					s.RenderedBranch, short(last), err, s.RenderedBranch)
+			}
+			return s.filesOf(snap)
+		}
+	}
+	if found == nil {
+		return nil, nil, fmt.Errorf("no render commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
+			s.RenderedBranch, want, AllowedSignersPath)
+	}
+	if found.Commit() != head {
+		in.Overwrite = true
+		in.reject(Rejection{Writer: WriterRenderer, Ref: s.RenderedBranch, Commit: head,
+			Reason: fmt.Sprintf("%s is not a render signed by this renderer; everything after its own commit %s is dropped and rendered over", short(head), short(found.Commit()))})
+	}
+	in.Previous = found.Commit()
+	return s.filesOf(found)
+}
+
+// lastRender returns the newest render commit along the rendered branch's first parents that
+// own accepts, or nil when there is none within maxRenderedWalk.
+func lastRender(ctx context.Context, s Sources, rendered gitsync.Snapshot, own func(*gitsync.Commit) bool) (gitsync.Snapshot, error) {
+	head := rendered.Commit()
+	if head == "" {
+		return nil, nil
+	}
+	if c := gitsync.HeadCommit(rendered); c != nil && (c.Hash == s.Adopt || isRender(c, own) && hasMetadata(s, rendered)) {
+		return rendered, nil
+	}
+	commits, _, err := s.Main.FirstParents(ctx, s.RenderedBranch, head, "", maxRenderedWalk)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range commits {
+		if c.Hash != s.Adopt && !isRender(c, own) {
+			continue
+		}
+		snap := rendered
+		if c.Hash != head {
+			if snap, err = s.Main.SnapshotOf(ctx, s.RenderedBranch, c.Hash); err != nil {
+				return nil, err
+			}
+		}
+		if c.Hash == s.Adopt || hasMetadata(s, snap) {
+			return snap, nil
+		}
+	}
+	return nil, nil
+}
+
+// isRender reports whether c is a render commit that own accepts: one that names its source
+// commit and is not a folder branch's commit. (A commit given as Sources.Adopt is taken as it
+// is, by the caller.)
+func isRender(c *gitsync.Commit, own func(*gitsync.Commit) bool) bool {
+	if !own(c) {
+		return false
+	}
+	if _, folder := gitsync.TrailerValue(c.Raw, gitsync.TrailerCompanion); folder {
+		return false
+	}
+	_, ok := gitsync.TrailerValue(c.Raw, api.TrailerSourceCommit)
+	return ok
+}
+
+// hasMetadata reports whether a rendered-branch commit holds the render metadata.
+func hasMetadata(s Sources, snap gitsync.Snapshot) bool {
+	if rendered, _, ok := s.known(snap.Commit()); ok {
+		_, has := rendered[render.MetadataPath]
+		return has
+	}
+	_, err := snap.ReadFile(render.MetadataPath)
+	return err == nil
+}
+
+// ownCheck returns how a commit is told to be this renderer's own (its key, or for a plan, which
+// holds none, a key allowed_signers lists as renderer), and that key named for messages.
+func ownCheck(s Sources, tip mode) (own func(*gitsync.Commit) bool, want string, err error) {
+	switch {
+	case s.RendererOpenPGP != nil:
+		want = s.RendererOpenPGP.String()
+	case s.RendererKey != nil:
+		want = ssh.FingerprintSHA256(s.RendererKey)
+	case s.AnyListedRenderer && tip.allowed != nil:
+		want = "a key " + AllowedSignersPath + " lists as renderer"
+	default:
+		return nil, "", fmt.Errorf("%s exists on %s, so the renderer must sign: give it --signing-key", AllowedSignersPath, s.SourceBranch)
+	}
+	own = func(c *gitsync.Commit) bool {
+		if c.Hash == s.Adopt {
+			return true
+		}
+		payload, armored := trust.SplitSignedCommit(c.Raw)
+		if s.RendererOpenPGP != nil {
+			return s.RendererOpenPGP.Verifies(payload, armored, c.When)
+		}
+		if trust.IsOpenPGP(armored) {
+			// Only a plan, holding no key, gets here: the renderers' listed OpenPGP keys.
+			if s.RendererKey != nil || tip.renderers.Empty() {
+				return false
+			}
+			_, err := tip.renderers.Verify(payload, armored, c.When)
+			return err == nil
+		}
+		sig, err := trust.VerifySignature(payload, armored)
+		if err != nil {
+			return false
+		}
+		if s.RendererKey == nil {
+			return tip.allowed.Allows(sig, trust.PrincipalRenderer, c.When)
+		}
+		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
+	}
+	return own, want, nil
+}

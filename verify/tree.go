@@ -1,0 +1,77 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/render"
+)
+
+// treeSnap is a Snapshot of files held in memory: the source inputs the renderer mirrored.
+type treeSnap struct {
+	commit string
+	files  map[string][]byte
+}
+
+func treeSnapshot(commit string, prev map[string][]byte) *treeSnap {
+	files := map[string][]byte{}
+	for p, b := range prev {
+		if IsPeoplePath(p) {
+			files[p] = b
+		}
+	}
+	return &treeSnap{commit: commit, files: files}
+}
+
+func modeOfTree(prev map[string][]byte) mode { return modeAt(treeSnapshot("", prev)) }
+
+func (t *treeSnap) Commit() string { return t.commit }
+
+func (t *treeSnap) CommitTime() time.Time { return time.Time{} }
+
+func (t *treeSnap) ReadFile(name string) ([]byte, error) {
+	b, ok := t.files[name]
+	if !ok {
+		return nil, fmt.Errorf("reading %s: %w", name, fs.ErrNotExist)
+	}
+	return b, nil
+}
+
+func (t *treeSnap) Files(dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for p, b := range t.files {
+		if dir == "" || strings.HasPrefix(p, dir+"/") {
+			out[p] = b
+		}
+	}
+	return out, nil
+}
+
+// AcceptedTip returns what a writer that must start a new line on ref (gitsync.WithRecoverFrom)
+// reads to name the tip it replaces: the tip of ref the renderer accepted last, from the render
+// metadata at the head of the rendered branch. It is read, not verified: the renderer takes the
+// new line only when it names exactly the tip it accepted itself. It reads the whole rendered
+// branch once, only when a writer recovers.
+func AcceptedTip(rendered interface {
+	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
+}, ref string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		snap, err := rendered.Snapshot(ctx)
+		if err != nil {
+			return "", err
+		}
+		data, err := snap.ReadFile(render.MetadataPath)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return render.ParseMetadata(data).Writers[ref], nil
+	}
+}
