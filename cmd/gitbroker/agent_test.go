@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"github.com/gitbroker/gitbroker/verify"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gitbroker/gitbroker/verify"
 
 	"github.com/stretchr/testify/require"
 

@@ -20,6 +20,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -29,7 +30,7 @@ import (
 // code before its fix.
 
 // untrusted fails the test unless the render reported an untrusted input of ref saying why.
-func (s *signedLoop) untrusted(out remoteOutcome, ref, why string) {
+func (s *signedLoop) untrusted(out renderer.Outcome, ref, why string) {
 	s.t.Helper()
 	for _, u := range out.Result.Untrusted {
 		if strings.HasPrefix(u, ref+":") && strings.Contains(u, why) {
@@ -99,7 +100,7 @@ func TestAttackFolderCommitIsNotAPreviousRender(t *testing.T) {
 	// A renderer that starts now (a one-shot render) has only the branch, which holds no render
 	// of its own: it refuses to render rather than start over without the tips it accepted.
 	fresh := s.refs.renderer(s.keys["renderer"])
-	_, err = fresh.once(t.Context())
+	_, err = fresh.Once(t.Context())
 	require.ErrorContains(t, err, "no render commit on gitbroker/rendered is signed by this renderer's key")
 	require.Equal(t, folder, s.rendered().Head())
 
@@ -113,7 +114,7 @@ func TestAttackFolderCommitIsNotAPreviousRender(t *testing.T) {
 	// A folder commit on top of the renderer's own render is not taken for a render either.
 	s.srv.SetRef(verify.RenderedBranch, render)
 	onTop := s.forge("renderer", verify.RenderedBranch, map[string][]byte{"rendered/kustomization.yaml": []byte("resources: []\n")})
-	out, err = s.refs.renderer(s.keys["renderer"]).once(t.Context())
+	out, err = s.refs.renderer(s.keys["renderer"]).Once(t.Context())
 	require.NoError(t, err)
 	s.untrusted(out, verify.RenderedBranch, onTop[:12]+" is not a render signed by this renderer; everything after its own commit "+render[:12])
 	require.NotEqual(t, "resources: []\n", s.renderedFile("rendered/kustomization.yaml"))
@@ -314,7 +315,7 @@ func TestAttackRecordsAreCheckedAgainstTheirJob(t *testing.T) {
 	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"))
 
 	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("plc-firmware", s.instanceOf(job), "plc-1", "  succeeded: -1\n  failed: -5\n")})
-	out, err := s.renderer.once(t.Context())
+	out, err := s.renderer.Once(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
@@ -386,14 +387,14 @@ func TestAttackDeviceEnv(t *testing.T) {
 	require.Contains(t, pods, "rtsp://$$(KUBERNETES_SERVICE_HOST)/x", "escaped: the kubelet gives the broker the text")
 	// A renderer that starts afresh renders the very same bytes: nothing to commit.
 	fresh := s.refs.renderer(s.keys["renderer"])
-	_, err := fresh.once(t.Context())
+	_, err := fresh.Once(t.Context())
 	require.ErrorIs(t, err, gitsync.ErrNoChanges, "same inputs, same bytes")
 
 	for _, name := range []string{"JAVA_OPTS", "NODE_TLS_REJECT_UNAUTHORIZED", "AWS_ENDPOINT_URL", "DOCKER_HOST", "KUBECONFIG", "ASPNETCORE_HOSTINGSTARTUPASSEMBLIES", "ERL_AFLAGS", "CATALINA_OPTS"} {
 		require.True(t, api.RefusedDeviceProperty(name), name)
 	}
 	s.forgeInventory("edge-a", "        STREAM:", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n        STREAM:")
-	out, err = s.renderer.once(t.Context())
+	out, err = s.renderer.Once(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
@@ -405,7 +406,7 @@ func TestAttackDeviceEnv(t *testing.T) {
 		fmt.Fprintf(&big, "        P%02d: %s\n", i, strings.Repeat("x", 8<<10-8))
 	}
 	s.forgeInventory("edge-a", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n", big.String())
-	out, err = s.renderer.once(t.Context())
+	out, err = s.renderer.Once(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
@@ -618,7 +619,7 @@ func TestAttackSharedDeviceHijack(t *testing.T) {
 	// A makes its own inventory invalid: B's instance still follows B.
 	s.forgeInventory("edge-a", "    namespace: default\n", "    namespace: default\n    bogus: 1\n")
 	s.forgeInventory("edge-b", "DEBUG_ECHO_DESCRIPTION: cam-1", "DEBUG_ECHO_DESCRIPTION: cam-1 v2")
-	out, err := s.renderer.once(t.Context())
+	out, err := s.renderer.Once(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}

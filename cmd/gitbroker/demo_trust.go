@@ -13,6 +13,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -95,10 +96,10 @@ func (d *demo) trustStep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &remoteRender{store: store, branch: "main", renderer: render.New(), now: time.Now,
-		sources: verify.Sources{Main: main, SourceBranch: "main", RendererKey: keys["renderer"].PublicKey()},
-		author:  gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}}
-	out, err := r.once(ctx)
+	r := &renderer.Renderer{Store: store, Branch: "main", Engine: render.New(), Now: time.Now,
+		Sources: verify.Sources{Main: main, SourceBranch: "main", RendererKey: keys["renderer"].PublicKey()},
+		Author:  gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}}
+	out, err := r.Once(ctx)
 	if out.Result != nil {
 		out.Result.Plan.WriteText(d.w)
 	}

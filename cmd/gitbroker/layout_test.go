@@ -8,6 +8,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -42,21 +43,21 @@ func (l layout) recorder(extra ...gitsync.Option) *gitsync.Repository {
 }
 
 // renderer returns a renderer of main onto gitbroker/rendered, signing with signer when given.
-func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *remoteRender {
+func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *renderer.Renderer {
 	if signer != nil {
 		extra = append(extra, gitsync.WithSigner(signer))
 	}
-	r := &remoteRender{
-		store:    l.open(verify.RenderedBranch, append(extra, gitsync.WithCreateBranch())...),
-		sources:  verify.Sources{Main: l.open("main", extra...), SourceBranch: "main", Signatures: &verify.Signatures{}},
-		branch:   "main",
-		renderer: render.New(),
-		author:   gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"},
-		now:      time.Now,
+	r := &renderer.Renderer{
+		Store:   l.open(verify.RenderedBranch, append(extra, gitsync.WithCreateBranch())...),
+		Sources: verify.Sources{Main: l.open("main", extra...), SourceBranch: "main", Signatures: &verify.Signatures{}},
+		Branch:  "main",
+		Engine:  render.New(),
+		Author:  gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"},
+		Now:     time.Now,
 	}
 	if signer != nil {
-		r.sources.RendererKey = signer.PublicKey()
-		r.published = l.open(verify.ConfigurationsBranch, append(extra, gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...)
+		r.Sources.RendererKey = signer.PublicKey()
+		r.Published = l.open(verify.ConfigurationsBranch, append(extra, gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...)
 	}
 	return r
 }
@@ -70,7 +71,7 @@ func (l layout) published(allowedSigners string) *verify.Published {
 	return &verify.Published{Repo: l.open(verify.ConfigurationsBranch), Keys: keys}
 }
 
-func allowingDeletions(r *remoteRender) *remoteRender {
-	r.allowDeletions = true
+func allowingDeletions(r *renderer.Renderer) *renderer.Renderer {
+	r.AllowDeletions = true
 	return r
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -60,7 +61,7 @@ type loop struct {
 	t        *testing.T
 	srv      *gitsynctest.Server
 	client   *fake.Clientset
-	renderer *remoteRender
+	renderer *renderer.Renderer
 	agents   map[string]*agent.Agent
 	nodes    map[string]*nodeDevices
 	rec      *recorder.Recorder
@@ -111,8 +112,8 @@ func (l *loop) discover() {
 // render runs the renderer once and returns its plan as text.
 func (l *loop) render(allowDeletions bool) string {
 	l.t.Helper()
-	l.renderer.allowDeletions = allowDeletions
-	out, err := l.renderer.once(context.Background())
+	l.renderer.AllowDeletions = allowDeletions
+	out, err := l.renderer.Once(context.Background())
 	if err != nil {
 		require.ErrorIs(l.t, err, gitsync.ErrNoChanges)
 	}
@@ -316,7 +317,7 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 
 	// Through all of it, every renderer commit checks, on a clone of the rendered branch alone.
 	for _, e := range rendered.Log() {
-		if trailer(e.Body, TrailerSourceCommit) == "" {
+		if trailer(e.Body, api.TrailerSourceCommit) == "" {
 			continue
 		}
 		code, _, stderr := gitbroker(t, "check", "--dir", export(t, l.srv, e.Hash))

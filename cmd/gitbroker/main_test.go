@@ -11,10 +11,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/fixtures"
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/render"
 )
 
 // demoRepo writes the embedded demo repository to a temporary directory and renders it.

@@ -72,13 +72,13 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	depth := gitsync.WithDepth(envInt("GITBROKER_BENCH_DEPTH", 1) - 1)
 	r := newLayout(b, srv.URL(), depth).renderer(nil)
 	if inventory != srv {
-		r.sources.Inventory = newLayout(b, inventory.URL(), depth).open("main")
+		r.Sources.Inventory = newLayout(b, inventory.URL(), depth).open("main")
 	}
 	rendered := srv.On(verify.RenderedBranch)
 	bench := inventory.On(verify.InventoryBranch("node-bench"))
 	ctx := context.Background()
 	start := time.Now()
-	if _, err := r.once(ctx); err != nil {
+	if _, err := r.Once(ctx); err != nil {
 		b.Fatal(err)
 	}
 	first := time.Since(start)
@@ -96,7 +96,7 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 		bench.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
 		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
 			t0 := time.Now()
-			if _, err := r.store.Snapshot(ctx); err != nil {
+			if _, err := r.Store.Snapshot(ctx); err != nil {
 				b.Fatal(err)
 			}
 			b.Logf("fetch %s", time.Since(t0))
@@ -110,7 +110,7 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 		}
 		b.StartTimer()
 		t1, c1 := time.Now(), processCPU(b)
-		out, err := r.once(ctx)
+		out, err := r.Once(ctx)
 		took, cpu = append(took, time.Since(t1)), append(cpu, processCPU(b)-c1)
 		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
 			b.Logf("once %s", took[len(took)-1])

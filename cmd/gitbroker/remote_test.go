@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,8 +94,8 @@ func TestRemoteRender(t *testing.T) {
 	c := log[0]
 	require.Equal(t, "gitbroker-renderer <renderer@gitbroker.dev>", c.Author)
 	require.True(t, strings.HasPrefix(c.Subject, "render: "), c.Subject)
-	require.Equal(t, seed, trailer(c.Body, TrailerSourceCommit))
-	require.True(t, strings.HasPrefix(trailer(c.Body, TrailerInputsDigest), "sha256:"))
+	require.Equal(t, seed, trailer(c.Body, api.TrailerSourceCommit))
+	require.True(t, strings.HasPrefix(trailer(c.Body, api.TrailerInputsDigest), "sha256:"))
 	for _, p := range c.Paths {
 		require.True(t, render.IsOwned(p) || render.IsInput(p), "the renderer wrote %s", p)
 	}
@@ -134,7 +132,7 @@ func TestRemoteRender(t *testing.T) {
 	code, stdout, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "foo9")
-	require.Equal(t, seed, trailer(rendered.Log()[0].Body, TrailerSourceCommit))
+	require.Equal(t, seed, trailer(rendered.Log()[0].Body, api.TrailerSourceCommit))
 	dir = export(t, srv, rendered.Head())
 	require.Equal(t, agentCommit, render.ParseMetadata(owned(t, dir)[render.MetadataPath]).Writers[verify.InventoryBranch("edge-b")])
 	code, _, stderr = gitbroker(t, "check", "--dir", dir)
@@ -166,7 +164,7 @@ func TestRemoteRenderRecomputesOnConflict(t *testing.T) {
 	require.Contains(t, stderr, "2 attempt(s)")
 	log := rendered.Log()
 	require.Len(t, log, 3)
-	require.Equal(t, personCommit, trailer(log[0].Body, TrailerSourceCommit))
+	require.Equal(t, personCommit, trailer(log[0].Body, api.TrailerSourceCommit))
 	dir := export(t, srv, rendered.Head())
 	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
@@ -276,7 +274,7 @@ func TestRemoteRenderSurvivesKill9(t *testing.T) {
 
 	renders, bad := 0, 0
 	for _, e := range srv.On(verify.RenderedBranch).Log() {
-		if trailer(e.Body, TrailerSourceCommit) == "" {
+		if trailer(e.Body, api.TrailerSourceCommit) == "" {
 			continue
 		}
 		renders++
@@ -368,107 +366,4 @@ func (c *changeRecorder) Update(ctx context.Context, fn gitsync.UpdateFunc) (git
 		c.changes = append(c.changes, ch)
 		return ch, err
 	})
-}
-
-// A kept renderer (the daemon's) holds what it pushed: its next render reads the previous
-// output from there and commits only what differs, and what lands is byte for byte what the
-// full change would have made. When someone else moved the branch, it falls back to the full
-// change, which drops what was planted.
-func TestKeptRendererCommitsEdits(t *testing.T) {
-	srv := demoServer(t)
-	rendered := srv.On(verify.RenderedBranch)
-	r := newLayout(t, srv.URL()).renderer(nil)
-	rec := &changeRecorder{Store: r.store}
-	r.store = rec
-	ctx := context.Background()
-	// holds checks that the renderer's idea of the branch is what the branch holds.
-	holds := func() {
-		t.Helper()
-		require.Equal(t, rendered.Head(), r.last.commit)
-		got, _, err := readTree(export(t, srv, rendered.Head()))
-		require.NoError(t, err)
-		held := maps.Clone(r.last.rendered)
-		maps.Copy(held, r.last.inputs)
-		require.Empty(t, render.Diff(got, held), "files the renderer holds wrongly")
-	}
-	// fresh renders the same inputs with a renderer that holds nothing: it must find nothing to do.
-	fresh := func() {
-		t.Helper()
-		_, err := newLayout(t, srv.URL()).renderer(nil).once(ctx)
-		require.ErrorIs(t, err, gitsync.ErrNoChanges)
-	}
-	last := func() *gitsync.Change { return rec.changes[len(rec.changes)-1] }
-
-	_, err := r.once(ctx)
-	require.NoError(t, err)
-	require.NotNil(t, last().Files, "the first render has nothing to edit")
-	holds()
-
-	// A device changes: one edit per changed file, on the renderer's own commit.
-	nodeCommit(t, srv, "edge-b", "foo0", "foo9")
-	before := rendered.Head()
-	out, err := r.once(ctx)
-	require.NoError(t, err)
-	require.Nil(t, last().Files)
-	require.Equal(t, before, last().EditsBase)
-	require.Less(t, len(last().Edits), len(r.last.rendered)+len(r.last.inputs)/2)
-	require.Contains(t, strings.Join(slices.Collect(maps.Keys(last().Edits)), " "), "inventory/edge-b.yaml")
-	require.Equal(t, before, gitsynctest.Git(t, srv.Bare(), "rev-parse", out.Commit+"^")[:len(before)])
-	holds()
-	fresh()
-
-	// A device goes: its files are deleted by edits.
-	nodeCommit(t, srv, "edge-a", "    - id: bar0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: bar0\n", "")
-	out, err = r.once(ctx)
-	require.NoError(t, err)
-	require.Empty(t, out.Result.Errors)
-	require.Empty(t, out.Result.Held)
-	deleted := 0
-	for _, b := range last().Edits {
-		if b == nil {
-			deleted++
-		}
-	}
-	require.Positive(t, deleted)
-	holds()
-	fresh()
-
-	// A person adds a Configuration no device reports, then removes it: the mirrored input comes
-	// and goes through edits.
-	const extra = "configurations/extra.yaml"
-	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
-	srv.Commit(map[string]string{extra: strings.Replace(cfg, "name: akri-debug-echo", "name: extra", 1)}, nil, "add a Configuration")
-	_, err = r.once(ctx)
-	require.NoError(t, err)
-	require.Contains(t, last().Edits, extra)
-	holds()
-	srv.Commit(nil, []string{extra}, "remove it")
-	_, err = r.once(ctx)
-	require.NoError(t, err)
-	gone, ok := last().Edits[extra]
-	require.True(t, ok)
-	require.Nil(t, gone)
-	_, ok = rendered.File(extra)
-	require.False(t, ok)
-	holds()
-	fresh()
-
-	// Nothing changed: no commit, and the renderer still holds the head.
-	head := rendered.Head()
-	_, err = r.once(ctx)
-	require.ErrorIs(t, err, gitsync.ErrNoChanges)
-	require.Equal(t, head, rendered.Head())
-	holds()
-
-	// Someone else commits to the rendered branch: the renderer does not hold that head, so it
-	// renders the full change, which removes the planted file.
-	rendered.Commit(map[string]string{"planted.yaml": "kind: Secret\n"}, nil, "planted")
-	nodeCommit(t, srv, "edge-b", "foo9", "foo8")
-	_, err = r.once(ctx)
-	require.NoError(t, err)
-	require.NotNil(t, last().Files)
-	_, ok = rendered.File("planted.yaml")
-	require.False(t, ok)
-	holds()
-	fresh()
 }

@@ -4,21 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
+	"github.com/gitbroker/gitbroker/renderer"
+
 	"github.com/fluxcd/pkg/runtime/logger"
+
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/verify"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 // renderOptions are the flags of the commands that render a work tree.
@@ -198,18 +202,18 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	if err != nil {
 		return err
 	}
-	r := &remoteRender{
-		store:          repo,
-		sources:        sources,
-		branch:         remote.Git.Branch,
-		renderer:       render.New(),
-		allowDeletions: o.AllowDeletions,
-		author:         gitsync.Signature{Name: remote.AuthorName, Email: remote.AuthorEmail},
-		now:            time.Now,
+	r := &renderer.Renderer{
+		Store:          repo,
+		Sources:        sources,
+		Branch:         remote.Git.Branch,
+		Engine:         render.New(),
+		AllowDeletions: o.AllowDeletions,
+		Author:         gitsync.Signature{Name: remote.AuthorName, Email: remote.AuthorEmail},
+		Now:            time.Now,
 	}
 	target := remote.RenderedBranch
 	if remote.ReviewBranch {
-		r.review, r.reviewPrefix = repo, remote.ReviewBranchPrefix
+		r.Review, r.ReviewPrefix = repo, remote.ReviewBranchPrefix
 	} else if v := signer.Verifier(); v != nil {
 		// The agents read the verified Configurations where they write, in the repository of
 		// the node refs.
@@ -219,7 +223,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 			pub.Inherit(remote.Git)
 		}
 		pub.Branch = verify.ConfigurationsBranch
-		if r.published, err = pub.Open(append(extra, gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...); err != nil {
+		if r.Published, err = pub.Open(append(extra, gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...); err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}
 	}
@@ -234,14 +238,14 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	// the push timeout, plus a minute for the render itself.
 	ctx, cancel := context.WithTimeout(cmd.Context(), remote.Git.PushTimeout+time.Minute)
 	defer cancel()
-	out, err := r.once(ctx)
+	out, err := r.Once(ctx)
 	if out.Result != nil && remote.PRDescription != "-" {
 		out.Result.Plan.WriteText(cmd.OutOrStdout())
 		flushOut(cmd)
 	}
 	stderr := cmd.ErrOrStderr()
 	switch {
-	case isRefused(err):
+	case renderer.IsRefused(err):
 		return &exitError{Code: exitRefused, Err: err}
 	case errors.Is(err, gitsync.ErrNoChanges):
 		fmt.Fprintf(stderr, "rendered/ and history/ are up to date with %s\n", out.Source)
@@ -265,7 +269,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		return &exitError{Code: exitRefused, Err: out.PublishErr}
 	}
 	if remote.PRDescription != "" && out.Result != nil && (err == nil || errors.Is(err, gitsync.ErrBranchExists)) {
-		desc, err := r.pullRequest(out)
+		desc, err := r.PullRequest(out)
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}

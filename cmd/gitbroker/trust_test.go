@@ -23,6 +23,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -109,9 +110,9 @@ func (s *signedLoop) forge(principal, branch string, files map[string][]byte, ow
 }
 
 // renderTrust renders once and returns the outcome; untrusted inputs are not an error here.
-func (s *signedLoop) renderTrust() remoteOutcome {
+func (s *signedLoop) renderTrust() renderer.Outcome {
 	s.t.Helper()
-	out, err := s.renderer.once(context.Background())
+	out, err := s.renderer.Once(context.Background())
 	if err != nil {
 		require.ErrorIs(s.t, err, gitsync.ErrNoChanges)
 	}
@@ -119,7 +120,7 @@ func (s *signedLoop) renderTrust() remoteOutcome {
 	return out
 }
 
-func (s *signedLoop) plan(out remoteOutcome) string {
+func (s *signedLoop) plan(out renderer.Outcome) string {
 	var b bytes.Buffer
 	out.Result.Plan.WriteText(&b)
 	return b.String()
@@ -316,19 +317,19 @@ func TestVerificationModes(t *testing.T) {
 
 	// Without its key the renderer refuses a verified repository.
 	unsigned := s.refs.renderer(nil)
-	_, err = unsigned.once(context.Background())
+	_, err = unsigned.Once(context.Background())
 	require.ErrorContains(t, err, "the renderer must sign: give it --signing-key")
 
 	// A new renderer key finds none of its own commits: it starts only from an adopted one.
 	other, _, err := trust.LoadOrCreateSigner(filepath.Join(dir, "renderer-2"), "renderer")
 	require.NoError(t, err)
 	rotated := s.refs.renderer(other)
-	_, err = rotated.once(context.Background())
+	_, err = rotated.Once(context.Background())
 	require.ErrorContains(t, err, "give --adopt-rendered <commit>")
-	rotated.sources.Adopt = s.rendered().Head()
+	rotated.Sources.Adopt = s.rendered().Head()
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
 	s.discover()
-	_, err = rotated.once(context.Background())
+	_, err = rotated.Once(context.Background())
 	require.NoError(t, err)
 	require.Contains(t, s.podsText(), "bar1")
 
@@ -336,7 +337,7 @@ func TestVerificationModes(t *testing.T) {
 	// (by a signed commit).
 	cfg := string(s.mustFile("configurations/akri-debug-echo.yaml"))
 	unsignedCommit := s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "unsigned bump")
-	out, err = rotated.once(context.Background())
+	out, err = rotated.Once(context.Background())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
@@ -345,7 +346,7 @@ func TestVerificationModes(t *testing.T) {
 	s.srv.SetRef("main", s.srv.Log()[1].Hash)
 	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.TrustPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Trust\nspec:\n  sourceBranch: protected\n"}, nil, "the host protects main")
 	s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "a reviewed merge")
-	out, err = rotated.once(context.Background())
+	out, err = rotated.Once(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Contains(t, s.plan(out), "declares the branch protected by its host")
@@ -440,8 +441,8 @@ func TestInventoryRepository(t *testing.T) {
 // allowed_signers, the unchanged tip is refused like a new one.
 func TestUnmovedTipIsVerifiedAgain(t *testing.T) {
 	s := newSignedLoop(t)
-	rec := &changeRecorder{Store: s.renderer.store}
-	s.renderer.store = rec
+	rec := &changeRecorder{Store: s.renderer.Store}
+	s.renderer.Store = rec
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
 	s.nodes["edge-b"].set("default/akri-debug-echo", "foo0")
 	s.discover()

@@ -19,6 +19,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -61,31 +62,33 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 
 	type replica struct {
 		store  *countingStore
-		daemon *renderDaemon
+		daemon *renderer.Daemon
 		cancel context.CancelFunc
 		done   chan error
 	}
 	start := func() *replica {
 		r := newLayout(t, srv.URL()).renderer(nil)
-		store := &countingStore{Store: r.store, inFlight: &inFlight, maxInFlight: &maxInFlight}
-		r.store = store
-		d := &renderDaemon{
-			r:        r,
-			interval: 50 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+		store := &countingStore{Store: r.Store, inFlight: &inFlight, maxInFlight: &maxInFlight}
+		r.Store = store
+		d := &renderer.Daemon{
+			Renderer: r,
+			Interval: 50 * time.Millisecond, Log: logr.Discard(), Metrics: renderer.NewMetrics(prometheus.NewRegistry()),
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		rep := &replica{store: store, daemon: d, cancel: cancel, done: make(chan error, 1)}
-		go func() { rep.done <- d.lead(ctx, client, opts) }()
+		go func() {
+			rep.done <- d.Lead(ctx, client, renderer.Election{Options: opts.Leader, Namespace: opts.LeaderNS, Name: opts.LeaderID})
+		}()
 		return rep
 	}
 	a := start()
-	require.Eventually(t, func() bool { return a.daemon.renders.Load() > 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.daemon.Renders() > 0 }, 20*time.Second, 10*time.Millisecond)
 	b := start()
 	// While the leader renders several more times, the standby renders
 	// nothing.
-	before := a.daemon.renders.Load()
-	require.Eventually(t, func() bool { return a.daemon.renders.Load() >= before+5 }, 20*time.Second, 10*time.Millisecond)
-	require.Zero(t, b.daemon.renders.Load(), "the standby replica does not render")
+	before := a.daemon.Renders()
+	require.Eventually(t, func() bool { return a.daemon.Renders() >= before+5 }, 20*time.Second, 10*time.Millisecond)
+	require.Zero(t, b.daemon.Renders(), "the standby replica does not render")
 
 	// The leader stops (SIGTERM, releasing the Lease); the standby takes
 	// over and renders what comes next, from the commit the leader pushed last, which the Lease
@@ -94,14 +97,14 @@ func TestRenderDaemonLeaderElection(t *testing.T) {
 	require.NoError(t, <-a.done)
 	lease, err := client.CoordinationV1().Leases("gitbroker-system").Get(context.Background(), "gitbroker-renderer", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.Equal(t, srv.On(verify.RenderedBranch).Head(), lease.Annotations[AnnotationLastPushed])
+	require.Equal(t, srv.On(verify.RenderedBranch).Head(), lease.Annotations[renderer.AnnotationLastPushed])
 	change := nodeCommit(t, srv, "edge-b", "foo0", "foo5")
 	require.Eventually(t, func() bool {
 		return nodeTip(t, srv, "edge-b") == change
 	}, 20*time.Second, 10*time.Millisecond, "the new leader renders the change")
 	// The render is counted after its push returns, which is after the
 	// server has the commit.
-	require.Eventually(t, func() bool { return b.daemon.renders.Load() > 0 }, 20*time.Second, 10*time.Millisecond, "the new leader counts its render")
+	require.Eventually(t, func() bool { return b.daemon.Renders() > 0 }, 20*time.Second, 10*time.Millisecond, "the new leader counts its render")
 	b.cancel()
 	require.NoError(t, <-b.done)
 	require.Equal(t, int32(1), maxInFlight.Load(), "two replicas never wrote at once")
@@ -113,15 +116,15 @@ func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
 	srv := demoServer(t)
 	rendered := srv.On(verify.RenderedBranch)
 	r := newLayout(t, srv.URL(), gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Second})).renderer(nil)
-	d := &renderDaemon{
-		r:        r,
-		interval: 30 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+	d := &renderer.Daemon{
+		Renderer: r,
+		Interval: 30 * time.Millisecond, Log: logr.Discard(), Metrics: renderer.NewMetrics(prometheus.NewRegistry()),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { d.run(ctx); close(done) }()
+	go func() { d.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	require.Eventually(t, func() bool { return d.ready.Load() && len(rendered.Log()) == 1 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return d.Ready() && len(rendered.Log()) == 1 }, 20*time.Second, 10*time.Millisecond)
 
 	prev := "foo0"
 	for i, dev := range []string{"foo1", "foo2", "foo3"} {
@@ -129,7 +132,7 @@ func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
 		prev = dev
 		if i == 1 {
 			srv.SetDown(true)
-			require.Eventually(t, func() bool { return !d.ready.Load() }, 20*time.Second, 5*time.Millisecond, "a failed render shows as not ready")
+			require.Eventually(t, func() bool { return !d.Ready() }, 20*time.Second, 5*time.Millisecond, "a failed render shows as not ready")
 			srv.SetDown(false)
 		}
 		require.Eventually(t, func() bool {
@@ -145,7 +148,7 @@ func TestRenderDaemonSurvivesServerOutage(t *testing.T) {
 		}
 	}
 	require.Len(t, sources, 4)
-	require.True(t, d.ready.Load())
+	require.True(t, d.Ready())
 }
 
 // The daemon as a process: probes, metrics (including the time from a

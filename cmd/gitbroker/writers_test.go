@@ -23,6 +23,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -46,14 +47,14 @@ func TestAllWritersAtOnce(t *testing.T) {
 	background.Add(1)
 	go func() { defer background.Done(); _ = rec.Run(ctx) }()
 
-	daemon := &renderDaemon{
-		r:        allowingDeletions(refs.renderer(nil)),
-		interval: 20 * time.Millisecond, log: logr.Discard(), metrics: newRenderMetrics(prometheus.NewRegistry()),
+	daemon := &renderer.Daemon{
+		Renderer: allowingDeletions(refs.renderer(nil)),
+		Interval: 20 * time.Millisecond, Log: logr.Discard(), Metrics: renderer.NewMetrics(prometheus.NewRegistry()),
 	}
 	daemonCtx, stopDaemon := context.WithCancel(ctx)
 	var daemonDone sync.WaitGroup
 	daemonDone.Add(1)
-	go func() { defer daemonDone.Done(); daemon.run(daemonCtx) }()
+	go func() { defer daemonDone.Done(); daemon.Run(daemonCtx) }()
 
 	// "Flux" and the kubelet: create every rendered Job, and finish it.
 	l := &loop{t: t, srv: srv, client: client}
@@ -125,7 +126,7 @@ func TestAllWritersAtOnce(t *testing.T) {
 		require.Less(t, round, 50, "the loop does not settle")
 		changed := l.applyAndFinish()
 		require.Eventually(t, recorded, time.Minute, 10*time.Millisecond, "every finished Job is recorded")
-		out, err := settle.once(ctx)
+		out, err := settle.Once(ctx)
 		require.NotNil(t, out.Result)
 		require.Empty(t, out.Result.Errors)
 		if err != nil {

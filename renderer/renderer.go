@@ -1,4 +1,4 @@
-package main
+package renderer
 
 import (
 	"bytes"
@@ -29,28 +29,29 @@ const (
 // in the plan itself.
 const commitPlanLines = 200
 
-// remoteRender renders the inputs of every writer's ref and commits rendered/ and history/,
-// with the verified inputs they came from, to the rendered branch. A Renderer is kept, so a
-// render recomputed after a conflict (or the next render of a daemon) parses and builds only
-// what changed.
-type remoteRender struct {
-	// store is the rendered branch the render commits to.
-	store gitsync.Store
-	// sources are where the inputs are read and verified from.
-	sources verify.Sources
-	// review, when set, proposes each render on a new branch named reviewPrefix + the source
-	// commit, on top of the rendered branch (--review-branch); store is then unused.
-	review       *gitsync.Repository
-	reviewPrefix string
-	// published, when set, is verify.ConfigurationsBranch in the repository of the node refs:
+// Renderer renders the inputs of every writer's ref and commits rendered/ and history/, with
+// the verified inputs they came from, to the rendered branch. Its Engine is kept, so a render
+// recomputed after a conflict (or the next render of a daemon) parses and builds only what
+// changed. The exported fields configure it; set them before the first render.
+type Renderer struct {
+	// Store is the rendered branch the render commits to.
+	Store gitsync.Store
+	// Sources are where the inputs are read and verified from.
+	Sources verify.Sources
+	// Review, when set, proposes each render on a new branch named ReviewPrefix + the source
+	// commit, on top of the rendered branch (--review-branch); Store is then unused.
+	Review       *gitsync.Repository
+	ReviewPrefix string
+	// Published, when set, is verify.ConfigurationsBranch in the repository of the node refs:
 	// after each render that lands (or finds nothing to change), the Configurations and
 	// settings it verified are published there, signed, for the agents.
-	published      gitsync.Store
-	branch         string
-	renderer       *render.Renderer
-	allowDeletions bool
-	author         gitsync.Signature
-	now            func() time.Time
+	Published gitsync.Store
+	// Branch is the people's branch, for messages.
+	Branch         string
+	Engine         *render.Renderer
+	AllowDeletions bool
+	Author         gitsync.Signature
+	Now            func() time.Time
 
 	// last is what the rendered branch holds at the commit this renderer pushed or found last,
 	// kept from building that commit: the next render reads the previous rendered/ and history/
@@ -74,8 +75,8 @@ type remoteRender struct {
 	}
 }
 
-// remoteOutcome is what one render against the remote did.
-type remoteOutcome struct {
+// Outcome is what one render against the remote did.
+type Outcome struct {
 	// Source is the commit the final attempt rendered; SourceTime is the newest committer
 	// time among it and the writers' tips it rendered.
 	Source     string
@@ -103,14 +104,14 @@ type errRefused struct{ err error }
 func (e *errRefused) Error() string { return e.err.Error() }
 func (e *errRefused) Unwrap() error { return e.err }
 
-// once renders the writers' refs and commits the result. A render with nothing to change,
+// Once renders the writers' refs and commits the result. A render with nothing to change,
 // which includes a render of the renderer's own last commit, returns gitsync.ErrNoChanges and
 // commits nothing.
-func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
-	var out remoteOutcome
-	sources := r.sources
+func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
+	var out Outcome
+	sources := r.Sources
 	sources.Known = r.known
-	if r.review == nil {
+	if r.Review == nil {
 		sources.LastPushed = r.pushed
 	}
 	// What the final attempt commits: the rendered branch's files once its change lands.
@@ -123,11 +124,11 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			return nil, err
 		}
 		tree := in.Inputs
-		result := r.renderer.Render(render.Request{
+		result := r.Engine.Render(render.Request{
 			Files:            tree,
 			Previous:         in.Rendered,
 			SourceCommit:     in.Source,
-			AllowDeletions:   r.allowDeletions,
+			AllowDeletions:   r.AllowDeletions,
 			Writers:          in.Writers,
 			RenderedJobsOnly: in.Verified,
 			Trust:            in.Trust,
@@ -142,8 +143,8 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		author := r.author
-		author.When = r.now()
+		author := r.Author
+		author.When = r.Now()
 		// The rendered branch is the renderer's alone: it carries the inputs it rendered (so it
 		// can be checked on its own) and nothing else; whatever else was pushed there is dropped.
 		change := &gitsync.Change{
@@ -163,7 +164,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			}
 		}
 		base, rendered, inputs = head.Commit(), result.Files, mirrored
-		if r.review == nil && base != "" && base == r.last.commit && in.Previous == base {
+		if r.Review == nil && base != "" && base == r.last.commit && in.Previous == base {
 			// The head is this renderer's last commit, whose files it holds and rendered on top
 			// of: the commit is built from what differs, not from a pass over every file.
 			change.Edits, change.EditsBase = edits(r.last.inputs, inputs, result), base
@@ -188,13 +189,13 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 	}
 	var res gitsync.Result
 	var err error
-	if r.review != nil {
-		res, err = r.review.UpdateNewBranch(ctx, func(head gitsync.Snapshot) string {
+	if r.Review != nil {
+		res, err = r.Review.UpdateNewBranch(ctx, func(head gitsync.Snapshot) string {
 			out.Branch = r.reviewBranch(out.Source)
 			return out.Branch
 		}, write)
 	} else {
-		res, err = r.store.Update(ctx, write)
+		res, err = r.Store.Update(ctx, write)
 		switch {
 		case err == nil && res.Commit != "":
 			r.last.commit, r.last.rendered, r.last.inputs = res.Commit, rendered, inputs
@@ -204,7 +205,7 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 			r.last.commit, r.last.rendered, r.last.inputs = base, rendered, inputs
 			r.pushed = base
 		}
-		if r.published != nil && rendered != nil && (err == nil || errors.Is(err, gitsync.ErrNoChanges)) {
+		if r.Published != nil && rendered != nil && (err == nil || errors.Is(err, gitsync.ErrNoChanges)) {
 			out.Published, out.PublishErr = r.publish(ctx, out.Inputs)
 		}
 	}
@@ -216,10 +217,10 @@ func (r *remoteRender) once(ctx context.Context) (remoteOutcome, error) {
 // verify.ConfigurationsBranch for the agents, on the renderer's own signed history there: a
 // commit someone else pushed on that branch is dropped, and one whose tip holds other files is
 // put back, even when the Configurations did not change.
-func (r *remoteRender) publish(ctx context.Context, in *verify.Inputs) (string, error) {
-	author := r.author
-	author.When = r.now()
-	res, err := r.published.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+func (r *Renderer) publish(ctx context.Context, in *verify.Inputs) (string, error) {
+	author := r.Author
+	author.When = r.Now()
+	res, err := r.Published.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
 		return verify.PublishedChange(in, author), nil
 	})
 	if errors.Is(err, gitsync.ErrNoChanges) {
@@ -234,7 +235,7 @@ func (r *remoteRender) publish(ctx context.Context, in *verify.Inputs) (string, 
 // companions are render.Companions of a render's files and of its previous files. A render on
 // top of the last one (its previous files are the very map the last one returned) whose diff
 // leaves rendered/flux/sources/ alone has the last one's: no pass over a fleet's files.
-func (r *remoteRender) companions(result *render.Result) (now, before map[string]string) {
+func (r *Renderer) companions(result *render.Result) (now, before map[string]string) {
 	same := r.lastCompanions.of != nil && r.lastCompanions.of == reflect.ValueOf(result.Previous).UnsafePointer()
 	if same && !slices.ContainsFunc(result.Diff, func(p string) bool { return strings.HasPrefix(p, render.FolderSourcesDir) }) {
 		now, before = r.lastCompanions.value, r.lastCompanions.value
@@ -246,7 +247,7 @@ func (r *remoteRender) companions(result *render.Result) (now, before map[string
 }
 
 // known returns the files of the rendered branch's commit this renderer holds (verify.Sources.Known).
-func (r *remoteRender) known(commit string) (rendered, inputs map[string][]byte, ok bool) {
+func (r *Renderer) known(commit string) (rendered, inputs map[string][]byte, ok bool) {
 	if commit == "" || commit != r.last.commit {
 		return nil, nil, false
 	}
@@ -293,23 +294,23 @@ func ownedPaths(head gitsync.Snapshot) []string {
 	return owned
 }
 
-func (r *remoteRender) reviewBranch(source string) string {
+func (r *Renderer) reviewBranch(source string) string {
 	short := source
 	if len(short) > 12 {
 		short = short[:12]
 	}
-	return r.reviewPrefix + short
+	return r.ReviewPrefix + short
 }
 
-// pullRequest renders the pull-request description of a render.
-func (r *remoteRender) pullRequest(out remoteOutcome) (string, error) {
+// PullRequest renders the pull-request description of a render.
+func (r *Renderer) PullRequest(out Outcome) (string, error) {
 	return r.text(templates.PullRequestName, out.tree, out.Result.InputsDigest, out.Source, out.Result)
 }
 
 // text renders the commit message or the pull-request description
 // (gitbroker.yaml may replace either; an invalid gitbroker.yaml falls back
 // to the defaults).
-func (r *remoteRender) text(name string, tree render.Tree, digest, source string, result *render.Result) (string, error) {
+func (r *Renderer) text(name string, tree render.Tree, digest, source string, result *render.Result) (string, error) {
 	settings, errs := api.ParseSettings(api.SettingsPath, tree[api.SettingsPath])
 	override := ""
 	if len(errs) == 0 {
@@ -326,7 +327,7 @@ func (r *remoteRender) text(name string, tree render.Tree, digest, source string
 	}
 	text, err := templates.Execute(name, override, templates.Render{
 		SourceCommit: source,
-		Branch:       r.branch,
+		Branch:       r.Branch,
 		Summary:      result.Plan.Summary.String(),
 		Plan:         truncateLines(plan.String(), commitPlanLines),
 		FilesChanged: len(result.Diff),
@@ -346,8 +347,21 @@ func truncateLines(s string, n int) string {
 	return strings.Join(lines[:n], "") + fmt.Sprintf("... (%d more lines in `gitbroker plan`)", len(lines)-n)
 }
 
-// isRefused reports whether a render was refused by a safety rule.
-func isRefused(err error) bool {
+// IsRefused reports whether a render was refused by a safety rule.
+func IsRefused(err error) bool {
 	var r *errRefused
 	return errors.As(err, &r)
+}
+
+// Pushed is the rendered branch's commit this renderer pushed, or found holding exactly its
+// render, last; "" before its first render.
+func (r *Renderer) Pushed() string { return r.pushed }
+
+// StartFrom tells a renderer that has not rendered yet the commit a previous renderer pushed
+// last (a daemon that starts reads it from its leader election Lease): the branch must descend
+// from it.
+func (r *Renderer) StartFrom(commit string) {
+	if r.pushed == "" {
+		r.pushed = commit
+	}
 }

@@ -1,0 +1,266 @@
+package renderer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/leaderelection"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	le "k8s.io/client-go/tools/leaderelection"
+
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// Metrics are the render daemon's Prometheus metrics.
+type Metrics struct {
+	renders      *prometheus.CounterVec
+	invalid      prometheus.Gauge
+	refused      prometheus.Gauge
+	heldNodes    prometheus.Gauge
+	untrusted    prometheus.Gauge
+	unpublished  prometheus.Gauge
+	sourceToPush prometheus.Histogram
+	duration     prometheus.Histogram
+	leader       prometheus.Gauge
+}
+
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		renders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitbroker_renderer_renders_total",
+			Help: "Renders by result: committed, unchanged, refused (a safety rule) or failed (git).",
+		}, []string{"result"}),
+		invalid: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_invalid_inputs",
+			Help: "Invalid input files in the last render; their previous output is kept.",
+		}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_refused",
+			Help: "1 while the last render was refused by a safety rule (deletion budget, empty output).",
+		}),
+		heldNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_held_nodes",
+			Help: "Nodes whose part the last render kept as it was, because their inventory alone would have removed more than maxDeletionPercent of their objects.",
+		}),
+		untrusted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_untrusted_inputs",
+			Help: "Inputs the last render refused for who wrote them (a forged, replayed or rolled-back tip, an unsigned source commit, a record of a Job it never rendered); each froze only its writer's part.",
+		}),
+		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_unpublished",
+			Help: "1 while publishing the last render's verified Configurations on gitbroker/configurations failed (the agents keep discovering with what was published before).",
+		}),
+		sourceToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gitbroker_renderer_source_to_push_seconds",
+			Help:    "Time from a source commit to the pushed render of it.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gitbroker_renderer_render_duration_seconds",
+			Help:    "Time of one render: fetch, render, commit and push.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_leader",
+			Help: "1 while this replica holds the leader election Lease (or runs without election).",
+		}),
+	}
+	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.unpublished, m.sourceToPush, m.duration, m.leader)
+	return m
+}
+
+// Daemon renders the branch every interval while it leads.
+type Daemon struct {
+	Renderer *Renderer
+	// Interval is the time between renders.
+	Interval time.Duration
+	Log      logr.Logger
+	Metrics  *Metrics
+	// Timeout bounds one render; 0 means none.
+	Timeout time.Duration
+	// Pushed, when set, keeps the commit the renderer pushed last where a next leader finds
+	// it (the leader election Lease).
+	Pushed func(commit string)
+
+	last          atomic.Int64
+	ready         atomic.Bool
+	renders       atomic.Int64
+	lastBad       string
+	lastHeld      string
+	lastUntrusted string
+}
+
+// Run renders until ctx ends.
+func (d *Daemon) Run(ctx context.Context) {
+	d.Metrics.leader.Set(1)
+	defer d.Metrics.leader.Set(0)
+	t := time.NewTicker(d.Interval)
+	defer t.Stop()
+	for {
+		d.cycle(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Daemon) cycle(ctx context.Context) {
+	defer d.last.Store(time.Now().UnixNano())
+	start := time.Now()
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	out, err := d.Renderer.Once(ctx)
+	// Counted once its readiness is recorded, so a probe never sees a
+	// render without its outcome.
+	defer d.renders.Add(1)
+	d.Metrics.duration.Observe(time.Since(start).Seconds())
+	if out.Result != nil {
+		d.Metrics.invalid.Set(float64(len(out.Result.Errors)))
+		if msg := out.Result.Errors.Error(); len(out.Result.Errors) > 0 && msg != d.lastBad {
+			d.Log.Error(out.Result.Errors, "invalid inputs; their previous output is kept", "source", out.Source, "count", len(out.Result.Errors))
+			d.lastBad = msg
+		} else if len(out.Result.Errors) == 0 {
+			d.lastBad = ""
+		}
+		held := out.Result.Held
+		d.Metrics.heldNodes.Set(float64(len(held)))
+		if msg := strings.Join(held, "\n"); len(held) > 0 && msg != d.lastHeld {
+			d.Log.Error(errors.New(msg), "deletion budget: nodes held as they were; the rest rendered", "source", out.Source, "count", len(held))
+		}
+		d.lastHeld = strings.Join(held, "\n")
+		untrusted := out.Result.Untrusted
+		d.Metrics.untrusted.Set(float64(len(untrusted)))
+		if msg := strings.Join(untrusted, "\n"); len(untrusted) > 0 && msg != d.lastUntrusted {
+			d.Log.Error(errors.New(msg), "untrusted inputs: each writer's previous part is kept", "source", out.Source, "count", len(untrusted))
+		}
+		d.lastUntrusted = strings.Join(untrusted, "\n")
+	}
+	if d.Pushed != nil && d.Renderer.Pushed() != "" {
+		d.Pushed(d.Renderer.Pushed())
+	}
+	if out.Published != "" {
+		d.Log.Info("published the verified Configurations for the agents", "commit", out.Published, "branch", verify.ConfigurationsBranch, "source", out.Source)
+	}
+	d.Metrics.unpublished.Set(0)
+	if out.PublishErr != nil {
+		d.Metrics.unpublished.Set(1)
+		d.Log.Error(out.PublishErr, "the agents keep discovering with the Configurations published before; will retry")
+	}
+	d.Metrics.refused.Set(0)
+	switch {
+	case IsRefused(err):
+		d.Metrics.renders.WithLabelValues("refused").Inc()
+		d.Metrics.refused.Set(1)
+		d.Log.Error(err, "render refused by a safety rule; nothing was committed", "source", out.Source)
+		d.ready.Store(true)
+	case errors.Is(err, gitsync.ErrNoChanges):
+		d.Metrics.renders.WithLabelValues("unchanged").Inc()
+		d.ready.Store(true)
+	case err != nil:
+		d.Metrics.renders.WithLabelValues("failed").Inc()
+		d.Log.Error(err, "render failed; will retry")
+		d.ready.Store(false)
+	default:
+		d.Metrics.renders.WithLabelValues("committed").Inc()
+		if !out.SourceTime.IsZero() {
+			d.Metrics.sourceToPush.Observe(time.Since(out.SourceTime).Seconds())
+		}
+		d.Log.Info("render committed", "commit", out.Commit, "source", out.Source,
+			"summary", out.Result.Plan.Summary.String(), "attempts", out.Push.Attempts, "folderSourcesMoved", out.Push.CompanionsMoved, "duration", time.Since(start).String())
+		d.ready.Store(true)
+	}
+}
+
+// Election is where the leader election Lease is and how it is held (Flux's flags).
+type Election struct {
+	leaderelection.Options
+	Namespace, Name string
+}
+
+// Lead runs the daemon while it holds the leader election Lease, keeping the commit it pushed
+// last in the Lease, and starting from the one a previous leader left there: a leader that
+// starts holds no render in memory, and the branch must still descend from what was pushed.
+// It returns when ctx ends or the Lease is lost (the process should then exit, as Flux's
+// controllers do, so two replicas never both push).
+func (d *Daemon) Lead(ctx context.Context, client kubernetes.Interface, e Election) error {
+	host, _ := os.Hostname()
+	lock := &pushedLease{meta: metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace}, client: client.CoordinationV1(),
+		identity: host + "_" + rand.String(8)}
+	d.Pushed = lock.Pushed
+	return lead(ctx, e, d.Log, lock, func(ctx context.Context) {
+		d.Renderer.StartFrom(lock.Found())
+		d.Run(ctx)
+	})
+}
+
+// lead runs f while this process holds the Lease, and returns when ctx ends or the lease is
+// lost. The Lease also carries the rendered branch's commit the leader pushed last
+// (AnnotationLastPushed): f is given what a previous leader left there.
+func lead(ctx context.Context, e Election, log logr.Logger, lock *pushedLease, f func(context.Context)) error {
+	identity := lock.identity
+	var led, lost atomic.Bool
+	elector, err := le.NewLeaderElector(le.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   e.LeaseDuration,
+		RenewDeadline:   e.RenewDeadline,
+		RetryPeriod:     e.RetryPeriod,
+		ReleaseOnCancel: e.ReleaseOnCancel,
+		Name:            e.Name,
+		Callbacks: le.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				led.Store(true)
+				log.Info("leading: rendering", "identity", identity, "lastPushed", lock.Found())
+				f(ctx)
+			},
+			OnStoppedLeading: func() {
+				if led.Load() && ctx.Err() == nil {
+					lost.Store(true)
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != identity {
+					log.Info("another replica leads; standing by", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	elector.Run(ctx)
+	if lost.Load() {
+		return errors.New("lost the leader election Lease")
+	}
+	return nil
+}
+
+// LastCycle is when the last render ended; zero before the first.
+func (d *Daemon) LastCycle() time.Time {
+	n := d.last.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Renders counts the renders done; Ready reports whether the last one succeeded.
+func (d *Daemon) Renders() int64 { return d.renders.Load() }
+
+// Ready reports whether the last render succeeded (or was refused by a safety rule, which a
+// person must resolve and a restart would not).
+func (d *Daemon) Ready() bool { return d.ready.Load() }
