@@ -48,7 +48,7 @@ const (
 	OutcomeFailed    = "Failed"
 )
 
-// Defaults documented in DESIGN.md.
+// Defaults documented in docs/FORMATS.md.
 const (
 	DefaultNamespace           = "default"
 	DefaultCapacity            = 1

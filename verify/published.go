@@ -14,7 +14,7 @@ import (
 	"github.com/gitbroker/gitbroker/trust"
 )
 
-// The Configurations the renderer verified, published for the agents (DESIGN.md, "Trust":
+// The Configurations the renderer verified, published for the agents (docs/DESIGN.md, "Trust":
 // agents read Configurations only from the renderer's verified commit). The branch lives in the
 // repository that holds the node refs (--inventory-git when the fleet has one), so an agent
 // reads it where it writes, and holds no credential for the people's branch.

@@ -1,5 +1,5 @@
 // Package verify gathers the renderer's inputs from every writer's ref and keeps only what it
-// verified (DESIGN.md, "Trust"): the source branch along first parents, each commit signed by a
+// verified (docs/DESIGN.md, "Trust"): the source branch along first parents, each commit signed by a
 // person; each node's inventory from a tip that node signed, holding only its own file and
 // descending from the tip accepted last; the recorder's records from a tip it signed; and the
 // previous rendered/ and history/ from the renderer's own last signed commit. A rejected input
@@ -24,7 +24,7 @@ import (
 	"github.com/gitbroker/gitbroker/trust"
 )
 
-// The refs of a repository (DESIGN.md, "The GitOps repository").
+// The refs of a repository (docs/FORMATS.md, the repository's layout).
 const (
 	InventoryPrefix = "gitbroker/inventory/"
 	StatusBranch    = "gitbroker/status"

@@ -100,7 +100,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			}
 			if o.ArgoCD {
 				// The AppProject fails closed: with the placeholder key id Argo CD syncs nothing.
-				next += "Then in argocd/appproject.yaml set signatureKeys to the renderer's OpenPGP key id and destinations to the broker namespaces: until then Argo CD syncs nothing (README, Argo CD).\n"
+				next += "Then in argocd/appproject.yaml set signatureKeys to the renderer's OpenPGP key id and destinations to the broker namespaces: until then Argo CD syncs nothing (docs/DEPLOYING.md, Argo CD).\n"
 			}
 			fmt.Fprint(cmd.ErrOrStderr(), next)
 			return nil

@@ -199,7 +199,7 @@ func (l *loop) editConfig(name, old, new string) {
 }
 
 // The lifecycle across the agents, the renderer and the recorder, as
-// DESIGN.md's Job lifecycle describes it.
+// docs/DESIGN.md, "Jobs are history", describes it.
 func TestLifecycleAcrossWriters(t *testing.T) {
 	l := newLoop(t)
 	rendered := l.srv.On(verify.RenderedBranch)

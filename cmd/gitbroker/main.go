@@ -15,7 +15,7 @@ import (
 	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 )
 
-// Exit codes, as DESIGN.md gives them.
+// Exit codes, as docs/COMMANDS.md gives them.
 const (
 	exitOK      = cli.ExitOK
 	exitRefused = cli.ExitRefused

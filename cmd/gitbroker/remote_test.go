@@ -23,7 +23,7 @@ import (
 	"github.com/gitbroker/gitbroker/verify"
 )
 
-// demoServer serves the demo repository's inputs in the layout of DESIGN.md: the people's
+// demoServer serves the demo repository's inputs in the repository's layout (docs/FORMATS.md): the people's
 // files on main, each node's inventory on its own ref gitbroker/inventory/<node>.
 func demoServer(t *testing.T) *gitsynctest.Server {
 	t.Helper()

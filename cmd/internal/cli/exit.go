@@ -5,7 +5,7 @@ package cli
 
 import "fmt"
 
-// Exit codes, as DESIGN.md gives them.
+// Exit codes, as docs/COMMANDS.md gives them.
 const (
 	ExitOK      = 0
 	ExitRefused = 1 // check found rendered/ stale, or a safety rule refused the render
