@@ -331,7 +331,7 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		configs = append(configs, cfg)
 		time.Sleep(time.Until(churnStart.Add(time.Duration(i+1) * 2 * time.Second)))
 	}
-	selector := render.LabelInstance + " in (" + strings.Join(instances, ",") + ")"
+	selector := api.LabelInstance + " in (" + strings.Join(instances, ",") + ")"
 	eventually(b, 10*time.Minute, "every churned device's Pod to run", func() (bool, string) {
 		list, err := cluster.Client.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {

@@ -41,11 +41,10 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
-	"github.com/gitbroker/gitbroker/render"
 )
 
 // Selector picks the Jobs gitbroker rendered.
-var Selector = render.LabelManagedBy + "=" + render.ManagedByGitbroker
+var Selector = api.LabelManagedBy + "=" + api.ManagedByGitbroker
 
 // Options configures a Recorder.
 type Options struct {
@@ -255,7 +254,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // observe queues the record of a finished Job.
 func (r *Recorder) observe(obj any) {
 	job, ok := obj.(*batchv1.Job)
-	if !ok || job.Labels[render.LabelManagedBy] != render.ManagedByGitbroker {
+	if !ok || job.Labels[api.LabelManagedBy] != api.ManagedByGitbroker {
 		return
 	}
 	rec, ok := Record(job)
@@ -410,10 +409,10 @@ func Record(job *batchv1.Job) (*api.JobRecord, bool) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindJobRecord},
 		ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace},
 		Spec: api.JobRecordSpec{
-			Configuration:  job.Labels[render.LabelConfiguration],
-			Instance:       job.Labels[render.LabelInstance],
-			DeviceID:       job.Annotations[render.AnnotationDeviceID],
-			RenderedFrom:   job.Annotations[render.AnnotationRenderedFrom],
+			Configuration:  job.Labels[api.LabelConfiguration],
+			Instance:       job.Labels[api.LabelInstance],
+			DeviceID:       job.Annotations[api.AnnotationDeviceID],
+			RenderedFrom:   job.Annotations[api.AnnotationRenderedFrom],
 			Outcome:        outcome,
 			StartTime:      job.Status.StartTime,
 			CompletionTime: job.Status.CompletionTime,

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // maxFieldChanges bounds the fields a plan lists for one object; the rest are counted.
@@ -44,7 +46,7 @@ func fieldDiff(before, after []byte) string {
 		default:
 			c = fmt.Sprintf("%s: removed", p)
 		}
-		if p == "metadata.annotations."+AnnotationInputsHash {
+		if p == "metadata.annotations."+api.AnnotationInputsHash {
 			hashOnly = c
 			continue
 		}

@@ -15,9 +15,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gitbroker/gitbroker/api"
 	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // memo keeps parse results by path and content, so unchanged files are parsed once per Renderer.
@@ -208,7 +209,7 @@ type affinityField struct {
 // term of the Configuration's own affinity).
 func (o *objectHead) nodes() []string {
 	seen := map[string]bool{}
-	if n := o.Metadata.Labels[LabelTargetNode]; n != "" {
+	if n := o.Metadata.Labels[api.LabelTargetNode]; n != "" {
 		seen[n] = true
 	}
 	o.eachPin(func(values []string) {

@@ -35,7 +35,7 @@ func (p *pass) renderJobs() {
 		if ns == "" {
 			ns = ref.namespace
 		}
-		cfgName := h.Metadata.Labels[LabelConfiguration]
+		cfgName := h.Metadata.Labels[api.LabelConfiguration]
 		if cfgName == "" {
 			cfgName = ref.configuration
 		}
@@ -43,13 +43,13 @@ func (p *pass) renderJobs() {
 			p.bailed = true
 			return
 		}
-		inst := h.Metadata.Labels[LabelInstance]
+		inst := h.Metadata.Labels[api.LabelInstance]
 		if inst == "" {
 			// Hand-edited: still a Job that may be running, and its history needs a folder.
 			inst = "unknown-instance"
 		}
 		ik := ns + "/" + cfgName + "/" + inst
-		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[AnnotationDeviceID]}
+		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[api.AnnotationDeviceID]}
 		in := p.instance(ik)
 		if in != nil {
 			m.nodes = in.nodes

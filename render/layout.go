@@ -13,8 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gitbroker/gitbroker/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // copyFrozenConfigurations keeps the folders (and Flux Kustomizations) of Configurations whose
@@ -185,7 +186,7 @@ func (p *pass) layout() {
 			APIVersion: "kustomize.toolkit.fluxcd.io/v1",
 			Kind:       "Kustomization",
 			Metadata: metav1.ObjectMeta{Name: name, Namespace: f.Namespace, Labels: map[string]string{
-				LabelManagedBy: ManagedByGitbroker, LabelConfiguration: parts[1]}},
+				api.LabelManagedBy: api.ManagedByGitbroker, api.LabelConfiguration: parts[1]}},
 			Spec: fluxSpec{
 				Interval:           durationOr(f.Interval, 10*time.Minute),
 				RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
@@ -350,7 +351,7 @@ func (p *pass) planFromDiff() {
 			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[f], p.out[f])})
 		default:
 			h := p.head(f, p.prev[f])
-			inst := h.Metadata.Labels[LabelInstance]
+			inst := h.Metadata.Labels[api.LabelInstance]
 			reason := ""
 			if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
 				p.plan.config(ref.namespace, ref.configuration, "deleted")
@@ -359,7 +360,7 @@ func (p *pass) planFromDiff() {
 				reason = "its device is no longer reported"
 			}
 			if inst != "" {
-				p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[AnnotationDeviceID], nil)
+				p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[api.AnnotationDeviceID], nil)
 			}
 			p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
 		}
@@ -448,7 +449,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 		gone := !kept && !p.retired[ref.key()]
 		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
-		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[LabelInstance]); in != nil {
+		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[api.LabelInstance]); in != nil {
 			sees = map[string]bool{}
 			for _, n := range in.nodes {
 				sees[n] = true
@@ -493,7 +494,7 @@ func roleBinding(ns, clusterRole, account, accountNamespace string) []byte {
 		RoleRef    map[string]string   `json:"roleRef"`
 		Subjects   []map[string]string `json:"subjects"`
 	}{"rbac.authorization.k8s.io/v1", "RoleBinding",
-		metav1.ObjectMeta{Name: account, Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}},
+		metav1.ObjectMeta{Name: account, Namespace: ns, Labels: map[string]string{api.LabelManagedBy: api.ManagedByGitbroker}},
 		map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": clusterRole},
 		[]map[string]string{{"kind": "ServiceAccount", "name": account, "namespace": accountNamespace}}})
 }
@@ -525,7 +526,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	}
 	var files []string
 	for _, ns := range sortedKeys(set) {
-		meta := metav1.ObjectMeta{Name: ns, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker},
+		meta := metav1.ObjectMeta{Name: ns, Labels: map[string]string{api.LabelManagedBy: api.ManagedByGitbroker},
 			Annotations: map[string]string{"kustomize.toolkit.fluxcd.io/prune": "disabled"}}
 		p.out[NamespacesDir+"namespace-"+ns+".yaml"] = marshal(struct {
 			APIVersion string            `json:"apiVersion"`
@@ -540,7 +541,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	fk := fluxKustomization{
 		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
 		Kind:       "Kustomization",
-		Metadata:   metav1.ObjectMeta{Name: NamespacesKustomization, Namespace: f.Namespace, Labels: map[string]string{LabelManagedBy: ManagedByGitbroker}},
+		Metadata:   metav1.ObjectMeta{Name: NamespacesKustomization, Namespace: f.Namespace, Labels: map[string]string{api.LabelManagedBy: api.ManagedByGitbroker}},
 		Spec: fluxSpec{
 			Interval:           durationOr(f.Interval, 10*time.Minute),
 			RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
@@ -595,10 +596,10 @@ func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configurati
 	var g gitRepository
 	g.APIVersion, g.Kind = "source.toolkit.fluxcd.io/v1", "GitRepository"
 	g.Metadata = metav1.ObjectMeta{Name: fk.Metadata.Name, Namespace: fk.Metadata.Namespace,
-		Labels:      map[string]string{LabelManagedBy: ManagedByGitbroker},
+		Labels:      map[string]string{api.LabelManagedBy: api.ManagedByGitbroker},
 		Annotations: map[string]string{AnnotationFolder: folder}}
 	if configuration != "" {
-		g.Metadata.Labels[LabelConfiguration] = configuration
+		g.Metadata.Labels[api.LabelConfiguration] = configuration
 	}
 	g.Spec.URL, g.Spec.SecretRef = fs.URL, fs.SecretRef
 	g.Spec.Interval = durationOr(fs.Interval, time.Minute)

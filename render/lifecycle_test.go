@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/render"
 )
 
 // recordJob writes the JobRecord the recorder would write for a rendered Job.
@@ -24,7 +26,7 @@ func recordJob(t *testing.T, tree render.Tree, jobPath, outcome string) render.T
 		out[p] = b
 	}
 	out["status/jobs/"+m.Namespace+"/"+m.Name+".yaml"] = []byte(record(m.Namespace, m.Name,
-		m.Labels[render.LabelConfiguration], m.Labels[render.LabelInstance], m.Annotations[render.AnnotationDeviceID], outcome))
+		m.Labels[api.LabelConfiguration], m.Labels[api.LabelInstance], m.Annotations[api.AnnotationDeviceID], outcome))
 	return out
 }
 

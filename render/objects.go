@@ -5,26 +5,13 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gitbroker/gitbroker/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
-// Labels and annotations gitbroker writes. The akri.sh labels and "controller: akri.sh" are
-// Akri's, so selectors and dashboards written for Akri keep working.
 const (
-	LabelConfiguration = "akri.sh/configuration"
-	LabelInstance      = "akri.sh/instance"
-	LabelTargetNode    = "akri.sh/target-node"
-	LabelController    = "controller"
-	ControllerAkri     = "akri.sh"
-	LabelManagedBy     = "app.kubernetes.io/managed-by"
-	ManagedByGitbroker = "gitbroker"
-
-	AnnotationInputsHash   = "gitbroker.dev/inputs-hash"
-	AnnotationDeviceID     = "gitbroker.dev/device-id"
-	AnnotationRenderedFrom = "gitbroker.dev/rendered-from"
-
 	// akriPlaceholder is the resource name Akri's controller replaces with the instance's device
 	// plugin resource. gitbroker pins with node affinity instead, so it is removed.
 	akriPlaceholder = "{{PLACEHOLDER}}"
@@ -85,10 +72,10 @@ type instance struct {
 
 func (in *instance) labels() map[string]string {
 	return map[string]string{
-		LabelConfiguration: in.cfg.Name,
-		LabelInstance:      in.name,
-		LabelController:    ControllerAkri,
-		LabelManagedBy:     ManagedByGitbroker,
+		api.LabelConfiguration: in.cfg.Name,
+		api.LabelInstance:      in.name,
+		api.LabelController:    api.ControllerAkri,
+		api.LabelManagedBy:     api.ManagedByGitbroker,
 	}
 }
 
@@ -211,7 +198,7 @@ func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string)
 	applyDevice(ps, env)
 	pin(ps, []string{node})
 	labels := in.labels()
-	labels[LabelTargetNode] = node
+	labels[api.LabelTargetNode] = node
 	return marshal(manifest{
 		APIVersion: "v1",
 		Kind:       "Pod",
@@ -219,7 +206,7 @@ func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string)
 			Name:        podName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled", AnnotationArgoSyncOptions: argoReplacePod},
+			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled", AnnotationArgoSyncOptions: argoReplacePod},
 		},
 		Spec: ps,
 	})
@@ -252,7 +239,7 @@ func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
 		runHash = hashHex(10, spec, []byte(pol.RunID))
 	}
 	pin(&js.Template.Spec, in.nodes)
-	ann := map[string]string{AnnotationInputsHash: inputsHash, AnnotationDeviceID: in.deviceID}
+	ann := map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID}
 	for k, v := range jobAnnotations {
 		ann[k] = v
 	}
@@ -278,7 +265,7 @@ func (j builtJob) bytes(sourceCommit string) ([]byte, *objectHead) {
 		for k, v := range m.Metadata.Annotations {
 			ann[k] = v
 		}
-		ann[AnnotationRenderedFrom] = sourceCommit
+		ann[api.AnnotationRenderedFrom] = sourceCommit
 		m.Metadata.Annotations = ann
 	}
 	return marshal(m), jobHead(m)
@@ -294,7 +281,7 @@ func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name s
 			Name:        name,
 			Namespace:   cfg.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{AnnotationInputsHash: inputsHash},
+			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash},
 		},
 		Spec: s,
 	})

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/gitbroker/gitbroker/api"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // Request is one render: the repository files at one commit.
@@ -916,12 +917,12 @@ func (p *pass) recordMismatch(rec *api.JobRecord) string {
 	switch {
 	case jns != ns || h.Metadata.Name != name:
 		return fmt.Sprintf("it names the Job %s/%s, but %s holds %s/%s", ns, name, file, jns, h.Metadata.Name)
-	case h.Metadata.Labels[LabelConfiguration] != cfgName:
-		return fmt.Sprintf("it names Configuration %s, but the Job %s/%s belongs to %q", cfgName, ns, name, h.Metadata.Labels[LabelConfiguration])
-	case h.Metadata.Labels[LabelInstance] != inst:
-		return fmt.Sprintf("it names instance %s, but the Job %s/%s ran for instance %q", inst, ns, name, h.Metadata.Labels[LabelInstance])
-	case h.Metadata.Annotations[AnnotationDeviceID] != rec.Spec.DeviceID:
-		return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.Metadata.Annotations[AnnotationDeviceID])
+	case h.Metadata.Labels[api.LabelConfiguration] != cfgName:
+		return fmt.Sprintf("it names Configuration %s, but the Job %s/%s belongs to %q", cfgName, ns, name, h.Metadata.Labels[api.LabelConfiguration])
+	case h.Metadata.Labels[api.LabelInstance] != inst:
+		return fmt.Sprintf("it names instance %s, but the Job %s/%s ran for instance %q", inst, ns, name, h.Metadata.Labels[api.LabelInstance])
+	case h.Metadata.Annotations[api.AnnotationDeviceID] != rec.Spec.DeviceID:
+		return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.Metadata.Annotations[api.AnnotationDeviceID])
 	}
 	return ""
 }
@@ -1226,7 +1227,7 @@ func (p *pass) findFrozenInstances() {
 			continue
 		}
 		h := p.head(f, p.prev[f])
-		inst := h.Metadata.Labels[LabelInstance]
+		inst := h.Metadata.Labels[api.LabelInstance]
 		if inst == "" {
 			continue
 		}
@@ -1369,8 +1370,8 @@ func (p *pass) renderBrokers() {
 				name := instanceServiceName(in.name)
 				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
 					labels := in.labels()
-					labels[LabelManagedBy] = ManagedByGitbroker
-					sel := map[string]string{LabelInstance: in.name, LabelController: ControllerAkri}
+					labels[api.LabelManagedBy] = api.ManagedByGitbroker
+					sel := map[string]string{api.LabelInstance: in.name, api.LabelController: api.ControllerAkri}
 					return buildService(cfg, spec, name, labels, sel, ih)
 				})
 			}
@@ -1410,8 +1411,8 @@ func (p *pass) renderBrokers() {
 			ih := hashHex(16, cshash, []byte("configuration-service"))
 			name := configurationServiceName(cfg.Name)
 			p.build("svc/"+ih, p.commonFolder(cfg)+"/service-"+name+".yaml", objMeta{ns: cfg.Namespace, cfg: cfg.Name}, func() []byte {
-				labels := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri, LabelManagedBy: ManagedByGitbroker}
-				sel := map[string]string{LabelConfiguration: cfg.Name, LabelController: ControllerAkri}
+				labels := map[string]string{api.LabelConfiguration: cfg.Name, api.LabelController: api.ControllerAkri, api.LabelManagedBy: api.ManagedByGitbroker}
+				sel := map[string]string{api.LabelConfiguration: cfg.Name, api.LabelController: api.ControllerAkri}
 				return buildService(cfg, spec, name, labels, sel, ih)
 			})
 		}

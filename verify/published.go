@@ -21,7 +21,7 @@ import (
 const (
 	// ConfigurationsBranch holds gitbroker.yaml and configurations/ exactly as the renderer
 	// verified and rendered them, in commits the renderer signs.
-	ConfigurationsBranch = "gitbroker/configurations"
+	ConfigurationsBranch = api.ConfigurationsBranch
 	// TrailerConfigurations marks a commit of ConfigurationsBranch and names the source commit
 	// its files come from; a render commit or a folder commit, which the renderer signs too,
 	// never carries it, so neither can be pushed there in its place.

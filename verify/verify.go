@@ -26,9 +26,9 @@ import (
 
 // The refs of a repository (docs/FORMATS.md, the repository's layout).
 const (
-	InventoryPrefix = "gitbroker/inventory/"
-	StatusBranch    = "gitbroker/status"
-	RenderedBranch  = "gitbroker/rendered"
+	InventoryPrefix = api.InventoryPrefix
+	StatusBranch    = api.StatusBranch
+	RenderedBranch  = api.RenderedBranch
 )
 
 // Files on the source branch that say who is trusted.
@@ -52,7 +52,7 @@ func IsPeoplePath(p string) bool {
 }
 
 // InventoryBranch is the ref the agent of node writes.
-func InventoryBranch(node string) string { return InventoryPrefix + node }
+func InventoryBranch(node string) string { return api.InventoryBranch(node) }
 
 // Reader reads refs and commits of a remote; *gitsync.Repository implements it.
 type Reader interface {

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gitbroker/gitbroker/api"
-	"github.com/gitbroker/gitbroker/fixtures"
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/render"
 )
 
 func newDemoCommand() *cobra.Command {
@@ -154,10 +155,10 @@ func (d *demo) recordRunningJobs() error {
 			TypeMeta:   metav1.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindJobRecord},
 			ObjectMeta: metav1.ObjectMeta{Name: job.Metadata.Name, Namespace: job.Metadata.Namespace},
 			Spec: api.JobRecordSpec{
-				Configuration:  job.Metadata.Labels[render.LabelConfiguration],
-				Instance:       job.Metadata.Labels[render.LabelInstance],
-				DeviceID:       job.Metadata.Annotations[render.AnnotationDeviceID],
-				RenderedFrom:   job.Metadata.Annotations[render.AnnotationRenderedFrom],
+				Configuration:  job.Metadata.Labels[api.LabelConfiguration],
+				Instance:       job.Metadata.Labels[api.LabelInstance],
+				DeviceID:       job.Metadata.Annotations[api.AnnotationDeviceID],
+				RenderedFrom:   job.Metadata.Annotations[api.AnnotationRenderedFrom],
 				Outcome:        api.OutcomeSucceeded,
 				StartTime:      &start,
 				CompletionTime: &done,

@@ -2,6 +2,22 @@ package api
 
 import "strings"
 
+// The refs of the GitOps repository, one per writer (docs/FORMATS.md).
+const (
+	// InventoryPrefix + <node> is the ref the agent of <node> writes.
+	InventoryPrefix = "gitbroker/inventory/"
+	// StatusBranch is the recorder's.
+	StatusBranch = "gitbroker/status"
+	// RenderedBranch is the renderer's; Flux or Argo CD applies it.
+	RenderedBranch = "gitbroker/rendered"
+	// ConfigurationsBranch holds gitbroker.yaml and configurations/ as the renderer verified
+	// them, for the agents.
+	ConfigurationsBranch = "gitbroker/configurations"
+)
+
+// InventoryBranch is the ref the agent of node writes.
+func InventoryBranch(node string) string { return InventoryPrefix + node }
+
 // Where the inputs live in the GitOps repository.
 const (
 	SettingsPath      = "gitbroker.yaml"
