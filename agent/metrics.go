@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -12,10 +10,7 @@ import (
 // nothing.
 type Metrics struct {
 	cycles          prometheus.Counter
-	pushes          *prometheus.CounterVec
-	conflicts       prometheus.Counter
-	retries         prometheus.Counter
-	pushDuration    prometheus.Histogram
+	pushes          *gitsync.PushMetrics
 	devices         *prometheus.GaugeVec
 	discoveryErrors *prometheus.CounterVec
 	invalidInputs   prometheus.Counter
@@ -28,23 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		cycles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gitbroker_agent_cycles_total", Help: "Discovery cycles run.",
 		}),
-		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gitbroker_agent_pushes_total",
-			Help: "Inventory writes by result: pushed, unchanged (the branch already held it) or failed.",
-		}, []string{"result"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gitbroker_agent_push_conflicts_total",
-			Help: "Pushes refused because the branch had moved; each was recomputed on the new head.",
-		}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gitbroker_agent_push_retries_total",
-			Help: "Fetches or pushes repeated after a transient error.",
-		}),
-		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "gitbroker_agent_push_duration_seconds",
-			Help:    "Time from the first fetch of an inventory write to its end, retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
+		pushes: gitsync.NewPushMetrics(reg, "gitbroker_agent", "Inventory writes"),
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gitbroker_agent_devices",
 			Help: "Devices in this node's inventory per Configuration.",
@@ -62,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the tip of gitbroker/configurations is refused (not the renderer's signed publication, or a rollback); the agent discovers with the one it accepted before.",
 		}),
 	}
-	reg.MustRegister(m.cycles, m.pushes, m.conflicts, m.retries, m.pushDuration, m.devices, m.discoveryErrors, m.invalidInputs, m.refused)
+	reg.MustRegister(m.cycles, m.devices, m.discoveryErrors, m.invalidInputs, m.refused)
 	return m
 }
 
@@ -96,20 +75,9 @@ func (m *Metrics) discoveryError(handler string) {
 }
 
 func (m *Metrics) push(res gitsync.Result, err error) {
-	if m == nil {
-		return
+	if m != nil {
+		m.pushes.Observe(res, err)
 	}
-	switch {
-	case err == nil:
-		m.pushes.WithLabelValues("pushed").Inc()
-	case errors.Is(err, gitsync.ErrNoChanges):
-		m.pushes.WithLabelValues("unchanged").Inc()
-	default:
-		m.pushes.WithLabelValues("failed").Inc()
-	}
-	m.conflicts.Add(float64(res.Conflicts))
-	m.retries.Add(float64(res.Retries))
-	m.pushDuration.Observe(res.Elapsed.Seconds())
 }
 
 // setDevices replaces the per-Configuration device gauges.

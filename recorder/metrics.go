@@ -1,8 +1,6 @@
 package recorder
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -11,11 +9,9 @@ import (
 // Metrics are the recorder's Prometheus metrics. A nil *Metrics records
 // nothing.
 type Metrics struct {
-	records   prometheus.Counter
-	pushes    *prometheus.CounterVec
-	conflicts prometheus.Counter
-	pending   prometheus.Gauge
-	duration  prometheus.Histogram
+	records prometheus.Counter
+	pushes  *gitsync.PushMetrics
+	pending prometheus.Gauge
 }
 
 // NewMetrics registers the recorder's metrics with reg.
@@ -24,21 +20,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gitbroker_recorder_records_total", Help: "JobRecords written.",
 		}),
-		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gitbroker_recorder_pushes_total", Help: "Record writes by result: pushed, unchanged or failed.",
-		}, []string{"result"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gitbroker_recorder_push_conflicts_total", Help: "Pushes refused because the branch had moved; recomputed.",
-		}),
+		pushes: gitsync.NewPushMetrics(reg, "gitbroker_recorder", "Record writes"),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gitbroker_recorder_pending_records", Help: "Finished Jobs whose records are not on the branch yet.",
 		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "gitbroker_recorder_push_duration_seconds", Help: "Time to land one batch of records.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
 	}
-	reg.MustRegister(m.records, m.pushes, m.conflicts, m.pending, m.duration)
+	reg.MustRegister(m.records, m.pending)
 	return m
 }
 
@@ -46,17 +33,10 @@ func (m *Metrics) push(res gitsync.Result, err error, written int) {
 	if m == nil {
 		return
 	}
-	switch {
-	case err == nil:
-		m.pushes.WithLabelValues("pushed").Inc()
+	if err == nil {
 		m.records.Add(float64(written))
-	case errors.Is(err, gitsync.ErrNoChanges):
-		m.pushes.WithLabelValues("unchanged").Inc()
-	default:
-		m.pushes.WithLabelValues("failed").Inc()
 	}
-	m.conflicts.Add(float64(res.Conflicts))
-	m.duration.Observe(res.Elapsed.Seconds())
+	m.pushes.Observe(res, err)
 }
 
 func (m *Metrics) setPending(n int) {
