@@ -218,6 +218,7 @@ var folderSourceURL = regexp.MustCompile(`^(http|https|ssh)://[^\s]+$`)
 type ResolvedSettings struct {
 	DefaultNamespace    string
 	MaxDeletionPercent  int
+	DeletionAllowance   int
 	MaxObjectsPerFolder int
 	Flux                FluxSettings
 	Recorder            RecorderSettings
@@ -261,6 +262,7 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 	r := ResolvedSettings{
 		DefaultNamespace:    DefaultNamespace,
 		MaxDeletionPercent:  DefaultMaxDeletionPercent,
+		DeletionAllowance:   DefaultDeletionAllowance,
 		MaxObjectsPerFolder: DefaultMaxObjectsPerFolder,
 		Flux:                s.Spec.Flux,
 		Recorder:            s.Spec.Recorder,
@@ -299,6 +301,12 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 			errs = append(errs, d.Errorf("spec.maxDeletionPercent", "must be between 0 and 100, got %d", *v))
 		}
 		r.MaxDeletionPercent = int(*v)
+	}
+	if v := s.Spec.DeletionAllowance; v != nil {
+		if *v < 0 {
+			errs = append(errs, d.Errorf("spec.deletionAllowance", "must not be negative, got %d", *v))
+		}
+		r.DeletionAllowance = int(*v)
 	}
 	if v := s.Spec.MaxObjectsPerFolder; v != nil {
 		if *v < 1 {

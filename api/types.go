@@ -50,11 +50,15 @@ const (
 
 // Defaults documented in docs/FORMATS.md.
 const (
-	DefaultNamespace           = "default"
-	DefaultCapacity            = 1
-	DefaultHistoryLimit        = 5
-	DefaultShards              = 1
-	DefaultMaxDeletionPercent  = 50
+	DefaultNamespace          = "default"
+	DefaultCapacity           = 1
+	DefaultHistoryLimit       = 5
+	DefaultShards             = 1
+	DefaultMaxDeletionPercent = 50
+	// DefaultDeletionAllowance covers one device's objects (its broker, its instance Service
+	// and a Job) with room to spare, and stays far below what a wiped node removes in a fleet
+	// of any size that the percentage protects.
+	DefaultDeletionAllowance   = 5
 	DefaultMaxObjectsPerFolder = 1000
 
 	// DefaultFluxNamespace and DefaultFluxSource are where the rendered Flux Kustomizations
@@ -238,6 +242,10 @@ type SettingsSpec struct {
 	DefaultNamespace string `json:"defaultNamespace,omitempty"`
 	// MaxDeletionPercent refuses a render that removes more than this share of broker objects.
 	MaxDeletionPercent *int32 `json:"maxDeletionPercent,omitempty"`
+	// DeletionAllowance lets a render that removes at most this many broker objects pass the
+	// deletion budget whatever the share (so a small fleet is not frozen by one unplugged
+	// device); 0 makes the budget strict.
+	DeletionAllowance *int32 `json:"deletionAllowance,omitempty"`
 	// MaxObjectsPerFolder makes plan warn about folders that build slowly in kustomize.
 	MaxObjectsPerFolder *int32 `json:"maxObjectsPerFolder,omitempty"`
 	// Flux configures the Kustomizations written to rendered/flux/.

@@ -416,7 +416,7 @@ func (p *pass) checkSafety() string {
 		}
 	}
 	total := p.prevLen()
-	if total == 0 || removed == 0 {
+	if total == 0 || removed == 0 || removed <= p.settings.DeletionAllowance {
 		return ""
 	}
 	if len(newIDs) == 0 {
@@ -465,7 +465,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 	held := map[string]string{}
 	limit := p.settings.MaxDeletionPercent
 	for _, n := range sortedKeys(removed) {
-		if r, t := removed[n], total[n]; r*100 > limit*t {
+		if r, t := removed[n], total[n]; r > p.settings.DeletionAllowance && r*100 > limit*t {
 			held[n] = fmt.Sprintf("node %s: its inventory would remove %d of its %d broker objects (%d%%), more than maxDeletionPercent (%d%%); its part is kept as it was while the rest renders (check the node, or render with --allow-deletions)",
 				n, r, t, r*100/t, limit)
 		}

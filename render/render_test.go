@@ -3,10 +3,10 @@ package render_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 func TestAkriInstanceNamesAndEnvironment(t *testing.T) {
@@ -298,6 +300,8 @@ func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
 // Configuration changes) still renders. Within the budget, a node may lose everything.
 func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	tree := repo(map[string]string{
+		// The percentages alone: no allowance of removals that always pass.
+		"gitbroker.yaml":          strictBudget,
 		"configurations/cam.yaml": podConfig,
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "a1", "a2", "a3", "a4")),
 		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "b1")),
@@ -337,6 +341,49 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	res = renderOK(t, tree)
 	require.Empty(t, res.Held)
 	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 4)
+}
+
+const strictBudget = "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deletionAllowance: 0\n"
+
+// A small fleet is not frozen by the deletion budget: in a one-node fleet an unplugged device
+// removes all of its broker objects (100%), which held that node for good before; it passes
+// because it is within deletionAllowance. A node that removes more than that is still held.
+func TestDeletionAllowance(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "a1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	require.Len(t, filesUnder(tree, "rendered/default/cam/", "/pod-"), 1)
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	res := render.Render(render.Request{Files: tree})
+	require.Nil(t, res.Refused, "one unplugged device in a one-node fleet")
+	require.Empty(t, res.Held)
+	require.Empty(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"))
+
+	// With deletionAllowance: 0 the node is held, its Pod kept until someone renders with
+	// --allow-deletions, as before the setting.
+	strict := maps.Clone(tree)
+	strict["gitbroker.yaml"] = []byte(strictBudget)
+	res = render.Render(render.Request{Files: strict})
+	require.Len(t, res.Held, 1)
+	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 1 of its 1 broker objects")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 1)
+
+	// Six devices on one node of two: losing all of them is over the allowance of five
+	// objects, and over the node's share, so that node is held.
+	tree = repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "a1", "a2", "a3", "a4", "a5", "a6")),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "b1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
+	res = render.Render(render.Request{Files: tree})
+	require.Nil(t, res.Refused)
+	require.Len(t, res.Held, 1)
+	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 6 of its 6 broker objects")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 7)
 }
 
 func TestCheckDetectsHandEdits(t *testing.T) {

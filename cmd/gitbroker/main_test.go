@@ -188,6 +188,9 @@ func TestCheck(t *testing.T) {
 
 func TestRefusedRenderWritesNothing(t *testing.T) {
 	dir := demoRepo(t)
+	// The demo fleet is small: each node's objects are within the default deletionAllowance, so
+	// the per-node budget is shown with the strict one.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gitbroker.yaml"), []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deletionAllowance: 0\n"), 0o644))
 	before := owned(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-a.yaml")))
 	require.NoError(t, os.Remove(filepath.Join(dir, "inventory/edge-b.yaml")))
@@ -199,6 +202,14 @@ func TestRefusedRenderWritesNothing(t *testing.T) {
 	require.True(t, render.Equal(before, owned(t, dir)))
 	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitRefused, code, "rendered/ does not show what the inventory says")
+
+	// With the default allowance, the same two nodes each remove few enough objects to pass
+	// alone, but together they would remove most of the fleet: the render is refused as a whole.
+	require.NoError(t, os.Remove(filepath.Join(dir, "gitbroker.yaml")))
+	code, stdout, stderr = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stdout, "REFUSED: the render would remove 6 of 8 broker objects (75%)")
+	require.True(t, render.Equal(before, owned(t, dir)))
 
 	// A person's change that would empty rendered/ is refused as a whole.
 	dir = demoRepo(t)
