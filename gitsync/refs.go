@@ -269,13 +269,9 @@ func (r *Repository) Oversized() map[string]error {
 // large: it halves the set until each refused part is one branch, which it leaves out and
 // records in r.oversized; the others are fetched.
 func (r *Repository) fetchIsolating(ctx context.Context, names []string, depth int) error {
-	remote, err := r.repo.Remotes()
-	if err != nil || len(remote) == 0 {
-		return fmt.Errorf("listing the remote's branches: %v", err)
-	}
-	refs, err := remote[0].ListContext(ctx, &git.ListOptions{Auth: r.auth})
+	refs, err := r.listRemote(ctx)
 	if err != nil {
-		return fmt.Errorf("listing the remote's branches: %w", err)
+		return err
 	}
 	var shorts []string
 	for _, ref := range refs {

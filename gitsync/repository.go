@@ -486,13 +486,22 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	return c, nil
 }
 
-// remoteHead lists the server's refs and returns the branch's head, without fetching it.
-func (r *Repository) remoteHead(ctx context.Context) (plumbing.Hash, error) {
+// listRemote lists the server's refs, fetching nothing.
+func (r *Repository) listRemote(ctx context.Context) ([]*plumbing.Reference, error) {
 	remotes, err := r.repo.Remotes()
 	if err != nil || len(remotes) == 0 {
-		return plumbing.ZeroHash, fmt.Errorf("no remote: %v", err)
+		return nil, fmt.Errorf("listing the remote's branches: no remote (%v)", err)
 	}
 	refs, err := remotes[0].ListContext(ctx, &git.ListOptions{Auth: r.auth})
+	if err != nil {
+		return nil, fmt.Errorf("listing the remote's branches: %w", err)
+	}
+	return refs, nil
+}
+
+// remoteHead returns the branch's head as the server lists it, without fetching it.
+func (r *Repository) remoteHead(ctx context.Context) (plumbing.Hash, error) {
+	refs, err := r.listRemote(ctx)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
