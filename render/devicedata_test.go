@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 func deviceInventory(node string, props map[string]string) string {

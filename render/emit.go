@@ -9,8 +9,9 @@ import (
 	"sync"
 	"unicode"
 
-	"github.com/gitbroker/gitbroker/api"
 	yamlv2 "go.yaml.in/yaml/v2"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // The YAML emitter: every rendered object is written the way sigs.k8s.io/yaml writes it

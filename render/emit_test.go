@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/fixtures"
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/fixtures"
 )
 
 // Strings chosen at yaml.v2's edges: other types written plain, indicators, quotes, spaces at

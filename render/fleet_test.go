@@ -3,9 +3,10 @@ package render_test
 import (
 	"encoding/hex"
 
+	"golang.org/x/crypto/blake2b"
+
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
-	"golang.org/x/crypto/blake2b"
 )
 
 func digest3(id string) string {

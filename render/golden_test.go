@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under fixtures/*/want")

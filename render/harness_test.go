@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 // readDir loads a repository directory the way the CLI does.

@@ -3,8 +3,9 @@ package render
 import (
 	"testing"
 
-	"github.com/gitbroker/gitbroker/api"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // A Job's head is taken from the Job as it is built (jobHead), so that the next render need not

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -226,4 +227,59 @@ func recordSummary(r *api.JobRecord) string {
 		s += " (" + strings.Join(ends, ", ") + ")"
 	}
 	return s
+}
+
+type historyParse struct {
+	entry *historyEntry
+	err   error
+}
+
+// historyEntry is one finished Job kept under history/jobs/<ns>/<cfg>/<instance>/<job>.yaml.
+type historyEntry struct {
+	path                        string
+	namespace, config, instance string
+	job                         string
+	completion                  time.Time
+	record                      *api.JobRecord
+}
+
+func historyPath(ns, cfg, inst, job string) string {
+	return path.Join("history/jobs", ns, cfg, inst, job+".yaml")
+}
+
+func parseHistory(p string, data []byte) (*historyEntry, error) {
+	parts := strings.Split(strings.TrimPrefix(p, "history/jobs/"), "/")
+	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".yaml") {
+		return nil, fmt.Errorf("not a history/jobs/<namespace>/<configuration>/<instance>/<job>.yaml path")
+	}
+	e := &historyEntry{path: p, namespace: parts[0], config: parts[1], instance: parts[2], job: strings.TrimSuffix(parts[3], ".yaml")}
+	docs, err := api.SplitDocuments(p, data)
+	if err != nil {
+		return e, err
+	}
+	for _, d := range docs {
+		if _, kind := d.TypeMeta(); kind == api.KindJobRecord {
+			rec, errs := api.ParseJobRecord("", d)
+			if len(errs) > 0 {
+				return e, errs
+			}
+			e.record = rec.JobRecord
+			if t := rec.Spec.CompletionTime; t != nil {
+				e.completion = t.Time
+			}
+		}
+	}
+	if e.record == nil {
+		return e, fmt.Errorf("no JobRecord in history file")
+	}
+	return e, nil
+}
+
+// historyFile is a retired Job followed by its record.
+func historyFile(job, record []byte) []byte {
+	out := make([]byte, 0, len(job)+len(record)+4)
+	out = append(out, job...)
+	out = append(out, "---\n"...)
+	out = append(out, record...)
+	return out
 }

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/fixtures"
 )
 
 // A kept Renderer takes the index of the previous output from its last render, and brings it up

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 // TestKeptRendererMatchesFresh follows a daemon: one Renderer kept through a run of changes,

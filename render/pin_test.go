@@ -4,11 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gitbroker/gitbroker/render"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/render"
 )
 
 func readJob(t *testing.T, data []byte) batchv1.Job {

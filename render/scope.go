@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/identity"
 )
 
 // A kept Renderer renders on top of its own last output (a daemon does, change after change).
@@ -316,7 +317,7 @@ func (p *pass) mergeScope() bool {
 func (r *Renderer) takeSpare(last Tree) Tree {
 	spare := r.spare
 	r.spare = nil
-	if spare == nil || sameMap(spare, last) {
+	if spare == nil || identity.Map(spare, last) {
 		return maps.Clone(last)
 	}
 	for _, f := range r.spareLag {

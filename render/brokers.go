@@ -1,0 +1,238 @@
+package render
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// renderBrokers writes the Pods and Services of every valid Configuration.
+func (p *pass) renderBrokers() {
+	for _, k := range sortedKeys(p.configs) {
+		cfg := p.configs[k]
+		broker := "none"
+		switch {
+		case cfg.IsPodBroker():
+			broker = "Pod"
+		case cfg.IsJobBroker():
+			broker = "Job"
+		}
+		p.plan.config(cfg.Namespace, cfg.Name, broker)
+		if cfg.IsJobBroker() && (cfg.Spec.InstanceServiceSpec != nil || cfg.Spec.ConfigurationServiceSpec != nil) {
+			p.warn("Configuration %s: Services are rendered for Pod brokers only; the service specs of this Job broker are ignored", k)
+		}
+		if cfg.Policy.After != "" {
+			if a, ok := p.configs[cfg.Namespace+"/"+cfg.Policy.After]; !ok && !p.frozenConfigs[cfg.Namespace+"/"+cfg.Policy.After] {
+				p.warn("Configuration %s: after: Configuration %s/%s does not exist; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+			} else if ok && !a.IsJobBroker() {
+				p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+			}
+		}
+		if p.scope != nil && !p.scope[k] {
+			// Carried over with its plan entries (mergeScope).
+			continue
+		}
+		var phash, ishash, cshash []byte
+		if cfg.IsPodBroker() {
+			phash = podHash(cfg)
+			ishash = serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
+			cshash = serviceHash(cfg, "configuration-service", cfg.Spec.ConfigurationServiceSpec)
+		}
+		withBrokers := 0
+		// What each instance's objects are keyed and named by, worked out on every CPU: the
+		// loop after it only looks them up.
+		list := p.instances[k]
+		if cfg.IsPodBroker() {
+			var todo []*instance
+			for _, in := range list {
+				if in.pod == nil {
+					todo = append(todo, in)
+				}
+			}
+			parallel(len(todo), func(i int) {
+				pi := podInputs(cfg, todo[i], phash, ishash, p.prev)
+				todo[i].pod = &pi
+			})
+		}
+		for _, in := range list {
+			ik := k + "/" + in.name
+			if _, frozen := p.frozenInstances[ik]; frozen {
+				continue
+			}
+			if !cfg.IsPodBroker() {
+				continue
+			}
+			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+			pre := in.pod
+			nodes := pre.nodes
+			if reason := p.afterHeld(cfg, in); reason != "" {
+				for _, n := range nodes {
+					p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
+				}
+				continue
+			}
+			env := pre.env
+			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
+			for j, n := range nodes {
+				ih := pre.podHashes[j]
+				p.build("pod/"+ih, pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
+			}
+			withBrokers++
+			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
+				ih := pre.serviceHash
+				name := instanceServiceName(in.name)
+				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
+					labels := in.labels()
+					labels[api.LabelManagedBy] = api.ManagedByGitbroker
+					sel := map[string]string{api.LabelInstance: in.name, api.LabelController: api.ControllerAkri}
+					return buildService(cfg, spec, name, labels, sel, ih)
+				})
+			}
+		}
+		// Instances a node with an invalid inventory took part in stay as they were (their Jobs
+		// follow the Job lifecycle like every other Job).
+		for _, ik := range sortedKeys(p.frozenInstances) {
+			if !strings.HasPrefix(ik, k+"/") {
+				continue
+			}
+			inst := strings.TrimPrefix(ik, k+"/")
+			folder := p.instanceFolder(cfg, inst)
+			kept := false
+			for _, f := range p.frozenInstances[ik] {
+				if ref, _ := parseObjectPath(f); ref.kind == "job" {
+					continue
+				}
+				p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
+				kept = true
+			}
+			if why := p.frozenWhy[ik]; why != "" {
+				if kept {
+					withBrokers++
+				}
+				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+				cp.Notes = append(cp.Notes, why)
+				p.frozenNotes[k] = append(p.frozenNotes[k], why)
+			} else if kept {
+				withBrokers++
+				note := fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
+				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+				cp.Notes = append(cp.Notes, note)
+				p.frozenNotes[k] = append(p.frozenNotes[k], note)
+			}
+		}
+		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {
+			ih := hashHex(16, cshash, []byte("configuration-service"))
+			name := configurationServiceName(cfg.Name)
+			p.build("svc/"+ih, p.commonFolder(cfg)+"/service-"+name+".yaml", objMeta{ns: cfg.Namespace, cfg: cfg.Name}, func() []byte {
+				labels := map[string]string{api.LabelConfiguration: cfg.Name, api.LabelController: api.ControllerAkri, api.LabelManagedBy: api.ManagedByGitbroker}
+				sel := map[string]string{api.LabelConfiguration: cfg.Name, api.LabelController: api.ControllerAkri}
+				return buildService(cfg, spec, name, labels, sel, ih)
+			})
+		}
+	}
+	p.flushBuilds()
+}
+
+// podBrokerInputs is what a Pod broker instance's objects are keyed and named by.
+type podBrokerInputs struct {
+	nodes               []string // the nodes that get a Pod, at most the capacity
+	env                 []corev1.EnvVar
+	podHashes, podPaths []string
+	serviceHash         string
+}
+
+// Placement is sticky: of the nodes that report a shared instance, those that held its broker in
+// the previous render keep it, and free places go to the others in name order, so a node that
+// newly reports a device (or claims another node's) never displaces a broker.
+func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte, prev Tree) podBrokerInputs {
+	nodes := in.nodes
+	if len(nodes) > cfg.Policy.Capacity {
+		var holders, others []string
+		for _, n := range nodes {
+			if _, held := prev[in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml"]; held {
+				holders = append(holders, n)
+			} else {
+				others = append(others, n)
+			}
+		}
+		nodes = append(holders, others...)[:cfg.Policy.Capacity]
+		sort.Strings(nodes)
+	}
+	pi := podBrokerInputs{nodes: nodes, env: in.env()}
+	props := propsJSON(in.properties)
+	for _, n := range nodes {
+		pi.podHashes = append(pi.podHashes, hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props))
+		pi.podPaths = append(pi.podPaths, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml")
+	}
+	if cfg.Spec.InstanceServiceSpec != nil {
+		pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
+	}
+	return pi
+}
+
+// pendingBuild is an object whose inputs are new to the Renderer's memo.
+type pendingBuild struct {
+	key, path string
+	m         objMeta
+	build     func() []byte
+	data      []byte
+}
+
+// build writes an object, from the memo when its inputs were seen before, else later in parallel.
+func (p *pass) build(key, path string, m objMeta, f func() []byte) {
+	if data, ok := p.r.objs.lookup(key); ok {
+		p.put(path, data, m)
+		return
+	}
+	p.pending = append(p.pending, &pendingBuild{key: key, path: path, m: m, build: f})
+}
+
+func (p *pass) flushBuilds() {
+	parallel(len(p.pending), func(i int) { p.pending[i].data = p.pending[i].build() })
+	for _, b := range p.pending {
+		p.r.objs.store(b.key, b.data)
+		p.put(b.path, b.data, b.m)
+	}
+	p.pending = nil
+}
+
+// afterHeld says why an instance's broker Pods must wait for a Job, or "" when they may start.
+func (p *pass) afterHeld(cfg *api.ParsedConfiguration, in *instance) string {
+	after := cfg.Policy.After
+	if after == "" {
+		return ""
+	}
+	candidates := map[string]bool{}
+	for _, size := range []int{3, 6, 16} {
+		candidates[instanceName(after, akriDigest(in.deviceID, "", true, size))] = true
+		for _, n := range in.nodes {
+			candidates[instanceName(after, akriDigest(in.deviceID, n, false, size))] = true
+		}
+	}
+	var failed *api.JobRecord
+	for _, rec := range p.byDevice[cfg.Namespace+"/"+after+"/"+in.deviceID] {
+		if !candidates[rec.Spec.Instance] {
+			continue
+		}
+		if rec.Spec.Outcome == api.OutcomeSucceeded {
+			return ""
+		}
+		failed = rec
+	}
+	if failed != nil {
+		why := "failed"
+		if failed.Spec.Reason != "" {
+			why += " (" + failed.Spec.Reason + ")"
+		}
+		if failed.Spec.Message != "" {
+			why += ": " + failed.Spec.Message
+		}
+		return fmt.Sprintf("after: Job %s of Configuration %s %s; the Pod starts only after a Job of %s on this device succeeds (change its runID to run it again)", failed.Name, after, why, after)
+	}
+	return fmt.Sprintf("after: waiting for a Job of Configuration %s on device %q to be recorded Succeeded", after, in.deviceID)
+}

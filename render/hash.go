@@ -1,0 +1,40 @@
+package render
+
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+func propsJSON(m map[string]string) []byte {
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// The hashes of what each kind of object reads from its Configuration. They go into every
+// object's gitbroker.dev/inputs-hash and key the memo of built objects, so each covers exactly
+// what its builder reads: a change elsewhere in the Configuration (discoveryDetails, capacity,
+// another kind's spec) leaves the object, and its file, as they were.
+
+// podHash covers buildPod: the PodSpec and the broker properties (the environment).
+func podHash(c *api.ParsedConfiguration) []byte {
+	return specHash("pod", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties)
+}
+
+// jobHash covers buildJob: the JobSpec, the broker properties and the run policy and runID
+// (the Job's name).
+func jobHash(c *api.ParsedConfiguration) []byte {
+	return specHash("job", c, c.Spec.BrokerSpec.BrokerJobSpec, c.Spec.BrokerProperties, c.Policy.RunPolicy, c.Policy.RunID)
+}
+
+// serviceHash covers buildService for one of the Configuration's service specs.
+func serviceHash(c *api.ParsedConfiguration, kind string, spec *corev1.ServiceSpec) []byte {
+	return specHash(kind, c, spec)
+}
+
+func specHash(kind string, c *api.ParsedConfiguration, parts ...any) []byte {
+	b, _ := json.Marshal(append([]any{kind, c.Namespace, c.Name}, parts...))
+	return []byte(hashHex(32, b))
+}

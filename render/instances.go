@@ -1,0 +1,291 @@
+package render
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// buildInstances groups every valid inventory's devices into Akri instances.
+func (p *pass) buildInstances() {
+	p.instances = map[string][]*instance{}
+	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
+	// Which inventories report devices for each Configuration, in node order: with the
+	// Configuration itself, all its instances are made of.
+	reports := map[string][]report{}
+	for _, inv := range p.invs {
+		for j := range inv.Spec.Configurations {
+			ic := &inv.Spec.Configurations[j]
+			k := ic.Namespace + "/" + ic.Name
+			if _, ok := p.configs[k]; ok {
+				reports[k] = append(reports[k], report{inv: inv, ic: ic})
+			}
+		}
+	}
+	// A Configuration whose parsed object and reporting inventories are the very ones of the
+	// last pass (the memos hand back the same values for the same bytes) has the same instances:
+	// only the others are grouped and named again, each on a CPU of its own. A daemon's change
+	// of one device then groups one Configuration's devices, not the fleet's.
+	keys := sortedKeys(reports)
+	sets := make([]*instanceSet, len(keys))
+	var todo []int
+	for i, k := range keys {
+		if s := p.r.instanceSets[k]; s != nil && s.reusable(p.configs[k], reports[k]) {
+			sets[i] = s
+			continue
+		}
+		todo = append(todo, i)
+	}
+	parallel(len(todo), func(j int) {
+		k := keys[todo[j]]
+		sets[todo[j]] = p.groupInstances(k, reports[k])
+	})
+	kept := make(map[string]*instanceSet, len(keys))
+	for i, k := range keys {
+		s := sets[i]
+		kept[k] = s
+		for _, w := range s.warns {
+			p.warn("%s", w)
+		}
+		p.instances[k] = s.list
+		for _, in := range s.list {
+			if in.disputed != "" {
+				p.disputed = append(p.disputed, in)
+			}
+		}
+	}
+	p.r.instanceSets, p.sets = kept, kept
+}
+
+// instance finds an instance by namespace/configuration/instance.
+func (p *pass) instance(ik string) *instance {
+	ns, rest, _ := strings.Cut(ik, "/")
+	cfg, name, _ := strings.Cut(rest, "/")
+	s := p.sets[ns+"/"+cfg]
+	if s == nil {
+		return nil
+	}
+	return s.byName()[name]
+}
+
+// report is one inventory's entry for one Configuration.
+type report struct {
+	inv *api.ParsedInventory
+	ic  *api.InventoryConfiguration
+}
+
+// instanceSet is one Configuration's instances and what they were made of. Its instances are
+// shared by the passes that reuse it and never changed after they are made; what they were
+// made of is brought up to the inventories that report the same devices again.
+type instanceSet struct {
+	cfg   *api.ParsedConfiguration
+	invs  []*api.ParsedInventory
+	ics   []*api.InventoryConfiguration
+	list  []*instance
+	warns []string
+
+	index     sync.Once
+	instances map[string]*instance // by name, made when first asked for
+}
+
+func (s *instanceSet) byName() map[string]*instance {
+	s.index.Do(func() {
+		s.instances = make(map[string]*instance, len(s.list))
+		for _, in := range s.list {
+			s.instances[in.name] = in
+		}
+	})
+	return s.instances
+}
+
+func (s *instanceSet) reusable(cfg *api.ParsedConfiguration, reports []report) bool {
+	if s.cfg != cfg || len(s.invs) != len(reports) {
+		return false
+	}
+	for i, r := range reports {
+		// Another inventory of the same node may report the very same devices for this
+		// Configuration: a node's change to one Configuration leaves the others' instances.
+		if s.invs[i] != r.inv && (s.invs[i].Name != r.inv.Name || !reflect.DeepEqual(s.ics[i].Devices, r.ic.Devices)) {
+			return false
+		}
+	}
+	// What the set was made of is now these inventories: the next pass compares with them.
+	for i, r := range reports {
+		s.invs[i], s.ics[i] = r.inv, r.ic
+	}
+	return true
+}
+
+// groupInstances groups one Configuration's devices into instances and names them, as Akri
+// does: a shared device is one instance seen by every node that reports it, an unshared one an
+// instance per node.
+func (p *pass) groupInstances(k string, reports []report) *instanceSet {
+	type agg struct {
+		id, node string
+		shared   bool
+		nodes    []string
+		props    map[string]string
+		// disagree names a node that reports the shared device with other properties than
+		// the first node did.
+		disagree string
+	}
+	cfg := p.configs[k]
+	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports)), ics: make([]*api.InventoryConfiguration, len(reports))}
+	devs := map[string]*agg{}
+	for i, r := range reports {
+		set.invs[i], set.ics[i] = r.inv, r.ic
+		for _, d := range r.ic.Devices {
+			ident := "s\x00" + d.ID
+			if !d.Shared {
+				ident = "u\x00" + d.ID + "\x00" + r.inv.Name
+			}
+			a := devs[ident]
+			if a == nil {
+				a = &agg{id: d.ID, node: r.inv.Name, shared: d.Shared, props: d.Properties}
+				devs[ident] = a
+			} else if a.disagree == "" && !maps.Equal(a.props, d.Properties) {
+				a.disagree = r.inv.Name
+			}
+			a.nodes = append(a.nodes, r.inv.Name)
+		}
+	}
+	idents := sortedKeys(devs)
+	digests := make(map[string]string, len(idents))
+	collided := map[string]bool{}
+	pending := idents
+	// Akri's 3-byte digest; members of a collision group move to 6 bytes, then 16.
+	for _, size := range []int{3, 6, 16} {
+		groups := map[string][]string{}
+		for _, id := range pending {
+			a := devs[id]
+			d := akriDigest(a.id, a.node, a.shared, size)
+			digests[id] = d
+			groups[d] = append(groups[d], id)
+		}
+		pending = nil
+		for _, d := range sortedKeys(groups) {
+			if g := groups[d]; len(g) > 1 {
+				var ids []string
+				for _, id := range g {
+					collided[id] = true
+					ids = append(ids, fmt.Sprintf("%q", devs[id].id))
+				}
+				if size == 3 {
+					set.warns = append(set.warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12))
+				}
+				pending = append(pending, g...)
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+	}
+	list := make([]*instance, 0, len(idents))
+	for _, id := range idents {
+		a := devs[id]
+		in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
+			nodes: a.nodes, properties: a.props, collided: collided[id]}
+		in.name = instanceName(cfg.Name, in.digest)
+		if a.disagree != "" {
+			// A node cannot give another node's device its own properties (a stream URL, say):
+			// the instance is held as it was until the nodes that report it agree.
+			in.disputed = fmt.Sprintf("instance %s held as it was: nodes %s and %s report shared device %q with different properties", in.name, a.node, a.disagree, a.id)
+		}
+		sort.Strings(in.nodes)
+		in.folder = p.instanceFolder(cfg, in.name)
+		list = append(list, in)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	set.list = list
+	return set
+}
+
+func configFolder(ns, cfg string) string { return RenderedDir + ns + "/" + cfg }
+
+// instanceFolder is the folder of an instance's objects: the Configuration's folder, or one of
+// its shards by a stable hash of the instance name.
+func (p *pass) instanceFolder(cfg *api.ParsedConfiguration, inst string) string {
+	base := configFolder(cfg.Namespace, cfg.Name)
+	n := cfg.Policy.Shards
+	if n <= 1 {
+		return base
+	}
+	h := hashHex(8, []byte(inst))
+	v, _ := strconv.ParseUint(h, 16, 64)
+	width := len(strconv.Itoa(n - 1))
+	return fmt.Sprintf("%s/shard-%0*d", base, width, int(v%uint64(n)))
+}
+
+func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
+	base := configFolder(cfg.Namespace, cfg.Name)
+	if cfg.Policy.Shards > 1 {
+		return base + "/common"
+	}
+	return base
+}
+
+// findFrozenInstances keeps, for each node whose inventory is invalid, every instance that node
+// took part in exactly as it was rendered before.
+//
+// A shared instance that valid inventories still report is frozen by such a node only when that
+// node holds one of its Pods: a node cannot freeze another node's broker (or its runs) by
+// making its own inventory invalid. An instance whose reporting nodes disagree about its
+// properties is held as it was too (instance.disputed).
+func (p *pass) findFrozenInstances() {
+	p.frozenInstances = map[string][]string{}
+	p.frozenWhy = map[string]string{}
+	disputed := map[string]*instance{}
+	for _, in := range p.disputed {
+		disputed[in.cfg.Namespace+"/"+in.cfg.Name+"/"+in.name] = in
+	}
+	if len(p.frozenNodes) == 0 && len(disputed) == 0 {
+		return
+	}
+	files := map[string][]string{}
+	involved := map[string]bool{}
+	paths := p.prevPaths
+	if p.scope != nil {
+		// The Configurations out of scope keep their frozen instances with their files.
+		paths = func() []string { return p.prevPathsIn(p.scope) }
+	}
+	for _, f := range paths() {
+		ref, ok := parseObjectPath(f)
+		if !ok {
+			continue
+		}
+		h := p.head(f, p.prev[f])
+		inst := h.Metadata.Labels[api.LabelInstance]
+		if inst == "" {
+			continue
+		}
+		k := ref.namespace + "/" + ref.configuration + "/" + inst
+		files[k] = append(files[k], f)
+		if len(p.frozenNodes) == 0 {
+			continue
+		}
+		if cur := p.instance(k); cur != nil && cur.shared && ref.kind != "pod" {
+			continue // reported by valid nodes: only a Pod on the frozen node freezes it
+		}
+		for _, n := range h.nodes() {
+			if p.frozenNodes[n] {
+				involved[k] = true
+			}
+		}
+	}
+	for k := range involved {
+		p.frozenInstances[k] = files[k]
+	}
+	for k, in := range disputed {
+		if p.scope != nil && !p.scope[in.cfg.Namespace+"/"+in.cfg.Name] {
+			continue
+		}
+		p.frozenInstances[k] = append([]string{}, files[k]...)
+		p.frozenWhy[k] = in.disputed
+	}
+}

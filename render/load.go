@@ -1,0 +1,234 @@
+package render
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+func (p *pass) loadConfigurations() {
+	p.configs = map[string]*api.ParsedConfiguration{}
+	p.configFiles = map[string][]string{}
+	p.frozenConfigs = map[string]bool{}
+	var invalid []string
+	for _, f := range sortedKeys(p.req.Unreadable) {
+		if isConfigurationPath(f) {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+			invalid = append(invalid, f)
+		}
+	}
+	var files []string
+	parsedFiles := map[string]parsedConfigFile{}
+	definers := map[string][]string{} // Configuration key -> the files that define it
+	for _, f := range p.inputPaths() {
+		if !isConfigurationPath(f) {
+			continue
+		}
+		data := p.req.Files[f]
+		// Parsing fills in the default namespace, so it is part of the memo key.
+		parsed := p.r.configs.get(p.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
+			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
+			return parsedConfigFile{configs: cs, errs: errs}
+		})
+		files = append(files, f)
+		parsedFiles[f] = parsed
+		seen := map[string]bool{}
+		for _, c := range parsed.configs {
+			if !seen[c.Key()] {
+				definers[c.Key()] = append(definers[c.Key()], f)
+				seen[c.Key()] = true
+			}
+		}
+	}
+	for _, f := range files {
+		parsed := parsedFiles[f]
+		errs := parsed.errs
+		inFile := map[string]bool{}
+		for _, c := range parsed.configs {
+			// Defined in two files, neither definition wins: which one sorts first must never
+			// decide what runs. Both files are invalid, and the Configuration keeps its output.
+			if others := slices.DeleteFunc(slices.Clone(definers[c.Key()]), func(o string) bool { return o == f }); len(others) > 0 {
+				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is also defined in %s; define it in one file only (both definitions are ignored and its previous output is kept)", c.Key(), strings.Join(others, ", ")))
+			} else if inFile[c.Key()] {
+				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is defined twice in this file", c.Key()))
+			}
+			inFile[c.Key()] = true
+		}
+		if len(errs) > 0 {
+			p.errs = append(p.errs, errs...)
+			invalid = append(invalid, f)
+			continue
+		}
+		var keys []string
+		for _, c := range parsed.configs {
+			p.configs[c.Key()] = c
+			keys = append(keys, c.Key())
+		}
+		sort.Strings(keys)
+		p.configFiles[f] = keys
+	}
+	// An invalid file keeps what it rendered before: its Configurations are frozen, and its
+	// entry in the metadata is carried so the next render still knows them.
+	for _, f := range invalid {
+		keys := p.prevMeta.ConfigurationFiles[f]
+		var kept []string
+		for _, k := range keys {
+			if _, ok := p.configs[k]; !ok {
+				p.frozenConfigs[k] = true
+				kept = append(kept, k)
+			}
+		}
+		if len(kept) > 0 {
+			p.configFiles[f] = kept
+		}
+	}
+}
+
+// planConfigurations says which Configurations were added, removed or moved to another file
+// since the last render: that changes the metadata file even when no object changes (a new
+// Configuration no device reports yet), and the plan must say why a file changes.
+func (p *pass) planConfigurations() {
+	if p.prevMeta.ConfigurationFiles == nil && len(p.prev) == 0 {
+		// The first render: every object it starts is in the plan already.
+		return
+	}
+	was, is := map[string]string{}, map[string]string{}
+	for f, keys := range p.prevMeta.ConfigurationFiles {
+		for _, k := range keys {
+			was[k] = f
+		}
+	}
+	for f, keys := range p.configFiles {
+		for _, k := range keys {
+			is[k] = f
+		}
+	}
+	for _, k := range sortedKeys(is) {
+		ns, name, _ := strings.Cut(k, "/")
+		switch old, ok := was[k]; {
+		case !ok:
+			reason := "defined in " + is[k]
+			if len(p.instances[k]) == 0 {
+				reason += "; no node reports a device for it yet"
+			}
+			p.plan.add(ns, name, "", Change{Action: Created, Kind: "Configuration", Name: name, Reason: reason})
+		case old != is[k]:
+			cp := p.plan.config(ns, name, "")
+			cp.Notes = append(cp.Notes, fmt.Sprintf("now defined in %s (was %s)", is[k], old))
+		}
+	}
+	for _, k := range sortedKeys(was) {
+		if _, ok := is[k]; !ok && !p.frozenConfigs[k] {
+			ns, name, _ := strings.Cut(k, "/")
+			p.plan.add(ns, name, "", Change{Action: Removed, Kind: "Configuration", Name: name, Reason: "no longer defined (was in " + was[k] + ")"})
+		}
+	}
+}
+
+func (p *pass) loadInventories() {
+	p.frozenNodes = map[string]bool{}
+	p.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
+	var paths []string
+	for _, f := range p.inputPaths() {
+		if isInventoryPath(f) {
+			paths = append(paths, f)
+		}
+	}
+	all := p.r.invs.getMany(p.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
+		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
+		return parsedInventoryFile{inv: inv, errs: errs}
+	})
+	for _, f := range sortedKeys(p.req.Unreadable) {
+		if isInventoryPath(f) {
+			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+		}
+	}
+	// Nodes the deletion budget holds keep their part as it was, whether their inventory
+	// changed or is gone.
+	for _, n := range sortedKeys(p.held) {
+		p.frozenNodes[n] = true
+		p.warn("%s", p.held[n])
+	}
+	for i, f := range paths {
+		parsed := all[i]
+		if p.held[api.NodeFromInventoryPath(f)] != "" {
+			continue
+		}
+		errs := parsed.errs
+		if len(errs) == 0 {
+			errs = p.refusedPropertiesOf(parsed.inv)
+		}
+		if len(errs) > 0 {
+			p.errs = append(p.errs, errs...)
+			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			continue
+		}
+		p.invs = append(p.invs, parsed.inv)
+		for j, ic := range parsed.inv.Spec.Configurations {
+			k := ic.Namespace + "/" + ic.Name
+			if _, ok := p.configs[k]; !ok && !p.frozenConfigs[k] && len(ic.Devices) > 0 {
+				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", j),
+					"%d devices reported for Configuration %s, which does not exist", len(ic.Devices), k)
+				p.warn("%s", e.Error())
+			}
+		}
+	}
+}
+
+// refusedCheck is refusedProperties of one parsed inventory, and the Configurations it was
+// checked against (nil where the inventory names one that does not exist).
+type refusedCheck struct {
+	configs []*api.ParsedConfiguration
+	errs    api.ErrorList
+}
+
+// refusedPropertiesOf is refusedProperties, worked out again only for an inventory or a
+// Configuration that changed since the last pass.
+func (p *pass) refusedPropertiesOf(inv *api.ParsedInventory) api.ErrorList {
+	if c, ok := p.r.refused[inv]; ok && len(c.configs) == len(inv.Spec.Configurations) {
+		same := true
+		for i, ic := range inv.Spec.Configurations {
+			if p.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			p.refused[inv] = c
+			return c.errs
+		}
+	}
+	c := refusedCheck{configs: make([]*api.ParsedConfiguration, len(inv.Spec.Configurations)), errs: p.refusedProperties(inv)}
+	for i, ic := range inv.Spec.Configurations {
+		c.configs[i] = p.configs[ic.Namespace+"/"+ic.Name]
+	}
+	p.refused[inv] = c
+	return c.errs
+}
+
+// refusedProperties finds device properties that would change how a broker loads code or where
+// it connects, which a device may set only when its Configuration allows them by name. Like any
+// invalid inventory, the node's part is then kept as it was.
+func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
+	var errs api.ErrorList
+	for i, ic := range inv.Spec.Configurations {
+		cfg, ok := p.configs[ic.Namespace+"/"+ic.Name]
+		if !ok {
+			continue
+		}
+		for j, d := range ic.Devices {
+			for _, k := range sortedKeys(d.Properties) {
+				if api.RefusedDeviceProperty(k) && !cfg.AllowsDeviceProperty(k) {
+					errs = append(errs, inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].devices[%d].properties.%s", i, j, k),
+						"a device may not set %s: it changes how a broker loads code or where it connects; Configuration %s can allow it by name (spec.allowedDeviceProperties, or the annotation %s)",
+						k, cfg.Key(), api.AnnotationAllowedDeviceProperties))
+				}
+			}
+		}
+	}
+	return errs
+}

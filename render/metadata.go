@@ -1,0 +1,148 @@
+package render
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// Metadata is the file rendered/.gitbroker-render.yaml.
+type Metadata struct {
+	APIVersion   string `json:"apiVersion"`
+	Kind         string `json:"kind"`
+	SourceCommit string `json:"sourceCommit,omitempty"`
+	// InputsDigest is the digest of the inputs of the last render that changed rendered/.
+	InputsDigest string `json:"inputsDigest"`
+	// ConfigurationFiles maps each Configuration file to the Configurations it defined, so an
+	// invalid file can keep exactly what it rendered before.
+	ConfigurationFiles map[string][]string `json:"configurationFiles,omitempty"`
+	// Writers are the writer refs' tips the inputs were accepted from, by ref; a later tip must
+	// descend from its ref's entry here.
+	Writers map[string]string `json:"writers,omitempty"`
+}
+
+// lastMetadata is the metadata file last written or read. A daemon reads the one it wrote, once
+// to verify its inputs and once to render, and a fleet's names every node's ref.
+var lastMetadata struct {
+	sync.Mutex
+	data []byte
+	m    Metadata
+}
+
+// ParseMetadata reads rendered/.gitbroker-render.yaml; a missing or unreadable file gives the
+// zero Metadata. Its maps may be shared with other callers: they must not be changed.
+func ParseMetadata(data []byte) Metadata {
+	lastMetadata.Lock()
+	defer lastMetadata.Unlock()
+	if data == nil || !sameContent(lastMetadata.data, data) {
+		lastMetadata.data, lastMetadata.m = data, parseMetadata(data)
+	}
+	return lastMetadata.m
+}
+
+// wroteMetadata records the metadata file a render wrote, as parsing it gives it back (empty
+// maps are omitted, so they read back as nil).
+func wroteMetadata(data []byte, m Metadata) {
+	if len(m.ConfigurationFiles) == 0 {
+		m.ConfigurationFiles = nil
+	}
+	if len(m.Writers) == 0 {
+		m.Writers = nil
+	}
+	lastMetadata.Lock()
+	defer lastMetadata.Unlock()
+	lastMetadata.data, lastMetadata.m = data, m
+}
+
+func parseMetadata(data []byte) Metadata {
+	var m Metadata
+	_ = yaml.Unmarshal(data, &m)
+	return m
+}
+
+// InputsDigest digests the inputs of a render: gitbroker.yaml, configurations/, inventory/ and
+// status/jobs/.
+func InputsDigest(files Tree) string {
+	// Only the inputs are sorted: a rendered fleet's tree holds ten times as many other files.
+	var inputs []string
+	for p := range files {
+		if IsInput(p) {
+			inputs = append(inputs, p)
+		}
+	}
+	sort.Strings(inputs)
+	return digestOf(files, inputs)
+}
+
+// digestOf is InputsDigest of the files at inputs, the sorted input paths.
+func digestOf(files Tree, inputs []string) string {
+	h := sha256.New()
+	var head []byte
+	for _, p := range inputs {
+		// What fmt.Fprintf(h, "%s\x00%d\x00", p, len) wrote, without its formatting.
+		head = append(append(head[:0], p...), 0)
+		head = append(strconv.AppendInt(head, int64(len(files[p])), 10), 0)
+		h.Write(head)
+		h.Write(files[p])
+	}
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+}
+
+// writeMetadata writes rendered/.gitbroker-render.yaml only when something else in rendered/
+// changed (or which file defines which Configuration changed), so a render from the renderer's
+// own commit, or from a commit that changes no output, commits nothing.
+func (p *pass) writeMetadata() {
+	if len(p.out) == 0 && len(p.prev) == 0 {
+		return
+	}
+	// The one pass over every file that compares the output with the previous one; a scoped
+	// pass compared its Configurations' files only (mergeScope).
+	if !p.diffed {
+		p.diff, p.diffed = Diff(p.prev, p.out), true
+	}
+	defer p.diffMetadata()
+	prevData, hadPrev := p.prev[MetadataPath]
+	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
+		(len(p.prevMeta.ConfigurationFiles) == 0 && len(p.configFiles) == 0)
+	// A render without writers (a work tree, a check of a clone of the rendered branch) keeps
+	// the tips the last verified render recorded.
+	writers := p.req.Writers
+	if writers == nil {
+		writers = p.prevMeta.Writers
+	}
+	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
+	if hadPrev && sameFiles && sameWriters && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
+		p.out[MetadataPath] = prevData
+		return
+	}
+	m := Metadata{
+		APIVersion:         api.APIVersion,
+		Kind:               "RenderMetadata",
+		SourceCommit:       p.req.SourceCommit,
+		InputsDigest:       p.digest,
+		ConfigurationFiles: p.configFiles,
+		Writers:            writers,
+	}
+	p.out[MetadataPath] = marshal(m)
+	wroteMetadata(p.out[MetadataPath], m)
+}
+
+// diffMetadata brings the diff up to date with the metadata file just written.
+func (p *pass) diffMetadata() {
+	p.diff = slices.DeleteFunc(p.diff, func(f string) bool { return f == MetadataPath })
+	before, had := p.prev[MetadataPath]
+	after, has := p.out[MetadataPath]
+	if had != has || !bytes.Equal(before, after) {
+		i, _ := slices.BinarySearch(p.diff, MetadataPath)
+		p.diff = slices.Insert(p.diff, i, MetadataPath)
+	}
+}

@@ -1,0 +1,178 @@
+package render
+
+import (
+	"fmt"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
+	prev := in.prev
+	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
+		onLast: in.onLast, filesSorted: in.inputs, layoutWarns: map[string][]string{}, frozenNotes: map[string][]string{}}
+	p.scoped = scoped && p.onLast && r.scope != nil
+	size := len(prev)
+	if p.scoped {
+		size = 0
+	}
+	// The output of a whole pass is about as large as the previous one: maps made to size are
+	// not grown and rehashed a hundred thousand entries at a time.
+	p.out, p.meta = make(Tree, size), make(map[string]objMeta, size)
+	return p.run(), p
+}
+
+// pass is the state of one render.
+type pass struct {
+	r        *Renderer
+	req      Request
+	settings api.ResolvedSettings
+	prev     Tree
+	out      Tree
+	plan     *planBuilder
+	errs     api.ErrorList
+	prevMeta Metadata
+
+	configs       map[string]*api.ParsedConfiguration // valid, by namespace/name
+	configFiles   map[string][]string
+	frozenConfigs map[string]bool
+	frozenNodes   map[string]bool
+	held          map[string]string // node -> why the deletion budget holds its part
+	invs          []*api.ParsedInventory
+
+	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
+	recordBytes map[string][]byte         // by namespace/job, status/ files only
+	byDevice    map[string][]*api.JobRecord
+	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
+	ignoredRecords []string
+
+	instances       map[string][]*instance  // by configuration key
+	sets            map[string]*instanceSet // by configuration key
+	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
+	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
+	disputed        []*instance             // shared instances whose reporting nodes disagree
+
+	retired map[objectKey]bool // Jobs retired in this render
+	meta    map[string]objMeta
+	pending []*pendingBuild
+
+	// The sorted paths of prev and of the request's inputs, each sorted once per pass: a
+	// fleet's tree holds over a hundred thousand paths.
+	prevSorted, filesSorted []string
+	prevJobs                []string
+	// diff is Diff(prev, out), worked out once out is final (diffed).
+	diff   []string
+	diffed bool
+	// digest is InputsDigest(req.Files).
+	digest string
+	// The objects of prev and of the finished out, each indexed once per pass when asked for,
+	// and whether two files held one object.
+	prevObjects, outObjects map[objectKey]string
+	prevDups, outDups       bool
+	// outFromDiff says outObjects is prevObjects brought up to date with the diff, in place:
+	// undo holds what it held for the objects it changed, and prevCount its size.
+	outFromDiff bool
+	undo        map[objectKey]prevEntry
+	prevCount   int
+
+	// onLast says prev is exactly the Renderer's last output; scoped that this pass may be
+	// scoped (scope.go), and scope, once decided, the Configurations it renders (nil: all).
+	onLast, scoped bool
+	scope          map[string]bool
+	// bailed says the scoped work reached a Configuration out of its scope.
+	bailed bool
+	// fresh are the scoped output's files by Configuration.
+	fresh map[string]*configSlice
+	// merged are the paths a scoped pass wrote over prev or deleted from it (mergeScope).
+	merged []string
+	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
+	layoutWarns map[string][]string
+	// refused are this pass's checks of device properties, by inventory (kept for the next).
+	refused map[*api.ParsedInventory]refusedCheck
+	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
+	rendered map[string]int
+	// frozenNotes are the plan's notes about instances kept for nodes with an invalid
+	// inventory, by Configuration: a scoped pass carries the others' over.
+	frozenNotes map[string][]string
+}
+
+// objMeta says which configuration and instance an output file belongs to, for the plan.
+type objMeta struct {
+	ns, cfg, inst, deviceID string
+	nodes                   []string
+}
+
+func (p *pass) run() *Result {
+	p.digest = digestOf(p.req.Files, p.inputPaths())
+	res := &Result{Previous: p.prev, InputsDigest: p.digest}
+	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
+		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})
+	}
+	if len(errs) > 0 {
+		// Settings shape everything; without them nothing is rendered and nothing is lost.
+		res.Files, res.Errors = p.prev, errs
+		res.Untrusted = append([]string(nil), p.req.Untrusted...)
+		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: errStrings(errs), Trust: p.req.Trust, Untrusted: res.Untrusted}
+		return res
+	}
+	p.settings = settings
+	p.prevMeta = ParseMetadata(p.prev[MetadataPath])
+
+	p.loadConfigurations()
+	p.loadInventories()
+	p.loadRecords()
+	p.buildInstances()
+	if p.scoped {
+		p.scope = p.scopeFor()
+	}
+	p.planConfigurations()
+	p.findFrozenInstances()
+	p.renderBrokers()
+	p.renderJobs()
+	if p.bailed {
+		return nil
+	}
+	p.renderHistory()
+	p.copyFrozenConfigurations()
+	p.layout()
+	if p.scope != nil && !p.mergeScope() {
+		return nil
+	}
+	p.writeMetadata()
+
+	p.errs.Sort()
+	res.Errors = p.errs
+	for _, n := range sortedKeys(p.held) {
+		res.Held = append(res.Held, p.held[n])
+	}
+	p.planFromDiff()
+	plan := p.plan.finish()
+	plan.Errors = errStrings(p.errs)
+	res.Untrusted = append(append([]string(nil), p.req.Untrusted...), p.ignoredRecords...)
+	plan.Trust, plan.Untrusted = p.req.Trust, res.Untrusted
+	res.Plan = plan
+	res.Files, res.Diff = p.out, p.diff
+	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
+		res.Refused = &RefusedError{Reason: reason}
+		plan.Refused = reason
+		res.Files, res.Diff = p.prev, nil
+	}
+	return res
+}
+
+func errStrings(errs api.ErrorList) []string {
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+func (p *pass) warn(format string, args ...any) {
+	p.plan.plan.Warnings = append(p.plan.plan.Warnings, fmt.Sprintf(format, args...))
+}
+
+func (p *pass) put(f string, data []byte, m objMeta) {
+	p.out[f] = data
+	p.meta[f] = m
+}
