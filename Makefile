@@ -132,9 +132,9 @@ fmt-check:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseConfigurations -fuzztime 30s ./api/
 	$(GO) test -run '^$$' -fuzz FuzzParseInventory -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzBlockJSON -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzNodeJSON -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzEmit -fuzztime 30s ./render/
+	$(GO) test -run '^$$' -fuzz FuzzBlockJSON -fuzztime 30s ./internal/yamlcodec/
+	$(GO) test -run '^$$' -fuzz FuzzNodeJSON -fuzztime 30s ./internal/yamlcodec/
+	$(GO) test -run '^$$' -fuzz FuzzEmit -fuzztime 30s ./internal/yamlcodec/
 
 # Rewrite the golden files under fixtures/ from the current renderer.
 golden:

@@ -14,6 +14,8 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // MaxFileSize bounds one input file; larger files are refused rather than parsed.
@@ -59,7 +61,7 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		if isBlankYAML(chunk.data) {
 			continue
 		}
-		if js, ok := blockJSON(chunk.data); ok {
+		if js, ok := yamlcodec.BlockJSON(chunk.data); ok {
 			docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, text: chunk.data})
 			continue
 		}
@@ -71,7 +73,7 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		if err := duplicateKeys(file, &root); err != nil {
 			return nil, err
 		}
-		js, ok := fastJSON(chunk.data, &root)
+		js, ok := yamlcodec.DocumentJSON(chunk.data, &root)
 		if !ok {
 			// Not YAMLToJSONStrict: its yaml.v2 decoder also refuses a key that overrides one
 			// brought in by a merge key ({<<: *base, memory: 24Mi}), which YAML allows and
@@ -87,21 +89,6 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, text: chunk.data})
 	}
 	return docs, nil
-}
-
-// fastJSON is the document's JSON from its node tree (nodeJSON), for a document that is one
-// mapping and has no tag: yaml.v2 gives even the non-specific tag "!" a meaning the tree no
-// longer shows.
-func fastJSON(data []byte, root *yamlv3.Node) ([]byte, bool) {
-	if root.Kind != yamlv3.DocumentNode || len(root.Content) != 1 || root.Content[0].Kind != yamlv3.MappingNode || bytes.IndexByte(data, '!') >= 0 {
-		return nil, false
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(data))
-	if !nodeJSON(&buf, root.Content[0]) {
-		return nil, false
-	}
-	return buf.Bytes(), true
 }
 
 // duplicateKeys refuses a mapping that gives one key twice, naming both lines. A key given

@@ -23,109 +23,18 @@ func (p *pass) renderBrokers() {
 			broker = "Job"
 		}
 		p.plan.config(cfg.Namespace, cfg.Name, broker)
-		if cfg.IsJobBroker() && (cfg.Spec.InstanceServiceSpec != nil || cfg.Spec.ConfigurationServiceSpec != nil) {
-			p.warn("Configuration %s: Services are rendered for Pod brokers only; the service specs of this Job broker are ignored", k)
-		}
-		if cfg.Policy.After != "" {
-			if a, ok := p.configs[cfg.Namespace+"/"+cfg.Policy.After]; !ok && !p.frozenConfigs[cfg.Namespace+"/"+cfg.Policy.After] {
-				p.warn("Configuration %s: after: Configuration %s/%s does not exist; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
-			} else if ok && !a.IsJobBroker() {
-				p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
-			}
-		}
+		p.warnBrokerSettings(k, cfg)
 		if p.scope != nil && !p.scope[k] {
 			// Carried over with its plan entries (mergeScope).
 			continue
 		}
-		var phash, ishash, cshash []byte
-		if cfg.IsPodBroker() {
-			phash = podHash(cfg)
-			ishash = serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
-			cshash = serviceHash(cfg, "configuration-service", cfg.Spec.ConfigurationServiceSpec)
-		}
 		withBrokers := 0
-		// What each instance's objects are keyed and named by, worked out on every CPU: the
-		// loop after it only looks them up.
-		list := p.instances[k]
 		if cfg.IsPodBroker() {
-			var todo []*instance
-			for _, in := range list {
-				if in.pod == nil {
-					todo = append(todo, in)
-				}
-			}
-			parallel(len(todo), func(i int) {
-				pi := podInputs(cfg, todo[i], phash, ishash, p.prev)
-				todo[i].pod = &pi
-			})
+			withBrokers = p.renderPodBrokers(k, cfg)
 		}
-		for _, in := range list {
-			ik := k + "/" + in.name
-			if _, frozen := p.frozenInstances[ik]; frozen {
-				continue
-			}
-			if !cfg.IsPodBroker() {
-				continue
-			}
-			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-			pre := in.pod
-			nodes := pre.nodes
-			if reason := p.afterHeld(cfg, in); reason != "" {
-				for _, n := range nodes {
-					p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
-				}
-				continue
-			}
-			env := pre.env
-			m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
-			for j, n := range nodes {
-				ih := pre.podHashes[j]
-				p.build("pod/"+ih, pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
-			}
-			withBrokers++
-			if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
-				ih := pre.serviceHash
-				name := instanceServiceName(in.name)
-				p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
-					labels := in.labels()
-					labels[api.LabelManagedBy] = api.ManagedByGitbroker
-					sel := map[string]string{api.LabelInstance: in.name, api.LabelController: api.ControllerAkri}
-					return buildService(cfg, spec, name, labels, sel, ih)
-				})
-			}
-		}
-		// Instances a node with an invalid inventory took part in stay as they were (their Jobs
-		// follow the Job lifecycle like every other Job).
-		for _, ik := range sortedKeys(p.frozenInstances) {
-			if !strings.HasPrefix(ik, k+"/") {
-				continue
-			}
-			inst := strings.TrimPrefix(ik, k+"/")
-			folder := p.instanceFolder(cfg, inst)
-			kept := false
-			for _, f := range p.frozenInstances[ik] {
-				if ref, _ := parseObjectPath(f); ref.kind == "job" {
-					continue
-				}
-				p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
-				kept = true
-			}
-			if why := p.frozenWhy[ik]; why != "" {
-				if kept {
-					withBrokers++
-				}
-				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
-				cp.Notes = append(cp.Notes, why)
-				p.frozenNotes[k] = append(p.frozenNotes[k], why)
-			} else if kept {
-				withBrokers++
-				note := fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
-				cp := p.plan.config(cfg.Namespace, cfg.Name, "")
-				cp.Notes = append(cp.Notes, note)
-				p.frozenNotes[k] = append(p.frozenNotes[k], note)
-			}
-		}
+		withBrokers += p.keepFrozenBrokers(k, cfg)
 		if spec := cfg.Spec.ConfigurationServiceSpec; spec != nil && cfg.IsPodBroker() && withBrokers > 0 {
+			cshash := serviceHash(cfg, "configuration-service", spec)
 			ih := hashHex(16, cshash, []byte("configuration-service"))
 			name := configurationServiceName(cfg.Name)
 			p.build("svc/"+ih, p.commonFolder(cfg)+"/service-"+name+".yaml", objMeta{ns: cfg.Namespace, cfg: cfg.Name}, func() []byte {
@@ -136,6 +45,108 @@ func (p *pass) renderBrokers() {
 		}
 	}
 	p.flushBuilds()
+}
+
+// warnBrokerSettings warns about settings of a Configuration that render nothing.
+func (p *pass) warnBrokerSettings(k string, cfg *api.ParsedConfiguration) {
+	if cfg.IsJobBroker() && (cfg.Spec.InstanceServiceSpec != nil || cfg.Spec.ConfigurationServiceSpec != nil) {
+		p.warn("Configuration %s: Services are rendered for Pod brokers only; the service specs of this Job broker are ignored", k)
+	}
+	if cfg.Policy.After == "" {
+		return
+	}
+	if a, ok := p.configs[cfg.Namespace+"/"+cfg.Policy.After]; !ok && !p.frozenConfigs[cfg.Namespace+"/"+cfg.Policy.After] {
+		p.warn("Configuration %s: after: Configuration %s/%s does not exist; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+	} else if ok && !a.IsJobBroker() {
+		p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
+	}
+}
+
+// renderPodBrokers writes the broker Pods and instance Services of a Pod broker Configuration
+// and counts the instances that have brokers.
+func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
+	phash := podHash(cfg)
+	ishash := serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
+	// What each instance's objects are keyed and named by, worked out on every CPU: the
+	// loop after it only looks them up.
+	list := p.instances[k]
+	var todo []*instance
+	for _, in := range list {
+		if in.pod == nil {
+			todo = append(todo, in)
+		}
+	}
+	parallel(len(todo), func(i int) {
+		pi := podInputs(cfg, todo[i], phash, ishash, p.prev)
+		todo[i].pod = &pi
+	})
+	withBrokers := 0
+	for _, in := range list {
+		if _, frozen := p.frozenInstances[k+"/"+in.name]; frozen {
+			continue
+		}
+		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+		pre := in.pod
+		if reason := p.afterHeld(cfg, in); reason != "" {
+			for _, n := range pre.nodes {
+				p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
+			}
+			continue
+		}
+		env := pre.env
+		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
+		for j, n := range pre.nodes {
+			ih := pre.podHashes[j]
+			p.build("pod/"+ih, pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
+		}
+		withBrokers++
+		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
+			ih := pre.serviceHash
+			name := instanceServiceName(in.name)
+			p.build("svc/"+ih, in.folder+"/service-"+name+".yaml", m, func() []byte {
+				labels := in.labels()
+				labels[api.LabelManagedBy] = api.ManagedByGitbroker
+				sel := map[string]string{api.LabelInstance: in.name, api.LabelController: api.ControllerAkri}
+				return buildService(cfg, spec, name, labels, sel, ih)
+			})
+		}
+	}
+	return withBrokers
+}
+
+// keepFrozenBrokers keeps as they were the instances a node with an invalid inventory took part
+// in (their Jobs follow the Job lifecycle like every other Job), and counts those kept with
+// brokers.
+func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
+	withBrokers := 0
+	for _, ik := range sortedKeys(p.frozenInstances) {
+		if !strings.HasPrefix(ik, k+"/") {
+			continue
+		}
+		inst := strings.TrimPrefix(ik, k+"/")
+		folder := p.instanceFolder(cfg, inst)
+		kept := false
+		for _, f := range p.frozenInstances[ik] {
+			if ref, _ := parseObjectPath(f); ref.kind == "job" {
+				continue
+			}
+			p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
+			kept = true
+		}
+		note := p.frozenWhy[ik]
+		if note == "" && kept {
+			note = fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
+		}
+		if kept {
+			withBrokers++
+		}
+		if note != "" {
+			cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+			cp.Notes = append(cp.Notes, note)
+			p.frozenNotes[k] = append(p.frozenNotes[k], note)
+		}
+	}
+	return withBrokers
 }
 
 // podBrokerInputs is what a Pod broker instance's objects are keyed and named by.

@@ -15,95 +15,29 @@ func (p *pass) planFromDiff() {
 	newIDs := p.outIndex()
 	moved := map[string]int{}
 	for _, f := range p.diff {
-		if f == NamespacesFluxFile {
-			continue
-		}
-		if strings.HasPrefix(f, NamespacesDir) {
-			name, ok := strings.CutPrefix(path.Base(f), "namespace-")
-			if !ok {
-				continue
-			}
-			ch := Change{Kind: "Namespace", Name: strings.TrimSuffix(name, ".yaml")}
-			switch {
-			case p.prev[f] == nil:
-				ch.Action, ch.Reason = Created, "with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends; never pruned"
-			case p.out[f] == nil:
-				ch.Action, ch.Reason = Removed, "no longer rendered; it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
-			default:
-				ch.Action = Updated
-			}
-			p.plan.plan.Namespaces = append(p.plan.plan.Namespaces, ch)
-			continue
-		}
-		if strings.HasPrefix(f, FolderSourcesDir) {
-			// Each follows its Kustomization, which the plan lists.
-			continue
-		}
-		if strings.HasPrefix(f, RenderedDir+"flux/") {
-			ns, cfg := "", ""
-			data := p.out[f]
-			if data == nil {
-				data = p.prev[f]
-			}
-			h := p.head(f, data)
-			parts := strings.Split(strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir), "/")
-			if len(parts) >= 2 {
-				ns, cfg = parts[0], parts[1]
-			}
-			action := Updated
-			switch {
-			case p.prev[f] == nil:
-				action = Created
-			case p.out[f] == nil:
-				action = Removed
-			}
-			p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "Flux applies " + h.Spec.Path})
-			continue
-		}
-		ref, ok := parseObjectPath(f)
-		if !ok || ref.kind == "job" {
-			continue
-		}
-		kind := map[string]string{"pod": "Pod", "service": "Service"}[ref.kind]
-		newF, inNew := newIDs[ref.key()]
-		oldF, inOld := p.prevID(ref.key())
-		if inNew && inOld && newF != oldF {
-			if f == newF {
-				moved[ref.namespace+"/"+ref.configuration]++
-			}
-			if !bytes.Equal(p.prev[oldF], p.out[newF]) && f == newF {
-				m := p.meta[f]
-				p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-				p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[oldF], p.out[newF])})
-			}
-			continue
-		}
 		switch {
-		case p.out[f] != nil && p.prev[f] == nil:
-			m := p.meta[f]
-			p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: startedVerb(kind), Kind: kind, Name: ref.name})
-		case p.out[f] != nil:
-			m := p.meta[f]
-			if m.cfg == "" { // carried over from a frozen Configuration: not a change
+		case f == NamespacesFluxFile:
+		case strings.HasPrefix(f, NamespacesDir):
+			p.planNamespace(f)
+		case strings.HasPrefix(f, FolderSourcesDir):
+			// Each follows its Kustomization, which the plan lists.
+		case strings.HasPrefix(f, RenderedDir+"flux/"):
+			p.planFluxKustomization(f)
+		default:
+			ref, ok := parseObjectPath(f)
+			if !ok || ref.kind == "job" {
 				continue
 			}
-			p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-			p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[f], p.out[f])})
-		default:
-			h := p.head(f, p.prev[f])
-			inst := h.Metadata.Labels[api.LabelInstance]
-			reason := ""
-			if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
-				p.plan.config(ref.namespace, ref.configuration, "deleted")
-				reason = "its Configuration was deleted"
-			} else if inst != "" && p.instance(ref.namespace+"/"+ref.configuration+"/"+inst) == nil {
-				reason = "its device is no longer reported"
+			newF, inNew := newIDs[ref.key()]
+			oldF, inOld := p.prevID(ref.key())
+			if inNew && inOld && newF != oldF {
+				if f == newF {
+					moved[ref.namespace+"/"+ref.configuration]++
+					p.planMovedObject(ref, oldF, newF)
+				}
+				continue
 			}
-			if inst != "" {
-				p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[api.AnnotationDeviceID], nil)
-			}
-			p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
+			p.planObject(f, ref)
 		}
 	}
 	for _, k := range sortedKeys(moved) {
@@ -114,6 +48,93 @@ func (p *pass) planFromDiff() {
 		}
 		c := p.plan.config(ns, name, "")
 		c.Notes = append(c.Notes, fmt.Sprintf("%d objects move to other folders (spec.shards is now %d): they move between Flux Kustomizations, which re-apply them under a new owner", moved[k], shards))
+	}
+}
+
+// planNamespace plans a changed file of the broker namespaces.
+func (p *pass) planNamespace(f string) {
+	name, ok := strings.CutPrefix(path.Base(f), "namespace-")
+	if !ok {
+		return
+	}
+	ch := Change{Kind: "Namespace", Name: strings.TrimSuffix(name, ".yaml")}
+	switch {
+	case p.prev[f] == nil:
+		ch.Action, ch.Reason = Created, "with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends; never pruned"
+	case p.out[f] == nil:
+		ch.Action, ch.Reason = Removed, "no longer rendered; it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
+	default:
+		ch.Action = Updated
+	}
+	p.plan.plan.Namespaces = append(p.plan.plan.Namespaces, ch)
+}
+
+// planFluxKustomization plans a changed Flux Kustomization under rendered/flux/.
+func (p *pass) planFluxKustomization(f string) {
+	ns, cfg := "", ""
+	data := p.out[f]
+	if data == nil {
+		data = p.prev[f]
+	}
+	h := p.head(f, data)
+	parts := strings.Split(strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir), "/")
+	if len(parts) >= 2 {
+		ns, cfg = parts[0], parts[1]
+	}
+	action := Updated
+	switch {
+	case p.prev[f] == nil:
+		action = Created
+	case p.out[f] == nil:
+		action = Removed
+	}
+	p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "Flux applies " + h.Spec.Path})
+}
+
+// planMovedObject plans an object that moved to another folder: a change only when its content
+// changed too.
+func (p *pass) planMovedObject(ref objectRef, oldF, newF string) {
+	if bytes.Equal(p.prev[oldF], p.out[newF]) {
+		return
+	}
+	kind := objectKinds[ref.kind]
+	m := p.meta[newF]
+	p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+	p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[oldF], p.out[newF])})
+}
+
+// objectKinds are the kinds of a broker's objects, by the kind in their file name.
+var objectKinds = map[string]string{"pod": "Pod", "service": "Service"}
+
+// planObject plans a broker object created, changed or removed in place.
+func (p *pass) planObject(f string, ref objectRef) {
+	kind := objectKinds[ref.kind]
+	switch {
+	case p.out[f] != nil && p.prev[f] == nil:
+		m := p.meta[f]
+		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: startedVerb(kind), Kind: kind, Name: ref.name})
+	case p.out[f] != nil:
+		m := p.meta[f]
+		if m.cfg == "" { // carried over from a frozen Configuration: not a change
+			return
+		}
+		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[f], p.out[f])})
+	default:
+		h := p.head(f, p.prev[f])
+		inst := h.Metadata.Labels[api.LabelInstance]
+		reason := ""
+		if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
+			p.plan.config(ref.namespace, ref.configuration, "deleted")
+			reason = "its Configuration was deleted"
+		} else if inst != "" && p.instance(ref.namespace+"/"+ref.configuration+"/"+inst) == nil {
+			reason = "its device is no longer reported"
+		}
+		if inst != "" {
+			p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[api.AnnotationDeviceID], nil)
+		}
+		p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
 	}
 }
 

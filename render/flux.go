@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // fluxKustomization is the subset of kustomize.toolkit.fluxcd.io/v1 Kustomization written here.
@@ -85,7 +86,7 @@ func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configurati
 	g.Spec.Ref.Branch = FolderBranch(fk.Metadata.Name)
 	g.Spec.Verify.Mode, g.Spec.Verify.SecretRef = "HEAD", *fs.VerifySecretRef
 	g.Spec.Ignore = folderIgnore(folder)
-	p.out[FolderSourcesDir+fileName+".yaml"] = marshal(g)
+	p.out[FolderSourcesDir+fileName+".yaml"] = yamlcodec.Marshal(g)
 	fk.Spec.SourceRef = fluxSourceRef{Kind: "GitRepository", Name: g.Metadata.Name}
 }
 
@@ -130,7 +131,7 @@ func Companions(files Tree) map[string]string {
 			continue
 		}
 		var g gitRepository
-		js, err := api.YAMLToJSON(data)
+		js, err := yamlcodec.ToJSON(data)
 		if err != nil || json.Unmarshal(js, &g) != nil {
 			continue
 		}

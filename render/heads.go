@@ -6,6 +6,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // objectHead is what the renderer needs to know about a rendered object it reads back.
@@ -131,7 +132,7 @@ func (p *pass) prefetchHeads(paths []string) {
 // parseHead reads a rendered file as sigs.k8s.io/yaml's Unmarshal would.
 func parseHead(data []byte) *objectHead {
 	var h objectHead
-	js, err := api.YAMLToJSON(data)
+	js, err := yamlcodec.ToJSON(data)
 	if err == nil {
 		err = json.Unmarshal(js, &h)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // renderJobs applies the Job lifecycle. A rendered Job is frozen: it is carried over byte for
@@ -15,105 +16,131 @@ import (
 // earlier run of the instance is still unrecorded.
 func (p *pass) renderJobs() {
 	p.retired = map[objectKey]bool{}
-	running := map[string][]string{} // namespace/configuration/instance -> unrecorded Job names
-	runningNames := map[string]bool{}
+	runs := unrecordedJobs{byInstance: map[string][]string{}, names: map[string]bool{}}
 	p.prefetchHeads(p.prevJobPaths())
 	for _, f := range p.prevJobPaths() {
-		ref, ok := parseObjectPath(f)
-		if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
-			continue
-		}
-		data := p.prev[f]
-		h := p.head(f, data)
-		name, ns := h.Metadata.Name, h.Metadata.Namespace
-		if h.err != nil || name == "" {
-			// Never drop what may be running, even when it cannot be read.
-			p.errs = append(p.errs, &api.FieldError{File: f, Message: "rendered Job cannot be read; it is kept as it is until fixed by hand"})
-			p.put(f, data, objMeta{ns: ref.namespace, cfg: ref.configuration})
-			continue
-		}
-		if ns == "" {
-			ns = ref.namespace
-		}
-		cfgName := h.Metadata.Labels[api.LabelConfiguration]
-		if cfgName == "" {
-			cfgName = ref.configuration
-		}
-		if p.scope != nil && !p.scope[ns+"/"+cfgName] {
+		if !p.carryJob(f, runs) {
 			p.bailed = true
 			return
 		}
-		inst := h.Metadata.Labels[api.LabelInstance]
-		if inst == "" {
-			// Hand-edited: still a Job that may be running, and its history needs a folder.
-			inst = "unknown-instance"
-		}
-		ik := ns + "/" + cfgName + "/" + inst
-		m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[api.AnnotationDeviceID]}
-		in := p.instance(ik)
-		if in != nil {
-			m.nodes = in.nodes
-		} else {
-			m.nodes = h.nodes()
-		}
-		if rec, ok := p.records[ns+"/"+name]; ok {
-			recBytes := p.recordBytes[ns+"/"+name]
-			if recBytes == nil {
-				recBytes = marshal(rec)
-			}
-			hp := historyPath(ns, cfgName, inst, name)
-			p.out[hp] = historyFile(data, recBytes)
-			p.retired[ref.key()] = true
-			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
-			p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
-				Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})
-			continue
-		}
-		if h.refusedPin() {
-			// Rendered before Jobs were pinned with one term per node: the API server refused
-			// it, so it never ran and nothing can be lost. It is dropped here and, if still
-			// wanted, rendered again below under the same name with a pinning it accepts.
-			cp := p.plan.config(ns, cfgName, "")
-			cp.Notes = append(cp.Notes, fmt.Sprintf("Job %s was pinned with one metadata.name requirement listing several nodes, which the API server refuses, so it never ran; it is rendered again with one node selector term per node", name))
-			continue
-		}
-		target := f
-		if in != nil {
-			target = in.folder + "/" + path.Base(f)
-		} else if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
-			target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)
-		}
-		p.put(target, data, m)
-		running[ik] = append(running[ik], name)
-		runningNames[ns+"/"+name] = true
-		cfg, cfgOK := p.configs[ns+"/"+cfgName]
-		switch {
-		case !cfgOK && !p.frozenConfigs[ns+"/"+cfgName]:
-			p.plan.config(ns, cfgName, "deleted")
-			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
-			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
-				Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
-		case cfgOK && p.instance(ik) == nil && p.frozenInstances[ik] == nil:
-			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
-			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
-				Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
-		case cfgOK && !cfg.IsJobBroker():
-			p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
-			p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
-				Reason: "the Configuration no longer has a Job broker; the Job stays until its JobRecord arrives"})
-		}
 	}
+	p.startJobs(p.desiredJobs(), runs)
+}
 
-	// Build every desired Job (in parallel where the memo does not have it) before deciding.
-	type desired struct {
-		cfg *api.ParsedConfiguration
-		in  *instance
-		key string
-		ih  string
-		bj  builtJob
-		hit bool
+// unrecordedJobs are the rendered Jobs still waiting for their JobRecord.
+type unrecordedJobs struct {
+	byInstance map[string][]string // namespace/configuration/instance -> Job names
+	names      map[string]bool     // namespace/Job name
+}
+
+// carryJob carries a rendered Job over, or retires it to history/ when its JobRecord has
+// arrived. It returns false when a scoped pass finds a Job out of its scope.
+func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
+	ref, ok := parseObjectPath(f)
+	if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
+		return true
 	}
-	var want []*desired
+	data := p.prev[f]
+	h := p.head(f, data)
+	name, ns := h.Metadata.Name, h.Metadata.Namespace
+	if h.err != nil || name == "" {
+		// Never drop what may be running, even when it cannot be read.
+		p.errs = append(p.errs, &api.FieldError{File: f, Message: "rendered Job cannot be read; it is kept as it is until fixed by hand"})
+		p.put(f, data, objMeta{ns: ref.namespace, cfg: ref.configuration})
+		return true
+	}
+	if ns == "" {
+		ns = ref.namespace
+	}
+	cfgName := h.Metadata.Labels[api.LabelConfiguration]
+	if cfgName == "" {
+		cfgName = ref.configuration
+	}
+	if p.scope != nil && !p.scope[ns+"/"+cfgName] {
+		return false
+	}
+	inst := h.Metadata.Labels[api.LabelInstance]
+	if inst == "" {
+		// Hand-edited: still a Job that may be running, and its history needs a folder.
+		inst = "unknown-instance"
+	}
+	ik := ns + "/" + cfgName + "/" + inst
+	m := objMeta{ns: ns, cfg: cfgName, inst: inst, deviceID: h.Metadata.Annotations[api.AnnotationDeviceID]}
+	in := p.instance(ik)
+	if in != nil {
+		m.nodes = in.nodes
+	} else {
+		m.nodes = h.nodes()
+	}
+	if rec, ok := p.records[ns+"/"+name]; ok {
+		recBytes := p.recordBytes[ns+"/"+name]
+		if recBytes == nil {
+			recBytes = yamlcodec.Marshal(rec)
+		}
+		hp := historyPath(ns, cfgName, inst, name)
+		p.out[hp] = historyFile(data, recBytes)
+		p.retired[ref.key()] = true
+		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+		p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
+			Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})
+		return true
+	}
+	if h.refusedPin() {
+		// Rendered before Jobs were pinned with one term per node: the API server refused
+		// it, so it never ran and nothing can be lost. It is dropped here and, if still
+		// wanted, rendered again below under the same name with a pinning it accepts.
+		cp := p.plan.config(ns, cfgName, "")
+		cp.Notes = append(cp.Notes, fmt.Sprintf("Job %s was pinned with one metadata.name requirement listing several nodes, which the API server refuses, so it never ran; it is rendered again with one node selector term per node", name))
+		return true
+	}
+	target := f
+	if in != nil {
+		target = in.folder + "/" + path.Base(f)
+	} else if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
+		target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)
+	}
+	p.put(target, data, m)
+	runs.byInstance[ik] = append(runs.byInstance[ik], name)
+	runs.names[ns+"/"+name] = true
+	p.planKeptJob(ik, name, m)
+	return true
+}
+
+// planKeptJob says why an unrecorded Job stays when nothing would render it now.
+func (p *pass) planKeptJob(ik, name string, m objMeta) {
+	ns, cfgName, inst := m.ns, m.cfg, m.inst
+	cfg, cfgOK := p.configs[ns+"/"+cfgName]
+	switch {
+	case !cfgOK && !p.frozenConfigs[ns+"/"+cfgName]:
+		p.plan.config(ns, cfgName, "deleted")
+		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+			Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
+	case cfgOK && p.instance(ik) == nil && p.frozenInstances[ik] == nil:
+		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+			Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
+	case cfgOK && !cfg.IsJobBroker():
+		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
+		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
+			Reason: "the Configuration no longer has a Job broker; the Job stays until its JobRecord arrives"})
+	}
+}
+
+// desiredJob is the Job the inputs give an instance of a Job broker Configuration.
+type desiredJob struct {
+	cfg *api.ParsedConfiguration
+	in  *instance
+	key string
+	ih  string
+	bj  builtJob
+	hit bool
+}
+
+// desiredJobs builds every desired Job (in parallel where the memo does not have it) before
+// anything is decided.
+func (p *pass) desiredJobs() []*desiredJob {
+	var want []*desiredJob
 	for _, k := range sortedKeys(p.configs) {
 		cfg := p.configs[k]
 		if !cfg.IsJobBroker() || p.scope != nil && !p.scope[k] {
@@ -136,7 +163,7 @@ func (p *pass) renderJobs() {
 				continue
 			}
 			ih := in.jobHash
-			d := &desired{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
+			d := &desiredJob{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
 			d.bj, d.hit = p.r.jobs.lookup(d.key)
 			want = append(want, d)
 		}
@@ -146,6 +173,11 @@ func (p *pass) renderJobs() {
 			d.bj = buildJob(d.in, d.in.env(), d.ih)
 		}
 	})
+	return want
+}
+
+// startJobs writes the desired Jobs that have not run yet and may start now.
+func (p *pass) startJobs(want []*desiredJob, runs unrecordedJobs) {
 	type started struct {
 		path string
 		bj   builtJob
@@ -159,7 +191,7 @@ func (p *pass) renderJobs() {
 		cfg, in, bj := d.cfg, d.in, d.bj
 		ik := cfg.Key() + "/" + in.name
 		id := cfg.Namespace + "/" + bj.name
-		if runningNames[id] {
+		if runs.names[id] {
 			continue
 		}
 		if _, done := p.records[id]; done {
@@ -167,30 +199,35 @@ func (p *pass) renderJobs() {
 			continue
 		}
 		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-		if others := running[ik]; len(others) > 0 && cfg.Policy.Concurrency != api.ConcurrencyAllow {
-			sort.Strings(others)
+		running := runs.byInstance[ik]
+		if len(running) > 0 && cfg.Policy.Concurrency != api.ConcurrencyAllow {
+			sort.Strings(running)
 			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Job", Name: bj.name,
-				Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(others, ", "))})
+				Reason: fmt.Sprintf("waiting for %s to be recorded finished (concurrency: Forbid)", strings.Join(running, ", "))})
 			continue
 		}
 		starts = append(starts, &started{path: in.folder + "/job-" + bj.name + ".yaml", bj: bj,
 			m: objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}})
-		reason := "new run"
-		if cfg.Policy.RunPolicy == api.RunPolicyOnce {
-			reason = "the one run of this instance (runPolicy: Once)"
-			if cfg.Policy.RunID != "" {
-				reason = fmt.Sprintf("the run of runID %q (runPolicy: Once)", cfg.Policy.RunID)
-			}
-		} else if len(running[ik]) > 0 {
-			reason = "new run alongside " + strings.Join(running[ik], ", ") + " (concurrency: Allow)"
-		}
-		p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: reason})
+		p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Started, Kind: "Job", Name: bj.name, Reason: startReason(cfg, running)})
 	}
 	parallel(len(starts), func(i int) { starts[i].data, starts[i].head = starts[i].bj.bytes(p.req.SourceCommit) })
 	for _, s := range starts {
 		p.put(s.path, s.data, s.m)
 		p.r.heads.set(s.path, s.data, s.head)
 	}
+}
+
+// startReason says why a Job starts, for the plan.
+func startReason(cfg *api.ParsedConfiguration, running []string) string {
+	switch {
+	case cfg.Policy.RunPolicy == api.RunPolicyOnce && cfg.Policy.RunID != "":
+		return fmt.Sprintf("the run of runID %q (runPolicy: Once)", cfg.Policy.RunID)
+	case cfg.Policy.RunPolicy == api.RunPolicyOnce:
+		return "the one run of this instance (runPolicy: Once)"
+	case len(running) > 0:
+		return "new run alongside " + strings.Join(running, ", ") + " (concurrency: Allow)"
+	}
+	return "new run"
 }
 
 // renderHistory carries history/ over, adds the Jobs retired in this render and keeps the newest

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // copyFrozenConfigurations keeps the folders (and Flux Kustomizations) of Configurations whose
@@ -59,7 +60,7 @@ func kustomizationFile(resources []string) []byte {
 	if resources == nil {
 		resources = []string{}
 	}
-	return marshal(kustomization{APIVersion: "kustomize.config.k8s.io/v1beta1", Kind: "Kustomization", Resources: resources})
+	return yamlcodec.Marshal(kustomization{APIVersion: "kustomize.config.k8s.io/v1beta1", Kind: "Kustomization", Resources: resources})
 }
 
 // kustomization is kustomizationFile through the Renderer's memo: a folder of thousands of
@@ -82,42 +83,86 @@ func (p *pass) kustomization(resources []string) []byte {
 
 // layout writes the kustomization.yaml files, the root kustomization and rendered/flux/.
 func (p *pass) layout() {
-	// Folders of non-frozen Configurations and the files in each directory under them.
-	dirs := map[string][]string{}
-	folders := map[string]bool{}
-	for f := range p.out {
+	t := folderTreeOf(p.out, p.frozenConfigs)
+	for d, files := range t.dirs {
+		p.out[d+"/kustomization.yaml"] = p.kustomization(append(files, t.sub[d]...))
+	}
+	for parent, subs := range t.sub {
+		if _, ok := t.dirs[parent]; !ok {
+			p.out[parent+"/kustomization.yaml"] = p.kustomization(append([]string(nil), subs...))
+		}
+	}
+	fileNames := fluxFileNames(t)
+	for _, d := range sortedKeys(fileNames) {
+		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
+		if n, max := len(t.dirs[d]), p.settings.MaxObjectsPerFolder; n > max {
+			w := fmt.Sprintf("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
+			p.layoutWarns[parts[0]+"/"+parts[1]] = append(p.layoutWarns[parts[0]+"/"+parts[1]], w)
+			p.warn("%s", w)
+		}
+		if p.scope != nil {
+			// The folders are those of the last render (mergeScope checks it), and so are their
+			// Flux Kustomizations.
+			continue
+		}
+		fk := p.fluxFor(d, fileNames[d], parts[1])
+		p.folderSource(&fk, fileNames[d], d, parts[1])
+		p.out[RenderedDir+"flux/"+fileNames[d]+".yaml"] = yamlcodec.Marshal(fk)
+	}
+	if p.scope != nil {
+		// And so are the root and the namespaces.
+		return
+	}
+	var roots []string
+	for folder := range t.folders {
+		roots = append(roots, strings.TrimPrefix(folder, RenderedDir))
+	}
+	if p.renderNamespaces(t.folders) {
+		roots = append(roots, strings.TrimSuffix(strings.TrimPrefix(NamespacesDir, RenderedDir), "/"))
+	}
+	// Frozen Configurations whose folders were empty before stay out; the others are listed.
+	if len(roots) > 0 || len(p.configs) > 0 || len(p.frozenConfigs) > 0 || len(p.prev) > 0 {
+		p.out[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
+	}
+}
+
+// folderTree is the folders of the rendered objects.
+type folderTree struct {
+	// folders are the Configurations' folders, frozen ones too.
+	folders map[string]bool
+	// dirs are the files in each directory under the folders of Configurations that are not
+	// frozen, and sub the subdirectories (shards) of a folder.
+	dirs, sub map[string][]string
+}
+
+func folderTreeOf(out Tree, frozenConfigs map[string]bool) folderTree {
+	t := folderTree{folders: map[string]bool{}, dirs: map[string][]string{}, sub: map[string][]string{}}
+	for f := range out {
 		ref, ok := parseObjectPath(f)
 		if !ok {
 			continue
 		}
-		folder := configFolder(ref.namespace, ref.configuration)
-		folders[folder] = true
-		if p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
+		t.folders[configFolder(ref.namespace, ref.configuration)] = true
+		if frozenConfigs[ref.namespace+"/"+ref.configuration] {
 			continue
 		}
-		dirs[path.Dir(f)] = append(dirs[path.Dir(f)], path.Base(f))
+		t.dirs[path.Dir(f)] = append(t.dirs[path.Dir(f)], path.Base(f))
 	}
-	sub := map[string][]string{}
-	for d := range dirs {
-		if parent := path.Dir(d); folders[parent] && !folders[d] {
-			sub[parent] = append(sub[parent], path.Base(d))
+	for d := range t.dirs {
+		if parent := path.Dir(d); t.folders[parent] && !t.folders[d] {
+			t.sub[parent] = append(t.sub[parent], path.Base(d))
 		}
 	}
-	f := p.settings.Flux
-	for d, files := range dirs {
-		p.out[d+"/kustomization.yaml"] = p.kustomization(append(files, sub[d]...))
-	}
-	for parent, subs := range sub {
-		if _, ok := dirs[parent]; !ok {
-			p.out[parent+"/kustomization.yaml"] = p.kustomization(append([]string(nil), subs...))
-		}
-	}
-	// One Flux Kustomization per leaf folder: the Configuration's folder, or each of its shards,
-	// named <namespace>-<configuration>[-<shard>]. Dashes can join differently ("a-b"/"c" and
-	// "a"/"b-c"), so names that would be shared get a hash of their folder instead.
+	return t
+}
+
+// fluxFileNames names one Flux Kustomization per leaf folder: the Configuration's folder, or each
+// of its shards, named <namespace>-<configuration>[-<shard>]. Dashes can join differently
+// ("a-b"/"c" and "a"/"b-c"), so names that would be shared get a hash of their folder instead.
+func fluxFileNames(t folderTree) map[string]string {
 	names := map[string][]string{}
-	for d := range dirs {
-		if len(sub[d]) == 0 {
+	for d := range t.dirs {
+		if len(t.sub[d]) == 0 {
 			base := strings.ReplaceAll(strings.TrimPrefix(d, RenderedDir), "/", "-")
 			names[base] = append(names[base], d)
 		}
@@ -131,53 +176,27 @@ func (p *pass) layout() {
 			}
 		}
 	}
-	for _, d := range sortedKeys(fileNames) {
-		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
-		if n, max := len(dirs[d]), p.settings.MaxObjectsPerFolder; n > max {
-			w := fmt.Sprintf("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
-			p.layoutWarns[parts[0]+"/"+parts[1]] = append(p.layoutWarns[parts[0]+"/"+parts[1]], w)
-			p.warn("%s", w)
-		}
-		if p.scope != nil {
-			// The folders are those of the last render (mergeScope checks it), and so are their
-			// Flux Kustomizations.
-			continue
-		}
-		fileName := fileNames[d]
-		name := shorten("gitbroker-" + fileName)
-		fk := fluxKustomization{
-			APIVersion: "kustomize.toolkit.fluxcd.io/v1",
-			Kind:       "Kustomization",
-			Metadata: metav1.ObjectMeta{Name: name, Namespace: f.Namespace, Labels: map[string]string{
-				api.LabelManagedBy: api.ManagedByGitbroker, api.LabelConfiguration: parts[1]}},
-			Spec: fluxSpec{
-				Interval:           durationOr(f.Interval, 10*time.Minute),
-				RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
-				Timeout:            durationOr(f.Timeout, 5*time.Minute),
-				Path:               "./" + d,
-				Prune:              true,
-				Wait:               f.Wait,
-				SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
-				ServiceAccountName: f.ServiceAccountName,
-			},
-		}
-		p.folderSource(&fk, fileName, d, parts[1])
-		p.out[RenderedDir+"flux/"+fileName+".yaml"] = marshal(fk)
-	}
-	if p.scope != nil {
-		// And so are the root and the namespaces.
-		return
-	}
-	var roots []string
-	for folder := range folders {
-		roots = append(roots, strings.TrimPrefix(folder, RenderedDir))
-	}
-	if p.renderNamespaces(folders) {
-		roots = append(roots, strings.TrimSuffix(strings.TrimPrefix(NamespacesDir, RenderedDir), "/"))
-	}
-	// Frozen Configurations whose folders were empty before stay out; the others are listed.
-	if len(roots) > 0 || len(p.configs) > 0 || len(p.frozenConfigs) > 0 || len(p.prev) > 0 {
-		p.out[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
+	return fileNames
+}
+
+// fluxFor is the Flux Kustomization that applies one leaf folder.
+func (p *pass) fluxFor(folder, fileName, configuration string) fluxKustomization {
+	f := p.settings.Flux
+	return fluxKustomization{
+		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
+		Kind:       "Kustomization",
+		Metadata: metav1.ObjectMeta{Name: shorten("gitbroker-" + fileName), Namespace: f.Namespace, Labels: map[string]string{
+			api.LabelManagedBy: api.ManagedByGitbroker, api.LabelConfiguration: configuration}},
+		Spec: fluxSpec{
+			Interval:           durationOr(f.Interval, 10*time.Minute),
+			RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
+			Timeout:            durationOr(f.Timeout, 5*time.Minute),
+			Path:               "./" + folder,
+			Prune:              true,
+			Wait:               f.Wait,
+			SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
+			ServiceAccountName: f.ServiceAccountName,
+		},
 	}
 }
 
@@ -195,7 +214,7 @@ const (
 // roleBinding binds a ClusterRole to a ServiceAccount in namespace ns; it is named after the
 // ServiceAccount.
 func roleBinding(ns, clusterRole, account, accountNamespace string) []byte {
-	return marshal(struct {
+	return yamlcodec.Marshal(struct {
 		APIVersion string              `json:"apiVersion"`
 		Kind       string              `json:"kind"`
 		Metadata   metav1.ObjectMeta   `json:"metadata"`
@@ -236,7 +255,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	for _, ns := range sortedKeys(set) {
 		meta := metav1.ObjectMeta{Name: ns, Labels: map[string]string{api.LabelManagedBy: api.ManagedByGitbroker},
 			Annotations: map[string]string{"kustomize.toolkit.fluxcd.io/prune": "disabled"}}
-		p.out[NamespacesDir+"namespace-"+ns+".yaml"] = marshal(struct {
+		p.out[NamespacesDir+"namespace-"+ns+".yaml"] = yamlcodec.Marshal(struct {
 			APIVersion string            `json:"apiVersion"`
 			Kind       string            `json:"kind"`
 			Metadata   metav1.ObjectMeta `json:"metadata"`
@@ -261,7 +280,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 		},
 	}
 	p.folderSource(&fk, strings.TrimSuffix(path.Base(NamespacesFluxFile), ".yaml"), strings.TrimSuffix(NamespacesDir, "/"), "")
-	p.out[NamespacesFluxFile] = marshal(fk)
+	p.out[NamespacesFluxFile] = yamlcodec.Marshal(fk)
 	return true
 }
 

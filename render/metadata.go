@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // Metadata is the file rendered/.gitbroker-render.yaml.
@@ -132,7 +133,7 @@ func (p *pass) writeMetadata() {
 		ConfigurationFiles: p.configFiles,
 		Writers:            writers,
 	}
-	p.out[MetadataPath] = marshal(m)
+	p.out[MetadataPath] = yamlcodec.Marshal(m)
 	wroteMetadata(p.out[MetadataPath], m)
 }
 

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 const (
@@ -199,7 +200,7 @@ func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string)
 	pin(ps, []string{node})
 	labels := in.labels()
 	labels[api.LabelTargetNode] = node
-	return marshal(manifest{
+	return yamlcodec.Marshal(manifest{
 		APIVersion: "v1",
 		Kind:       "Pod",
 		Metadata: metav1.ObjectMeta{
@@ -268,13 +269,13 @@ func (j builtJob) bytes(sourceCommit string) ([]byte, *objectHead) {
 		ann[api.AnnotationRenderedFrom] = sourceCommit
 		m.Metadata.Annotations = ann
 	}
-	return marshal(m), jobHead(m)
+	return yamlcodec.Marshal(m), jobHead(m)
 }
 
 func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name string, labels, selector map[string]string, inputsHash string) []byte {
 	s := spec.DeepCopy()
 	s.Selector = selector
-	return marshal(manifest{
+	return yamlcodec.Marshal(manifest{
 		APIVersion: "v1",
 		Kind:       "Service",
 		Metadata: metav1.ObjectMeta{

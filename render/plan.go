@@ -352,35 +352,7 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	if len(p.Namespaces) > 0 {
 		fmt.Fprintln(w)
 	}
-	if len(p.Configurations) > 0 {
-		fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
-		for _, c := range p.Configurations {
-			var n [5]int
-			tally := func(chs []Change) {
-				for _, ch := range chs {
-					switch ch.Action {
-					case Started, Created:
-						n[0]++
-					case Replaced, Updated:
-						n[1]++
-					case Removed:
-						n[2]++
-					case Held:
-						n[3]++
-					case Retired:
-						n[4]++
-					}
-				}
-			}
-			tally(c.Changes)
-			for _, ip := range c.Instances {
-				tally(ip.Changes)
-			}
-			fmt.Fprintf(w, "| `%s/%s` | %s | %d | %d | %d | %d | %d |\n", c.Namespace, c.Name, brokerText(c.Broker), n[0], n[1], n[2], n[3], n[4])
-		}
-		fmt.Fprintln(w)
-	}
+	writeConfigurationTable(w, p.Configurations)
 	for _, c := range p.Configurations {
 		fmt.Fprintf(w, "### `%s/%s`\n\n", c.Namespace, c.Name)
 		for _, n := range c.Notes {
@@ -397,30 +369,55 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if len(p.Errors) > 0 {
-		fmt.Fprintln(w, "#### Invalid inputs (their previous output is kept)")
-		fmt.Fprintln(w)
-		for _, e := range p.Errors {
-			fmt.Fprintf(w, "- %s\n", mdCode(e))
-		}
-		fmt.Fprintln(w)
+	writeListMarkdown(w, "Invalid inputs (their previous output is kept)", p.Errors, mdCode)
+	writeListMarkdown(w, "Untrusted inputs (not rendered; each writer's previous part is kept)", p.Untrusted, mdCode)
+	writeListMarkdown(w, "Warnings", p.Warnings, mdText)
+}
+
+// writeConfigurationTable writes the table of changes by Configuration.
+func writeConfigurationTable(w io.Writer, configurations []*ConfigurationPlan) {
+	if len(configurations) == 0 {
+		return
 	}
-	if len(p.Untrusted) > 0 {
-		fmt.Fprintln(w, "#### Untrusted inputs (not rendered; each writer's previous part is kept)")
-		fmt.Fprintln(w)
-		for _, u := range p.Untrusted {
-			fmt.Fprintf(w, "- %s\n", mdCode(u))
+	fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	for _, c := range configurations {
+		var n [5]int
+		tally := func(chs []Change) {
+			for _, ch := range chs {
+				switch ch.Action {
+				case Started, Created:
+					n[0]++
+				case Replaced, Updated:
+					n[1]++
+				case Removed:
+					n[2]++
+				case Held:
+					n[3]++
+				case Retired:
+					n[4]++
+				}
+			}
 		}
-		fmt.Fprintln(w)
-	}
-	if len(p.Warnings) > 0 {
-		fmt.Fprintln(w, "#### Warnings")
-		fmt.Fprintln(w)
-		for _, warn := range p.Warnings {
-			fmt.Fprintf(w, "- %s\n", mdText(warn))
+		tally(c.Changes)
+		for _, ip := range c.Instances {
+			tally(ip.Changes)
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "| `%s/%s` | %s | %d | %d | %d | %d | %d |\n", c.Namespace, c.Name, brokerText(c.Broker), n[0], n[1], n[2], n[3], n[4])
 	}
+	fmt.Fprintln(w)
+}
+
+// writeListMarkdown writes a titled list, when it has items.
+func writeListMarkdown(w io.Writer, title string, items []string, escape func(string) string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "#### %s\n\n", title)
+	for _, item := range items {
+		fmt.Fprintf(w, "- %s\n", escape(item))
+	}
+	fmt.Fprintln(w)
 }
 
 func writeChangeMarkdown(w io.Writer, indent string, ch Change) {

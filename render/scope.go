@@ -278,7 +278,13 @@ func (p *pass) mergeScope() bool {
 		merged = append(merged, f)
 	}
 	p.out, p.fresh, p.merged = out, fresh, merged
-	// The other Configurations' plan entries and warnings, as the last render made them.
+	p.carryPlans(last)
+	return true
+}
+
+// carryPlans adds the plan entries, notes and warnings of the Configurations out of the scope,
+// as the last render made them.
+func (p *pass) carryPlans(last *lastScope) {
 	for k, changes := range last.standing {
 		if p.scope[k] {
 			continue
@@ -308,7 +314,6 @@ func (p *pass) mergeScope() bool {
 			}
 		}
 	}
-	return true
 }
 
 // takeSpare returns a map holding exactly last, the Renderer's last output, for a scoped pass to

@@ -1,4 +1,4 @@
-package api
+package yamlcodec
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// blockJSON reads the block YAML that gitbroker itself writes (an agent's inventory, the
+// BlockJSON reads the block YAML that gitbroker itself writes (an agent's inventory, the
 // recorder's records, every rendered object: one mapping, keys of letters, digits and ._/-, a
 // value per line, plain or quoted without escapes, sequences written "- "), and returns the JSON
 // YAMLToJSON gives for it, without building a node tree. It returns false for anything else
@@ -17,7 +17,7 @@ import (
 // full. A fleet's inventories are most of a render's input, and this reads them several times
 // faster. blockyaml_test.go compares it with yaml.v3 and YAMLToJSON on every YAML file in the
 // repository and fuzzes the comparison.
-func blockJSON(data []byte) ([]byte, bool) {
+func BlockJSON(data []byte) ([]byte, bool) {
 	p := blockParser{}
 	for len(data) > 0 {
 		var line []byte
@@ -59,7 +59,7 @@ type blockParser struct {
 	depth int
 }
 
-// maxBlockDepth is how deep blockJSON nests; deeper documents are left to yaml.v3 and its limits.
+// maxBlockDepth is how deep BlockJSON nests; deeper documents are left to yaml.v3 and its limits.
 const maxBlockDepth = 64
 
 // entry is one "key: value" of a mapping, its value written to its own buffer so the keys can
@@ -263,7 +263,7 @@ func splitKey(text string) (key, rest string, ok bool) {
 			return "", "", false
 		}
 	}
-	if isStr, known := PlainYAMLString(key); !isStr || !known || key[0] == '-' {
+	if isStr, known := plainString(key); !isStr || !known || key[0] == '-' {
 		return "", "", false
 	}
 	return key, strings.TrimLeft(text[i+1:], " "), true
@@ -279,9 +279,9 @@ func printableASCII(s string) bool {
 }
 
 // YAMLToJSON is sigs.k8s.io/yaml's YAMLToJSON, reading the block YAML gitbroker writes without
-// yaml.v2 (see blockJSON): what the renderer uses to read back its own rendered files.
-func YAMLToJSON(data []byte) ([]byte, error) {
-	if js, ok := blockJSON(data); ok {
+// yaml.v2 (see BlockJSON): what the renderer uses to read back its own rendered files.
+func ToJSON(data []byte) ([]byte, error) {
+	if js, ok := BlockJSON(data); ok {
 		return js, nil
 	}
 	return yaml.YAMLToJSON(data)

@@ -1,4 +1,4 @@
-package render
+package yamlcodec
 
 import (
 	"encoding/json"
@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	yamlv2 "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
-
-	"github.com/gitbroker/gitbroker/fixtures"
 )
 
 // Strings chosen at yaml.v2's edges: other types written plain, indicators, quotes, spaces at
@@ -128,34 +125,6 @@ func TestEmitScalars(t *testing.T) {
 		}
 	}
 	t.Logf("fast emitter: %d documents", fast)
-}
-
-func TestEmitFleetTakesFastPath(t *testing.T) {
-	spec := fixtures.Fleet10k
-	spec.Nodes, spec.Devices = 50, 500
-	res := Render(Request{Files: Tree(fixtures.Fleet(spec))})
-	if len(res.Errors) > 0 {
-		t.Fatal(res.Errors)
-	}
-	for p, b := range res.Files {
-		if !strings.HasPrefix(p, RenderedDir) || !strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, "kustomization.yaml") {
-			continue
-		}
-		if strings.Contains(string(b), "\n---\n") {
-			continue
-		}
-		js, err := yaml.YAMLToJSON(b)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		fast, ok := fastYAML(js)
-		if !ok {
-			t.Fatalf("%s went to yaml.v2:\n%s", p, b)
-		}
-		if string(fast) != string(b) {
-			t.Fatalf("%s: the fast emitter wrote\n%s", p, fast)
-		}
-	}
 }
 
 func FuzzEmit(f *testing.F) {

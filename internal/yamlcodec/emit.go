@@ -1,4 +1,4 @@
-package render
+package yamlcodec
 
 import (
 	"bytes"
@@ -10,8 +10,6 @@ import (
 	"unicode"
 
 	yamlv2 "go.yaml.in/yaml/v2"
-
-	"github.com/gitbroker/gitbroker/api"
 )
 
 // The YAML emitter: every rendered object is written the way sigs.k8s.io/yaml writes it
@@ -28,7 +26,7 @@ import (
 var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // marshal writes v as YAML with sorted keys.
-func marshal(v any) []byte {
+func Marshal(v any) []byte {
 	buf := jsonBuffers.Get().(*bytes.Buffer)
 	defer jsonBuffers.Put(buf)
 	buf.Reset()
@@ -477,7 +475,7 @@ func scalarText(s string, key bool) (text string, quote byte, space bool, ok boo
 			return "", 0, false, false
 		}
 	}
-	isString, known := api.PlainYAMLString(s)
+	isString, known := plainString(s)
 	if !known {
 		return "", 0, false, false
 	}

@@ -1,4 +1,4 @@
-package api
+package yamlcodec
 
 import (
 	"bytes"
@@ -10,14 +10,14 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 )
 
-// nodeJSON writes the JSON sigs.k8s.io/yaml's YAMLToJSON makes of a document, from the node tree
+// NodeJSON writes the JSON sigs.k8s.io/yaml's YAMLToJSON makes of a document, from the node tree
 // already parsed for lines, so a file is parsed once instead of twice. It knows YAML 1.1 as
 // yaml.v2 reads it only for what machine-written files hold: mappings with string keys,
 // sequences, quoted and block strings, and plain scalars that are strings, booleans, null or
 // decimal integers. Anything else (anchors, aliases, merge keys, tags, floats, octal or hex
 // numbers, timestamps, keys that are not strings) returns false and the caller converts the
 // document with YAMLToJSON itself. yamljson_test.go compares the two.
-func nodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
+func NodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
 	if n.Anchor != "" || n.Style&yamlv3.TaggedStyle != 0 {
 		return false
 	}
@@ -38,7 +38,7 @@ func nodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
 				if k.Value == "" || k.Value == "<<" {
 					return false
 				}
-				if isStr, known := PlainYAMLString(k.Value); !known || !isStr {
+				if isStr, known := plainString(k.Value); !known || !isStr {
 					return false
 				}
 			}
@@ -54,7 +54,7 @@ func nodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
 				return false
 			}
 			buf.WriteByte(':')
-			if !nodeJSON(buf, n.Content[i+1]) {
+			if !NodeJSON(buf, n.Content[i+1]) {
 				return false
 			}
 		}
@@ -66,7 +66,7 @@ func nodeJSON(buf *bytes.Buffer, n *yamlv3.Node) bool {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if !nodeJSON(buf, c) {
+			if !NodeJSON(buf, c) {
 				return false
 			}
 		}
@@ -94,7 +94,7 @@ func plainJSON(buf *bytes.Buffer, s string) bool {
 		buf.WriteString("false")
 		return true
 	}
-	isStr, known := PlainYAMLString(s)
+	isStr, known := plainString(s)
 	if !known {
 		return false
 	}
@@ -142,12 +142,12 @@ func init() {
 	}
 }
 
-// PlainYAMLString reports whether yaml.v2 (how kubectl, kustomize and sigs.k8s.io/yaml read
+// plainString reports whether yaml.v2 (how kubectl, kustomize and sigs.k8s.io/yaml read
 // YAML) reads s, written as a plain scalar, as a string: its resolve("", s) is !!str and, as
 // its encoder also asks before writing s plain, s is not a base 60 float. It follows yaml.v2's
 // resolve.go; known is false for what might be a timestamp (YYYY-...), which it leaves to
 // yaml.v2.
-func PlainYAMLString(s string) (isString, known bool) {
+func plainString(s string) (isString, known bool) {
 	if s == "" {
 		return false, true
 	}
@@ -325,4 +325,19 @@ func jsonString(buf *bytes.Buffer, s string) bool {
 	buf.WriteString(s[start:])
 	buf.WriteByte('"')
 	return true
+}
+
+// DocumentJSON is the document's JSON from its node tree (NodeJSON), for a document that is one
+// mapping and has no tag: yaml.v2 gives even the non-specific tag "!" a meaning the tree no
+// longer shows.
+func DocumentJSON(data []byte, root *yamlv3.Node) ([]byte, bool) {
+	if root.Kind != yamlv3.DocumentNode || len(root.Content) != 1 || root.Content[0].Kind != yamlv3.MappingNode || bytes.IndexByte(data, '!') >= 0 {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(data))
+	if !NodeJSON(&buf, root.Content[0]) {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }

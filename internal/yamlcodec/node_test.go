@@ -1,4 +1,4 @@
-package api
+package yamlcodec
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ var yamlCorner = []string{
 
 func yamlCorpus(t *testing.T) []string {
 	docs := append([]string(nil), yamlCorner...)
-	for _, root := range []string{"../fixtures", "../templates", "../deploy"} {
+	for _, root := range []string{"../../fixtures", "../../templates", "../../deploy"} {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
 				return nil
@@ -45,9 +45,7 @@ func yamlCorpus(t *testing.T) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range splitYAML(b) {
-				docs = append(docs, string(c.data))
-			}
+			docs = append(docs, documents(b)...)
 			return nil
 		})
 	}
@@ -72,7 +70,7 @@ func compareNodeJSON(t *testing.T, doc string) bool {
 	if err := yamlv3.Unmarshal([]byte(doc), &root); err != nil {
 		return false
 	}
-	fast, ok := fastJSON([]byte(doc), &root)
+	fast, ok := DocumentJSON([]byte(doc), &root)
 	if !ok {
 		return false
 	}
@@ -113,4 +111,19 @@ func FuzzNodeJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) {
 		compareNodeJSON(t, doc)
 	})
+}
+
+// documents splits a YAML stream at its "---" lines.
+func documents(b []byte) []string {
+	var docs []string
+	var cur strings.Builder
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if strings.TrimRight(line, " \r\n") == "---" {
+			docs = append(docs, cur.String())
+			cur.Reset()
+			continue
+		}
+		cur.WriteString(line)
+	}
+	return append(docs, cur.String())
 }

@@ -1,0 +1,4 @@
+package yamlcodec
+
+// FastYAML is fastYAML, for the black-box test of a rendered fleet.
+var FastYAML = fastYAML
