@@ -97,7 +97,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 		for j, n := range pre.nodes {
 			ih := pre.podHashes[j]
-			p.build("pod/"+ih, pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
+			p.build(pre.podKeys[j], pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
 		}
 		withBrokers++
 		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
@@ -154,7 +154,10 @@ type podBrokerInputs struct {
 	nodes               []string // the nodes that get a Pod, at most the capacity
 	env                 []corev1.EnvVar
 	podHashes, podPaths []string
-	serviceHash         string
+	// podKeys are the Pods' keys in the memo of built objects: the inputs hash and what the
+	// builder reads besides that the hash does not name.
+	podKeys     []string
+	serviceHash string
 }
 
 // Placement is sticky: of the nodes that report a shared instance, those that held its broker in
@@ -177,13 +180,24 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte,
 	pi := podBrokerInputs{nodes: nodes, env: in.env()}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
-		pi.podHashes = append(pi.podHashes, hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props))
+		ih := hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
+		pi.podHashes = append(pi.podHashes, ih)
+		pi.podKeys = append(pi.podKeys, podKey(ih, in.shared))
 		pi.podPaths = append(pi.podPaths, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml")
 	}
 	if cfg.Spec.InstanceServiceSpec != nil {
 		pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
 	}
 	return pi
+}
+
+// podKey is a Pod's key in the memo of built objects. Whether its device is shared names the
+// Pod; the digest in the inputs hash differs with it too, but the key does not rely on that.
+func podKey(inputsHash string, shared bool) string {
+	if shared {
+		return "pod/" + inputsHash + "/shared"
+	}
+	return "pod/" + inputsHash
 }
 
 // pendingBuild is an object whose inputs are new to the Renderer's memo.

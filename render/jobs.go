@@ -154,16 +154,13 @@ func (p *pass) desiredJobs() []*desiredJob {
 				todo = append(todo, in)
 			}
 		}
-		parallel(len(todo), func(i int) {
-			in := todo[i]
-			in.jobHash = hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
-		})
+		parallel(len(todo), func(i int) { todo[i].jobHash = instanceJobHash(chash, todo[i]) })
 		for _, in := range list {
 			if p.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
 			ih := in.jobHash
-			d := &desiredJob{cfg: cfg, in: in, key: "job/" + ih, ih: ih}
+			d := &desiredJob{cfg: cfg, in: in, key: jobKey(cfg, ih), ih: ih}
 			d.bj, d.hit = p.r.jobs.lookup(d.key)
 			want = append(want, d)
 		}
@@ -174,6 +171,21 @@ func (p *pass) desiredJobs() []*desiredJob {
 		}
 	})
 	return want
+}
+
+// instanceJobHash is the inputs hash of an instance's Job, given its Configuration's jobHash.
+func instanceJobHash(chash []byte, in *instance) string {
+	return hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+}
+
+// jobKey is a Job's key in the memo of built objects: its inputs hash and the log capture, which
+// the Job carries as annotations but which is not part of the hash (nor of the run's name), so
+// turning it on does not start a new run.
+func jobKey(cfg *api.ParsedConfiguration, inputsHash string) string {
+	if cfg.Policy.Logs == nil {
+		return "job/" + inputsHash
+	}
+	return "job/" + inputsHash + "/" + hashHex(8, propsJSON(cfg.Policy.Logs.Annotations()))
 }
 
 // startJobs writes the desired Jobs that have not run yet and may start now.
