@@ -3,29 +3,12 @@ package api
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
-
-// Policy is a Configuration's gitbroker settings with annotations and defaults resolved.
-type Policy struct {
-	Capacity     int
-	RunPolicy    string
-	Concurrency  string
-	HistoryLimit int
-	RunID        string
-	After        string
-	Shards       int
-	// AllowedDeviceProperties are the refused device properties this Configuration allows.
-	// Omitted when empty, so Configurations without it hash (and render) as before.
-	AllowedDeviceProperties []string `json:",omitempty"`
-	// Logs is the log capture the recorder applies to the Configuration's Jobs; nil is off.
-	Logs *LogPolicy `json:",omitempty"`
-}
 
 // ParsedConfiguration is one validated Configuration and where it came from.
 type ParsedConfiguration struct {
@@ -45,13 +28,6 @@ func (c *ParsedConfiguration) IsJobBroker() bool {
 // IsPodBroker reports whether the Configuration's broker is a Pod.
 func (c *ParsedConfiguration) IsPodBroker() bool {
 	return c.Spec.BrokerSpec != nil && c.Spec.BrokerSpec.BrokerPodSpec != nil
-}
-
-var gitbrokerAnnotations = map[string]bool{
-	AnnotationRunPolicy: true, AnnotationConcurrency: true, AnnotationHistoryLimit: true,
-	AnnotationRunID: true, AnnotationAfter: true, AnnotationShards: true,
-	AnnotationOfflineGracePeriod: true, AnnotationAllowedDeviceProperties: true,
-	AnnotationLogTailLines: true, AnnotationLogTailBytes: true, AnnotationLogRedact: true,
 }
 
 // OfflineGracePeriod returns the Configuration's gitbroker.dev/offline-grace-period,
@@ -131,151 +107,17 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		}
 	}
 
-	pol := Policy{Capacity: DefaultCapacity, RunPolicy: RunPolicyOnChange, Concurrency: ConcurrencyForbid,
-		HistoryLimit: DefaultHistoryLimit, Shards: DefaultShards}
-	if c.Spec.Capacity != nil {
-		if *c.Spec.Capacity < 1 {
-			add("spec.capacity", "must be at least 1, got %d", *c.Spec.Capacity)
-		}
-		pol.Capacity = int(*c.Spec.Capacity)
-	}
 	for _, k := range sortedKeys(c.Spec.BrokerProperties) {
 		if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
 			add("spec.brokerProperties."+k, "%q is not a valid environment variable name (letters, digits and _, not starting with a digit)", k)
 		}
 	}
-
-	// gitbroker's own settings: spec fields on gitbroker.dev/v1alpha1, annotations on either.
-	if apiVersion == AkriAPIVersion {
-		if c.Spec.JobPolicy != nil {
-			add("spec.jobPolicy", "unknown field in %s; use apiVersion %s or the gitbroker.dev/* annotations", AkriAPIVersion, APIVersion)
-		}
-		if c.Spec.After != "" {
-			add("spec.after", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationAfter)
-		}
-		if c.Spec.Shards != nil {
-			add("spec.shards", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationShards)
-		}
-		if c.Spec.AllowedDeviceProperties != nil {
-			add("spec.allowedDeviceProperties", "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, AnnotationAllowedDeviceProperties)
-		}
-	}
-	for _, k := range sortedKeys(c.Annotations) {
-		if strings.HasPrefix(k, "gitbroker.dev/") && !gitbrokerAnnotations[k] {
-			add("metadata.annotations."+k, "unknown gitbroker annotation")
-		}
-	}
-	jp := c.Spec.JobPolicy
-	if jp == nil {
-		jp = &JobPolicy{}
-	}
-	str := func(specVal, specField, ann string) string {
-		a, ok := c.Annotations[ann]
-		if ok && specVal != "" && a != specVal {
-			add("metadata.annotations."+ann, "conflicts with %s (%q); set one of them", specField, specVal)
-		}
-		if specVal != "" {
-			return specVal
-		}
-		return a
-	}
-	num := func(spec *int32, specField, ann string) (int, bool) {
-		if a, ok := c.Annotations[ann]; ok {
-			n, err := strconv.Atoi(a)
-			if err != nil {
-				add("metadata.annotations."+ann, "expected an integer, got %q", a)
-				return 0, false
-			}
-			if spec != nil && int(*spec) != n {
-				add("metadata.annotations."+ann, "conflicts with %s (%d); set one of them", specField, *spec)
-			}
-			return n, true
-		}
-		if spec != nil {
-			return int(*spec), true
-		}
-		return 0, false
-	}
-	if v := str(jp.RunPolicy, "spec.jobPolicy.runPolicy", AnnotationRunPolicy); v != "" {
-		if v != RunPolicyOnChange && v != RunPolicyOnce {
-			add(policyField(jp.RunPolicy != "", "spec.jobPolicy.runPolicy", AnnotationRunPolicy), "must be %s or %s, got %q", RunPolicyOnChange, RunPolicyOnce, v)
-		}
-		pol.RunPolicy = v
-	}
-	if v := str(jp.Concurrency, "spec.jobPolicy.concurrency", AnnotationConcurrency); v != "" {
-		if v != ConcurrencyForbid && v != ConcurrencyAllow {
-			add(policyField(jp.Concurrency != "", "spec.jobPolicy.concurrency", AnnotationConcurrency), "must be %s or %s, got %q", ConcurrencyForbid, ConcurrencyAllow, v)
-		}
-		pol.Concurrency = v
-	}
-	if n, ok := num(jp.HistoryLimit, "spec.jobPolicy.historyLimit", AnnotationHistoryLimit); ok {
-		if n < 0 {
-			add(policyField(jp.HistoryLimit != nil, "spec.jobPolicy.historyLimit", AnnotationHistoryLimit), "must not be negative, got %d", n)
-		}
-		pol.HistoryLimit = n
-	}
-	pol.RunID = str(jp.RunID, "spec.jobPolicy.runID", AnnotationRunID)
-	logs, logErrs := resolveLogPolicy(jp.Logs, c.Annotations)
-	for _, e := range logErrs {
-		add(e.field, "%s", e.msg)
-	}
-	pol.Logs = logs
-	pol.After = str(c.Spec.After, "spec.after", AnnotationAfter)
-	if n, ok := num(c.Spec.Shards, "spec.shards", AnnotationShards); ok {
-		if n < 1 || n > 1000 {
-			add(policyField(c.Spec.Shards != nil, "spec.shards", AnnotationShards), "must be between 1 and 1000, got %d", n)
-		}
-		pol.Shards = n
-	}
-
-	allowed, allowedField := c.Spec.AllowedDeviceProperties, "spec.allowedDeviceProperties"
-	if a, ok := c.Annotations[AnnotationAllowedDeviceProperties]; ok {
-		allowedField = "metadata.annotations." + AnnotationAllowedDeviceProperties
-		if allowed != nil {
-			add(allowedField, "conflicts with spec.allowedDeviceProperties; set one of them")
-		}
-		allowed = nil
-		for _, n := range strings.Split(a, ",") {
-			allowed = append(allowed, strings.TrimSpace(n))
-		}
-	}
-	for _, n := range allowed {
-		if msgs := validation.IsCIdentifier(n); len(msgs) > 0 {
-			add(allowedField, "%q is not a valid environment variable name", n)
-		}
-	}
-	pol.AllowedDeviceProperties = allowed
-
+	pol := resolvePolicy(&c, apiVersion, add)
 	bs := c.Spec.BrokerSpec
 	isJob := bs != nil && bs.BrokerJobSpec != nil
 	isPod := bs != nil && bs.BrokerPodSpec != nil
 	if isJob && isPod {
 		add("spec.brokerSpec", "set only one of brokerPodSpec and brokerJobSpec")
-	}
-	if v, ok := c.Annotations[AnnotationOfflineGracePeriod]; ok {
-		if d, err := time.ParseDuration(v); err != nil || d < 0 {
-			add("metadata.annotations."+AnnotationOfflineGracePeriod, "expected a duration such as \"5m\" or \"30s\", got %q", v)
-		}
-	}
-	hasJobPolicy := c.Spec.JobPolicy != nil
-	for ann := range gitbrokerAnnotations {
-		if _, ok := c.Annotations[ann]; ok && ann != AnnotationAfter && ann != AnnotationShards && ann != AnnotationOfflineGracePeriod && ann != AnnotationAllowedDeviceProperties {
-			hasJobPolicy = true
-		}
-	}
-	if hasJobPolicy && !isJob {
-		add(policyField(c.Spec.JobPolicy != nil, "spec.jobPolicy", "gitbroker job policy annotations"), "a job policy needs spec.brokerSpec.brokerJobSpec")
-	}
-	if pol.After != "" {
-		f := policyField(c.Spec.After != "", "spec.after", AnnotationAfter)
-		if !isPod {
-			add(f, "after: needs spec.brokerSpec.brokerPodSpec; it holds broker Pods until a Job succeeded")
-		}
-		if msgs := validation.IsDNS1123Subdomain(pol.After); len(msgs) > 0 {
-			add(f, "%q is not a valid Configuration name", pol.After)
-		} else if pol.After == c.Name {
-			add(f, "a Configuration cannot wait for itself")
-		}
 	}
 	if isPod {
 		errs = append(errs, validatePodSpec(d, "spec.brokerSpec.brokerPodSpec", bs.BrokerPodSpec, false)...)
@@ -306,16 +148,6 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		return nil, errs
 	}
 	return &ParsedConfiguration{Configuration: &c, Policy: pol, Doc: d}, nil
-}
-
-func policyField(inSpec bool, specField, ann string) string {
-	if inSpec {
-		return specField
-	}
-	if strings.HasPrefix(ann, "gitbroker.dev/") {
-		return "metadata.annotations." + ann
-	}
-	return "metadata.annotations"
 }
 
 func validatePodSpec(d *Document, field string, ps *corev1.PodSpec, job bool) ErrorList {

@@ -1,0 +1,281 @@
+package api
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// configurationSetting is one of gitbroker's own settings of a Configuration: a field under spec
+// on gitbroker.dev/v1alpha1 and an annotation that sets it on either apiVersion. A new setting
+// is a row of configurationSettings, a field of Policy, and, when a builder reads it, a part of
+// that builder's hash (render's hash_test.go fails until it is).
+type configurationSetting struct {
+	// field is the field under spec on gitbroker.dev/v1alpha1, "" for an annotation only.
+	field string
+	// annotations set it on either apiVersion (the log capture has three).
+	annotations []string
+	// def is its value when it is not set, as the docs give it.
+	def string
+	// broker is "Job" or "Pod" when the setting is only for that broker, "" for either.
+	broker string
+	// inSpec reports whether the Configuration sets the field.
+	inSpec func(c *Configuration) bool
+	// resolve reads the setting into the policy, reporting what is wrong with it.
+	resolve func(r *policyReader, s *configurationSetting)
+}
+
+// configurationSettings are gitbroker's settings of a Configuration.
+var configurationSettings = []*configurationSetting{{
+	field: "jobPolicy.runPolicy", annotations: []string{AnnotationRunPolicy}, def: RunPolicyOnChange, broker: "Job",
+	inSpec:  func(c *Configuration) bool { return jobPolicyOf(c).RunPolicy != "" },
+	resolve: enumSetting(func(c *Configuration) string { return jobPolicyOf(c).RunPolicy }, func(p *Policy) *string { return &p.RunPolicy }, RunPolicyOnChange, RunPolicyOnce),
+}, {
+	field: "jobPolicy.concurrency", annotations: []string{AnnotationConcurrency}, def: ConcurrencyForbid, broker: "Job",
+	inSpec:  func(c *Configuration) bool { return jobPolicyOf(c).Concurrency != "" },
+	resolve: enumSetting(func(c *Configuration) string { return jobPolicyOf(c).Concurrency }, func(p *Policy) *string { return &p.Concurrency }, ConcurrencyForbid, ConcurrencyAllow),
+}, {
+	field: "jobPolicy.historyLimit", annotations: []string{AnnotationHistoryLimit}, def: strconv.Itoa(DefaultHistoryLimit), broker: "Job",
+	inSpec:  func(c *Configuration) bool { return jobPolicyOf(c).HistoryLimit != nil },
+	resolve: intSetting(func(c *Configuration) *int32 { return jobPolicyOf(c).HistoryLimit }, func(p *Policy) *int { return &p.HistoryLimit }, 0, -1),
+}, {
+	field: "jobPolicy.runID", annotations: []string{AnnotationRunID}, broker: "Job",
+	inSpec:  func(c *Configuration) bool { return jobPolicyOf(c).RunID != "" },
+	resolve: stringSetting(func(c *Configuration) string { return jobPolicyOf(c).RunID }, func(p *Policy) *string { return &p.RunID }),
+}, {
+	field: "jobPolicy.logs", annotations: []string{AnnotationLogTailLines, AnnotationLogTailBytes, AnnotationLogRedact}, def: "off", broker: "Job",
+	inSpec: func(c *Configuration) bool { return jobPolicyOf(c).Logs != nil },
+	resolve: func(r *policyReader, _ *configurationSetting) {
+		logs, errs := resolveLogPolicy(jobPolicyOf(r.c).Logs, r.c.Annotations)
+		for _, e := range errs {
+			r.add(e.field, "%s", e.msg)
+		}
+		r.pol.Logs = logs
+	},
+}, {
+	field: "after", annotations: []string{AnnotationAfter}, broker: "Pod",
+	inSpec:  func(c *Configuration) bool { return c.Spec.After != "" },
+	resolve: stringSetting(func(c *Configuration) string { return c.Spec.After }, func(p *Policy) *string { return &p.After }),
+}, {
+	field: "shards", annotations: []string{AnnotationShards}, def: strconv.Itoa(DefaultShards),
+	inSpec:  func(c *Configuration) bool { return c.Spec.Shards != nil },
+	resolve: intSetting(func(c *Configuration) *int32 { return c.Spec.Shards }, func(p *Policy) *int { return &p.Shards }, 1, 1000),
+}, {
+	field: "allowedDeviceProperties", annotations: []string{AnnotationAllowedDeviceProperties},
+	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedDeviceProperties != nil },
+	resolve: resolveAllowedDeviceProperties,
+}, {
+	annotations: []string{AnnotationOfflineGracePeriod}, def: "5m shared, 30s local (the agent's)",
+	resolve: func(r *policyReader, _ *configurationSetting) {
+		if v, ok := r.c.Annotations[AnnotationOfflineGracePeriod]; ok {
+			if d, err := time.ParseDuration(v); err != nil || d < 0 {
+				r.add("metadata.annotations."+AnnotationOfflineGracePeriod, "expected a duration such as \"5m\" or \"30s\", got %q", v)
+			}
+		}
+	},
+}}
+
+// gitbrokerAnnotations are the annotations of configurationSettings.
+var gitbrokerAnnotations = func() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range configurationSettings {
+		for _, a := range s.annotations {
+			out[a] = true
+		}
+	}
+	return out
+}()
+
+func jobPolicyOf(c *Configuration) *JobPolicy {
+	if c.Spec.JobPolicy == nil {
+		return &JobPolicy{}
+	}
+	return c.Spec.JobPolicy
+}
+
+// policyReader reads gitbroker's settings of one Configuration.
+type policyReader struct {
+	c   *Configuration
+	pol *Policy
+	add func(field, format string, args ...any)
+}
+
+// resolvePolicy reads gitbroker's settings of a Configuration: a field given in spec on the
+// Akri apiVersion is refused, an unknown gitbroker.dev/ annotation too, and a setting for a Job
+// broker without one.
+func resolvePolicy(c *Configuration, apiVersion string, add func(field, format string, args ...any)) Policy {
+	pol := Policy{Capacity: DefaultCapacity, RunPolicy: RunPolicyOnChange, Concurrency: ConcurrencyForbid,
+		HistoryLimit: DefaultHistoryLimit, Shards: DefaultShards}
+	if c.Spec.Capacity != nil {
+		if *c.Spec.Capacity < 1 {
+			add("spec.capacity", "must be at least 1, got %d", *c.Spec.Capacity)
+		}
+		pol.Capacity = int(*c.Spec.Capacity)
+	}
+	if apiVersion == AkriAPIVersion {
+		if c.Spec.JobPolicy != nil {
+			add("spec.jobPolicy", "unknown field in %s; use apiVersion %s or the gitbroker.dev/* annotations", AkriAPIVersion, APIVersion)
+		}
+		for _, s := range configurationSettings {
+			if s.inSpec != nil && !strings.HasPrefix(s.field, "jobPolicy.") && s.inSpec(c) {
+				add("spec."+s.field, "unknown field in %s; use apiVersion %s or the %s annotation", AkriAPIVersion, APIVersion, s.annotations[0])
+			}
+		}
+	}
+	for _, k := range sortedKeys(c.Annotations) {
+		if strings.HasPrefix(k, "gitbroker.dev/") && !gitbrokerAnnotations[k] {
+			add("metadata.annotations."+k, "unknown gitbroker annotation")
+		}
+	}
+	r := &policyReader{c: c, pol: &pol, add: add}
+	jobSettings := c.Spec.JobPolicy != nil
+	for _, s := range configurationSettings {
+		s.resolve(r, s)
+		for _, a := range s.annotations {
+			if _, ok := c.Annotations[a]; ok && s.broker == "Job" {
+				jobSettings = true
+			}
+		}
+	}
+	bs := c.Spec.BrokerSpec
+	if jobSettings && (bs == nil || bs.BrokerJobSpec == nil) {
+		add(policyField(c.Spec.JobPolicy != nil, "spec.jobPolicy", "gitbroker job policy annotations"), "a job policy needs spec.brokerSpec.brokerJobSpec")
+	}
+	if pol.After != "" {
+		f := policyField(c.Spec.After != "", "spec.after", AnnotationAfter)
+		if bs == nil || bs.BrokerPodSpec == nil {
+			add(f, "after: needs spec.brokerSpec.brokerPodSpec; it holds broker Pods until a Job succeeded")
+		}
+		if msgs := validation.IsDNS1123Subdomain(pol.After); len(msgs) > 0 {
+			add(f, "%q is not a valid Configuration name", pol.After)
+		} else if pol.After == c.Name {
+			add(f, "a Configuration cannot wait for itself")
+		}
+	}
+	return pol
+}
+
+// str is the setting's value: the spec field's, else the annotation's. Both given must agree.
+func (r *policyReader) str(s *configurationSetting, specVal string) string {
+	ann := s.annotations[0]
+	a, ok := r.c.Annotations[ann]
+	if ok && specVal != "" && a != specVal {
+		r.add("metadata.annotations."+ann, "conflicts with %s (%q); set one of them", "spec."+s.field, specVal)
+	}
+	if specVal != "" {
+		return specVal
+	}
+	return a
+}
+
+// num is the setting's number, and whether it is set.
+func (r *policyReader) num(s *configurationSetting, spec *int32) (int, bool) {
+	ann := s.annotations[0]
+	if a, ok := r.c.Annotations[ann]; ok {
+		n, err := strconv.Atoi(a)
+		if err != nil {
+			r.add("metadata.annotations."+ann, "expected an integer, got %q", a)
+			return 0, false
+		}
+		if spec != nil && int(*spec) != n {
+			r.add("metadata.annotations."+ann, "conflicts with %s (%d); set one of them", "spec."+s.field, *spec)
+		}
+		return n, true
+	}
+	if spec != nil {
+		return int(*spec), true
+	}
+	return 0, false
+}
+
+// where is the field an error about the setting names: the spec field when given there.
+func (s *configurationSetting) where(c *Configuration) string {
+	return policyField(s.inSpec(c), "spec."+s.field, s.annotations[0])
+}
+
+func stringSetting(get func(*Configuration) string, dst func(*Policy) *string) func(*policyReader, *configurationSetting) {
+	return func(r *policyReader, s *configurationSetting) {
+		*dst(r.pol) = r.str(s, get(r.c))
+	}
+}
+
+// enumSetting is a setting that takes one of two values.
+func enumSetting(get func(*Configuration) string, dst func(*Policy) *string, a, b string) func(*policyReader, *configurationSetting) {
+	return func(r *policyReader, s *configurationSetting) {
+		v := r.str(s, get(r.c))
+		if v == "" {
+			return
+		}
+		if v != a && v != b {
+			r.add(s.where(r.c), "must be %s or %s, got %q", a, b, v)
+		}
+		*dst(r.pol) = v
+	}
+}
+
+// intSetting is a number from min to max (no maximum when max < min).
+func intSetting(get func(*Configuration) *int32, dst func(*Policy) *int, min, max int) func(*policyReader, *configurationSetting) {
+	return func(r *policyReader, s *configurationSetting) {
+		n, ok := r.num(s, get(r.c))
+		if !ok {
+			return
+		}
+		switch {
+		case max < min && min == 0 && n < 0:
+			r.add(s.where(r.c), "must not be negative, got %d", n)
+		case max < min && n < min:
+			r.add(s.where(r.c), "must be at least %d, got %d", min, n)
+		case max >= min && (n < min || n > max):
+			r.add(s.where(r.c), "must be between %d and %d, got %d", min, max, n)
+		}
+		*dst(r.pol) = n
+	}
+}
+
+func resolveAllowedDeviceProperties(r *policyReader, _ *configurationSetting) {
+	allowed, allowedField := r.c.Spec.AllowedDeviceProperties, "spec.allowedDeviceProperties"
+	if a, ok := r.c.Annotations[AnnotationAllowedDeviceProperties]; ok {
+		allowedField = "metadata.annotations." + AnnotationAllowedDeviceProperties
+		if allowed != nil {
+			r.add(allowedField, "conflicts with spec.allowedDeviceProperties; set one of them")
+		}
+		allowed = nil
+		for _, n := range strings.Split(a, ",") {
+			allowed = append(allowed, strings.TrimSpace(n))
+		}
+	}
+	for _, n := range allowed {
+		if msgs := validation.IsCIdentifier(n); len(msgs) > 0 {
+			r.add(allowedField, "%q is not a valid environment variable name", n)
+		}
+	}
+	r.pol.AllowedDeviceProperties = allowed
+}
+
+func policyField(inSpec bool, specField, ann string) string {
+	if inSpec {
+		return specField
+	}
+	if strings.HasPrefix(ann, "gitbroker.dev/") {
+		return "metadata.annotations." + ann
+	}
+	return "metadata.annotations"
+}
+
+// Policy is a Configuration's gitbroker settings with annotations and defaults resolved.
+type Policy struct {
+	Capacity     int
+	RunPolicy    string
+	Concurrency  string
+	HistoryLimit int
+	RunID        string
+	After        string
+	Shards       int
+	// AllowedDeviceProperties are the refused device properties this Configuration allows.
+	// Omitted when empty, so Configurations without it hash (and render) as before.
+	AllowedDeviceProperties []string `json:",omitempty"`
+	// Logs is the log capture the recorder applies to the Configuration's Jobs; nil is off.
+	Logs *LogPolicy `json:",omitempty"`
+}
