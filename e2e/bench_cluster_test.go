@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -71,69 +69,144 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("one iteration is minutes of cluster time: run with -benchtime 1x")
 	}
-	ctx := context.Background()
-	spec := fixtures.Fleet10k
-	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_DEVICES")); n > 0 {
-		spec.Devices, spec.Nodes = n, max(n/10, 1)
+	cb := newClusterBench(b, benchConfigFromEnv())
+	cb.addNodes()
+	// 1. The physical limit: the same objects, applied server-side from client-go.
+	ssa := cb.applyPhase(ssaNS, false, "server-side apply")
+	cb.clear(ssaNS)
+	// 2. Flux's own requests for the same objects, from the same client and workers: what
+	// fluxcd/pkg/ssa's ApplyAll asks of the API server for each object it creates (read it,
+	// dry-run apply it, apply it), with none of Flux's other work and every request as early
+	// as the baseline's: on an API server whose CPU is the limit, no layout of folders makes
+	// Flux cheaper than this.
+	pattern := cb.applyPhase(patternNS, true, "Flux's requests")
+	cb.clear(patternNS)
+	b.Logf("Flux's requests (read, dry-run apply, apply) for the same objects: %.2fx the server-side apply", pattern.took.Seconds()/ssa.took.Seconds())
+	b.ReportMetric(ssa.took.Seconds(), "ssa-s")
+	b.ReportMetric(pattern.took.Seconds()/ssa.took.Seconds(), "flux-requests/ssa")
+	if cb.cfg.skipFlux {
+		return
 	}
-	spec.Shards, _ = strconv.Atoi(os.Getenv("GITBROKER_BENCH_SHARDS"))
-	spec.Headless = os.Getenv("GITBROKER_BENCH_HEADLESS") != ""
-	const (
-		fleetNS = "fleet"
-		ssaNS   = "fleet-ssa"
-		// patternNS is where Flux's request pattern is replayed.
-		patternNS = "fleet-pattern"
-		fluxNS    = "flux-bench"
-	)
-	require.NoError(b, cluster.CreateNamespace(ctx, fluxNS))
-	// The folders' Kustomizations reconcile every interval for drift alone (a folder's source
-	// moving reconciles it at once): at the default 10 minutes, the folders that applied first
-	// dry-run every object again while the last are still applying.
-	interval := os.Getenv("GITBROKER_BENCH_INTERVAL")
-	settings := func(url string) string {
-		s := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + fleetNS +
-			"\n  flux:\n    namespace: " + fluxNS + "\n    retryInterval: 10s\n"
-		if interval != "" {
-			s += "    interval: " + interval + "\n"
-		}
-		if url != "" {
-			s += "    folderSources:\n      url: " + url + "\n      interval: " + benchSourceInterval.String() + "\n"
-		}
-		return s
+	// 3. The same objects through gitbroker's render and Flux.
+	flux := cb.fluxPhase()
+	b.Logf("Flux: every Kustomization applied in %s (%.2fx the server-side apply); CPU %s", flux.took.Round(time.Millisecond), flux.took.Seconds()/ssa.took.Seconds(), flux.cpu)
+	b.ReportMetric(flux.took.Seconds(), "flux-s")
+	b.ReportMetric(flux.took.Seconds()/ssa.took.Seconds(), "flux/ssa")
+	b.ReportMetric(ssa.cpu["kube-apiserver"].Seconds(), "ssa-apiserver-cpu-s")
+	b.ReportMetric(flux.cpu["kube-apiserver"].Seconds(), "flux-apiserver-cpu-s")
+	// 4. One device change.
+	ch := cb.change("bench-1")
+	b.Logf("one device change, one source per folder: Pod running after %s (%s); reconciled %v; CPU %s", ch.toPod.Round(time.Millisecond), ch.steps, ch.reconciled, ch.cpu)
+	b.ReportMetric(ch.toPod.Seconds(), "change-to-pod-s")
+	b.ReportMetric(float64(total(ch.reconciled)), "change-reconciles")
+	b.ReportMetric(ch.cpu["kustomize-controller"].Seconds(), "change-kc-cpu-s")
+	// 5. Churn.
+	cb.churn()
+	if cb.cfg.storm {
+		cb.storm()
 	}
+	// 6. The physical limit again, on the cluster as the first one found it: Flux stopped and
+	// its fleet deleted. This machine's speed drifts by tens of percent within a run (the same
+	// apply has taken 3m19s and 5m27s), so Flux's phase is compared with both baselines around
+	// it and with their mean.
+	suspendFlux(b, fluxNS)
+	deleteNamespace(b, fleetNS, time.Hour)
+	after := cb.applyPhase(ssaNS, false, "server-side apply after Flux")
+	mean := (ssa.took + after.took) / 2
+	b.Logf("Flux against the server-side apply: %.2fx the one before it, %.2fx the one after it, %.2fx their mean (%s)",
+		flux.took.Seconds()/ssa.took.Seconds(), flux.took.Seconds()/after.took.Seconds(), flux.took.Seconds()/mean.Seconds(), mean.Round(time.Millisecond))
+	b.ReportMetric(after.took.Seconds(), "ssa-after-s")
+	b.ReportMetric(flux.took.Seconds()/after.took.Seconds(), "flux/ssa-after")
+	b.ReportMetric(flux.took.Seconds()/mean.Seconds(), "flux/ssa-mean")
+	b.ReportMetric(after.cpu["kube-apiserver"].Seconds(), "ssa-after-apiserver-cpu-s")
+}
 
-	// The fleet's repository: Configurations on main, each node's inventory on its own ref.
+// The namespaces of the cluster benchmark.
+const (
+	fleetNS = "fleet"
+	ssaNS   = "fleet-ssa"
+	// patternNS is where Flux's request pattern is replayed.
+	patternNS = "fleet-pattern"
+	fluxNS    = "flux-bench"
+)
+
+// benchConfig is the cluster benchmark's environment, read once.
+type benchConfig struct {
+	fleet fixtures.FleetSpec
+	// interval is the Flux Kustomizations' interval ("" for the default).
+	interval string
+	// ssaWorkers are the requests in flight of the client-go phases.
+	ssaWorkers int
+	// skipFlux stops after the client-go phases; storm also measures one source for all.
+	skipFlux, storm bool
+	// profile is where kustomize-controller's CPU profile goes, dumps where the API server's.
+	profile, dumps string
+	// kustomizeArgs and sourceArgs are the Flux controllers' extra flags, for the log.
+	kustomizeArgs, sourceArgs string
+}
+
+func benchConfigFromEnv() benchConfig {
+	c := benchConfig{fleet: fixtures.Fleet10k, ssaWorkers: 16,
+		interval:      os.Getenv("GITBROKER_BENCH_INTERVAL"),
+		skipFlux:      os.Getenv("GITBROKER_BENCH_SKIP_FLUX") != "",
+		storm:         os.Getenv("GITBROKER_BENCH_STORM") != "",
+		profile:       os.Getenv("GITBROKER_BENCH_PROFILE"),
+		dumps:         os.Getenv("GITBROKER_BENCH_APISERVER_DUMPS"),
+		kustomizeArgs: os.Getenv("GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS"),
+		sourceArgs:    os.Getenv("GITBROKER_E2E_SOURCE_CONTROLLER_ARGS"),
+	}
+	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_DEVICES")); n > 0 {
+		c.fleet.Devices, c.fleet.Nodes = n, max(n/10, 1)
+	}
+	c.fleet.Shards, _ = strconv.Atoi(os.Getenv("GITBROKER_BENCH_SHARDS"))
+	c.fleet.Headless = os.Getenv("GITBROKER_BENCH_HEADLESS") != ""
+	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_SSA_WORKERS")); n > 0 {
+		c.ssaWorkers = n
+	}
+	return c
+}
+
+// clusterBench is one run of the cluster benchmark: the fleet's repository, the rendered broker
+// objects, and the CPU meter of the control plane.
+type clusterBench struct {
+	b           *testing.B
+	ctx         context.Context
+	cfg         benchConfig
+	srv         *gitsynctest.Server
+	rendererKey string
+	// inventories are the nodes' inventories as last committed, by node.
+	inventories map[string]string
+	// objs are the broker objects the first render made, sorted by name.
+	objs []*unstructured.Unstructured
+	cpu  *cpuMeter
+}
+
+// newClusterBench makes the fleet's repository (Configurations on main, each node's inventory on
+// its own ref), renders it once, and reads the broker objects it made.
+func newClusterBench(b *testing.B, cfg benchConfig) *clusterBench {
+	cb := &clusterBench{b: b, ctx: context.Background(), cfg: cfg, inventories: map[string]string{}}
+	require.NoError(b, cluster.CreateNamespace(cb.ctx, fluxNS))
 	people := map[string]string{}
 	refs := map[string]map[string][]byte{}
-	inventories := map[string]string{}
-	for p, content := range fixtures.Fleet(spec) {
+	for p, content := range fixtures.Fleet(cfg.fleet) {
 		if api.IsInventoryPath(p) {
 			node := strings.TrimSuffix(path.Base(p), ".yaml")
 			refs[verify.InventoryBranch(node)] = map[string][]byte{p: content}
-			inventories[node] = string(content)
+			cb.inventories[node] = string(content)
 			continue
 		}
 		people[p] = string(content)
 	}
-	srv := gitsynctest.NewServer(b, "main", people)
-	srv.Commit(map[string]string{api.SettingsPath: settings(srv.URL())}, nil, "one source per folder")
-	srv.SeedBranches(refs)
-	rendererKey := filepath.Join(b.TempDir(), "renderer")
-	_, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
+	cb.srv = gitsynctest.NewServer(b, "main", people)
+	cb.srv.Commit(map[string]string{api.SettingsPath: cb.settings(cb.srv.URL())}, nil, "one source per folder")
+	cb.srv.SeedBranches(refs)
+	cb.rendererKey = filepath.Join(b.TempDir(), "renderer")
+	_, _, err := trust.LoadOrCreateSigner(cb.rendererKey, "renderer")
 	require.NoError(b, err)
-	renderOnce := func() time.Duration {
-		b.Helper()
-		start := time.Now()
-		out, err := exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey).CombinedOutput()
-		require.NoError(b, err, "gitbroker render: %s", out)
-		return time.Since(start)
-	}
-	b.Logf("first render and push: %s", renderOnce().Round(time.Millisecond))
-	rendered := renderedFiles(b, srv)
-
+	b.Logf("first render and push: %s", cb.renderOnce().Round(time.Millisecond))
+	rendered := renderedFiles(b, cb.srv)
 	// What the cluster gets: the broker objects. They ask for no akri.sh/<instance> resource (the
 	// renderer pins a Pod to its device's node instead), so the nodes need no device plugin.
-	var objs []*unstructured.Unstructured
 	for p, data := range rendered {
 		if !strings.HasPrefix(p, render.RenderedDir+fleetNS+"/") || !isBroker(path.Base(p)) {
 			continue
@@ -141,16 +214,50 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		o, err := Objects(data)
 		require.NoError(b, err, p)
 		require.Len(b, o, 1, p)
-		objs = append(objs, o[0])
+		cb.objs = append(cb.objs, o[0])
 	}
-	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })
+	sort.Slice(cb.objs, func(i, j int) bool { return cb.objs[i].GetName() < cb.objs[j].GetName() })
 	counts := map[string]int{}
-	for _, o := range objs {
+	for _, o := range cb.objs {
 		counts[o.GetKind()]++
 	}
+	spec := cfg.fleet
 	b.Logf("fleet: %d nodes, %d devices, %d shards per Configuration, headless Services %t, %d rendered files; objects %v", spec.Nodes, spec.Devices, max(spec.Shards, 1), spec.Headless, len(rendered), counts)
-	b.Logf("kustomize-controller %q, source-controller %q, Kustomizations' interval %q", os.Getenv("GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS"), os.Getenv("GITBROKER_E2E_SOURCE_CONTROLLER_ARGS"), interval)
+	b.Logf("kustomize-controller %q, source-controller %q, Kustomizations' interval %q", cfg.kustomizeArgs, cfg.sourceArgs, cfg.interval)
+	// The rest of the control plane shares the same 2 cores: kube-controller-manager (its
+	// EndpointSlice controller matches every Pod event against every Service of the namespace),
+	// the scheduler and kwok.
+	cb.cpu = newCPUMeter(b, "kube-apiserver", "etcd", "kustomize-controller", "source-controller", "kube-controller-manager", "kube-scheduler", "kwok")
+	return cb
+}
 
+// settings is the fleet's gitbroker.yaml: one source per folder from url, or one for all ("").
+// The folders' Kustomizations reconcile every interval for drift alone (a folder's source moving
+// reconciles it at once): at the default 10 minutes, the folders that applied first dry-run
+// every object again while the last are still applying.
+func (cb *clusterBench) settings(url string) string {
+	s := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + fleetNS +
+		"\n  flux:\n    namespace: " + fluxNS + "\n    retryInterval: 10s\n"
+	if cb.cfg.interval != "" {
+		s += "    interval: " + cb.cfg.interval + "\n"
+	}
+	if url != "" {
+		s += "    folderSources:\n      url: " + url + "\n      interval: " + benchSourceInterval.String() + "\n"
+	}
+	return s
+}
+
+// renderOnce renders and pushes with the one-shot command, and returns how long it took.
+func (cb *clusterBench) renderOnce() time.Duration {
+	cb.b.Helper()
+	start := time.Now()
+	out, err := exec.Command(gitbroker, "render", "--git", cb.srv.URL(), "--signing-key", cb.rendererKey).CombinedOutput()
+	require.NoError(cb.b, err, "gitbroker render: %s", out)
+	return time.Since(start)
+}
+
+// addNodes adds a kwok node for every node of the fleet, 32 at a time.
+func (cb *clusterBench) addNodes() {
 	start := time.Now()
 	nodes := make(chan string)
 	var wg sync.WaitGroup
@@ -160,162 +267,150 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for n := range nodes {
-				if err := cluster.AddNode(ctx, n); err != nil {
+				if err := cluster.AddNode(cb.ctx, n); err != nil {
 					failed.Store(err)
 				}
 			}
 		}()
 	}
-	for n := range inventories {
+	for n := range cb.inventories {
 		nodes <- n
 	}
 	close(nodes)
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+		cb.b.Fatal(err)
 	}
-	b.Logf("%d kwok nodes up in %s", len(inventories), time.Since(start).Round(time.Second))
+	cb.b.Logf("%d kwok nodes up in %s", len(cb.inventories), time.Since(start).Round(time.Second))
+}
 
-	// The rest of the control plane shares the same 2 cores: kube-controller-manager (its
-	// EndpointSlice controller matches every Pod event against every Service of the namespace),
-	// the scheduler and kwok.
-	cpu := newCPUMeter(b, "kube-apiserver", "etcd", "kustomize-controller", "source-controller", "kube-controller-manager", "kube-scheduler", "kwok")
+// phase is what a phase took: its time and the control plane's CPU.
+type phase struct {
+	took time.Duration
+	cpu  cpuUse
+}
 
-	// 1. The physical limit: the same objects, applied server-side from client-go.
-	workers := 16
-	if n, _ := strconv.Atoi(os.Getenv("GITBROKER_BENCH_SSA_WORKERS")); n > 0 {
-		workers = n
+// applyPhase applies the objects from client-go into ns, a new namespace (with Flux's requests
+// for each when fluxRequests).
+func (cb *clusterBench) applyPhase(ns string, fluxRequests bool, what string) phase {
+	cb.b.Helper()
+	require.NoError(cb.b, cluster.CreateNamespace(cb.ctx, ns))
+	cb.cpu.mark()
+	reqs := requestCounts(cb.b)
+	start := time.Now()
+	applyWith(cb.b, cb.objs, ns, cb.cfg.ssaWorkers, fluxRequests)
+	ph := phase{took: time.Since(start), cpu: cb.cpu.since()}
+	cb.b.Logf("%s of %d objects, %d in flight: %s; CPU %s", what, len(cb.objs), cb.cfg.ssaWorkers, ph.took.Round(time.Millisecond), ph.cpu)
+	logRequests(cb.b, what, reqs)
+	return ph
+}
+
+// clear waits for the Pods of a client-go phase to be scheduled and deletes its namespace: they
+// would keep the controllers busy in the next phase, which starts on the cluster as this one
+// found it.
+func (cb *clusterBench) clear(ns string) {
+	waitScheduled(cb.b, ns, 15*time.Minute)
+	deleteNamespace(cb.b, ns, time.Hour)
+}
+
+// rootInterval gives the root Kustomizations the folders' interval: like the folders', they
+// reconcile every interval for drift alone (their source moves when rendered/flux/ does), and a
+// drift check of deploy/flux's 10 minutes must not land in the measurements.
+func (cb *clusterBench) rootInterval(obj *unstructured.Unstructured) {
+	if cb.cfg.interval != "" && obj.GetKind() == "Kustomization" && (obj.GetName() == "gitbroker" || obj.GetName() == "gitbroker-sources") {
+		require.NoError(cb.b, unstructured.SetNestedField(obj.Object, cb.cfg.interval, "spec", "interval"))
 	}
-	// applyPhase applies the objects from client-go into ns, a new namespace (with Flux's
-	// requests for each when fluxRequests), and returns the time, the CPU and the API server's
-	// request counts from before it.
-	applyPhase := func(ns string, fluxRequests bool) (time.Duration, cpuUse, map[string]float64) {
-		b.Helper()
-		require.NoError(b, cluster.CreateNamespace(ctx, ns))
-		cpu.mark()
-		reqs := requestCounts(b)
-		start := time.Now()
-		applyWith(b, objs, ns, workers, fluxRequests)
-		took := time.Since(start)
-		return took, cpu.since(), reqs
-	}
-	ssa, ssaCPU, reqs := applyPhase(ssaNS, false)
-	b.Logf("server-side apply of %d objects, %d in flight: %s; CPU %s", len(objs), workers, ssa.Round(time.Millisecond), ssaCPU)
-	logRequests(b, "server-side apply", reqs)
-	waitScheduled(b, ssaNS, 15*time.Minute)
-	// The baseline's Pods and Jobs would keep the controllers busy during the Flux phase: it
-	// starts on the cluster as the baseline found it.
-	deleteNamespace(b, ssaNS, time.Hour)
+}
 
-	// 2. Flux's own requests for the same objects, from the same client and workers: what
-	// fluxcd/pkg/ssa's ApplyAll asks of the API server for each object it creates (read it,
-	// dry-run apply it, apply it), with none of Flux's other work and every request as early
-	// as the baseline's: on an API server whose CPU is the limit, no layout of folders makes
-	// Flux cheaper than this.
-	pattern, patternCPU, reqs := applyPhase(patternNS, true)
-	b.Logf("Flux's requests (read, dry-run apply, apply) for the same objects, %d in flight: %s (%.2fx the server-side apply); CPU %s", workers, pattern.Round(time.Millisecond), pattern.Seconds()/ssa.Seconds(), patternCPU)
-	logRequests(b, "Flux's requests", reqs)
-	waitScheduled(b, patternNS, 15*time.Minute)
-	deleteNamespace(b, patternNS, time.Hour)
-	if os.Getenv("GITBROKER_BENCH_SKIP_FLUX") != "" {
-		b.ReportMetric(ssa.Seconds(), "ssa-s")
-		b.ReportMetric(pattern.Seconds()/ssa.Seconds(), "flux-requests/ssa")
-		return
-	}
-
-	// 3. The same objects through gitbroker's render and Flux.
-	cpu.mark()
-	reqs = requestCounts(b)
+// fluxPhase applies the render through Flux with deploy/flux-folder-sources, until every
+// Kustomization has applied and every Pod is scheduled.
+func (cb *clusterBench) fluxPhase() phase {
+	b := cb.b
+	cb.cpu.mark()
+	reqs := requestCounts(b)
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
-	profiled := profileController(b, "kustomize-controller", os.Getenv("GITBROKER_BENCH_PROFILE"), 60)
-	dumped := dumpAPIServer(b, os.Getenv("GITBROKER_BENCH_APISERVER_DUMPS"))
-	start = time.Now()
-	// The root Kustomization, like the folders', reconciles every interval for drift alone (its
-	// source moves when rendered/flux/ does): the bench gives it the folders' interval, so that
-	// a drift check of deploy/flux's 10 minutes does not land in the measurements below.
-	rootInterval := func(obj *unstructured.Unstructured) {
-		if interval != "" && obj.GetKind() == "Kustomization" && (obj.GetName() == "gitbroker" || obj.GetName() == "gitbroker-sources") {
-			require.NoError(b, unstructured.SetNestedField(obj.Object, interval, "spec", "interval"))
-		}
-	}
-	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, srv.URL(), rendererKey+".pub", rootInterval)
-	waitRollout(b, srv, fluxNS, cpu.names, 3*time.Hour)
-	flux := time.Since(start)
-	fluxCPU := cpu.since()
-	b.Logf("Flux: every Kustomization applied in %s (%.2fx the server-side apply); CPU %s", flux.Round(time.Millisecond), flux.Seconds()/ssa.Seconds(), fluxCPU)
+	profiled := profileController(b, "kustomize-controller", cb.cfg.profile, 60)
+	dumped := dumpAPIServer(b, cb.cfg.dumps)
+	start := time.Now()
+	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, cb.srv.URL(), cb.rendererKey+".pub", cb.rootInterval)
+	waitRollout(b, cb.srv, fluxNS, cb.cpu.names, 3*time.Hour)
+	ph := phase{took: time.Since(start), cpu: cb.cpu.since()}
 	logRequests(b, "Flux", reqs)
 	logKustomizations(b, fluxNS, start)
 	logReconciles(b, cluster.Process("kustomize-controller").Log, mark, fluxNS)
 	profiled()
 	dumped()
 	waitScheduled(b, fleetNS, 15*time.Minute)
+	return ph
+}
 
-	// 4. One device change.
-	change := func(what string) (time.Duration, map[string]int, cpuUse, string) {
-		b.Helper()
-		node, inv := deviceChange(b, inventories, "cfg-00", what)
-		before := renderedFiles(b, srv)
-		cpu.mark()
-		mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
-		start := time.Now()
-		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
-		inventories[node] = inv
-		renderTook := renderOnce()
-		requestFetch(b, fluxNS)
-		var pod *unstructured.Unstructured
-		for p, data := range renderedFiles(b, srv) {
-			if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "pod-") {
-				o, err := Objects(data)
-				require.NoError(b, err)
-				pod = o[0]
-			}
+// changed is what one device change took.
+type changed struct {
+	toPod      time.Duration
+	reconciled map[string]int
+	cpu        cpuUse
+	// steps says where the time went.
+	steps string
+}
+
+// change adds a device to a node of cfg-00, renders, and waits for its Pod to run.
+func (cb *clusterBench) change(what string) changed {
+	b := cb.b
+	b.Helper()
+	node, inv := deviceChange(b, cb.inventories, "cfg-00", what)
+	before := renderedFiles(b, cb.srv)
+	cb.cpu.mark()
+	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
+	start := time.Now()
+	cb.srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
+	cb.inventories[node] = inv
+	renderTook := cb.renderOnce()
+	requestFetch(b, fluxNS)
+	var pod *unstructured.Unstructured
+	for p, data := range renderedFiles(b, cb.srv) {
+		if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "pod-") {
+			o, err := Objects(data)
+			require.NoError(b, err)
+			pod = o[0]
 		}
-		require.NotNil(b, pod, "the new device's Pod is rendered")
-		// Where the time goes: the one-shot render and push (a render daemon's is a fraction of
-		// it), Flux (the sources' fetch, the folder's build, dry run and apply), the scheduler.
-		var created, scheduled time.Duration
-		eventually(b, 10*time.Minute, "the new device's Pod to run", func() (bool, string) {
-			p, err := cluster.Client.CoreV1().Pods(fleetNS).Get(ctx, pod.GetName(), metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			if created == 0 {
-				created = time.Since(start)
-			}
-			if scheduled == 0 && p.Spec.NodeName != "" {
-				scheduled = time.Since(start)
-			}
-			return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
-		})
-		toPod := time.Since(start)
-		steps := fmt.Sprintf("rendered and pushed by gitbroker render --git after %s, the Pod created by Flux after %s, on its node after %s",
-			renderTook.Round(time.Millisecond), created.Round(time.Millisecond), scheduled.Round(time.Millisecond))
-		waitSourcesAppliedWithin(b, srv, fluxNS, 20*time.Minute)
-		time.Sleep(2 * time.Second)
-		return toPod, reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS), cpu.since(), steps
 	}
-	toPod, reconciled, changeCPU, steps := change("bench-1")
-	b.Logf("one device change, one source per folder: Pod running after %s (%s); reconciled %v; CPU %s", toPod.Round(time.Millisecond), steps, reconciled, changeCPU)
-	b.ReportMetric(ssa.Seconds(), "ssa-s")
-	b.ReportMetric(flux.Seconds(), "flux-s")
-	b.ReportMetric(flux.Seconds()/ssa.Seconds(), "flux/ssa")
-	b.ReportMetric(pattern.Seconds()/ssa.Seconds(), "flux-requests/ssa")
-	b.ReportMetric(ssaCPU["kube-apiserver"].Seconds(), "ssa-apiserver-cpu-s")
-	b.ReportMetric(fluxCPU["kube-apiserver"].Seconds(), "flux-apiserver-cpu-s")
-	b.ReportMetric(toPod.Seconds(), "change-to-pod-s")
-	b.ReportMetric(float64(total(reconciled)), "change-reconciles")
-	b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "change-kc-cpu-s")
+	require.NotNil(b, pod, "the new device's Pod is rendered")
+	// Where the time goes: the one-shot render and push (a render daemon's is a fraction of
+	// it), Flux (the sources' fetch, the folder's build, dry run and apply), the scheduler.
+	var created, scheduled time.Duration
+	eventually(b, 10*time.Minute, "the new device's Pod to run", func() (bool, string) {
+		p, err := cluster.Client.CoreV1().Pods(fleetNS).Get(cb.ctx, pod.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if created == 0 {
+			created = time.Since(start)
+		}
+		if scheduled == 0 && p.Spec.NodeName != "" {
+			scheduled = time.Since(start)
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+	})
+	ch := changed{toPod: time.Since(start), steps: fmt.Sprintf("rendered and pushed by gitbroker render --git after %s, the Pod created by Flux after %s, on its node after %s",
+		renderTook.Round(time.Millisecond), created.Round(time.Millisecond), scheduled.Round(time.Millisecond))}
+	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 20*time.Minute)
+	time.Sleep(2 * time.Second)
+	ch.reconciled, ch.cpu = reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS), cb.cpu.since()
+	return ch
+}
 
-	// 5. Churn: a device every 2 s for a minute, spread over the Pod Configurations' nodes, with
-	// the renderer as a daemon and its pushes announced to the sources every 2 s, as a Receiver
-	// on the git host's webhook would. Flux keeps up when every new device's Pod runs soon after
-	// the last change; nothing is lost when every one of them does, and only the folders the
-	// devices went to reconcile.
+// churn adds a device every 2 s for a minute, spread over the Pod Configurations' nodes, with
+// the renderer as a daemon and its pushes announced to the sources every 2 s, as a Receiver on
+// the git host's webhook would. Flux keeps up when every new device's Pod runs soon after the
+// last change; nothing is lost when every one of them does, and only the folders the devices
+// went to reconcile.
+func (cb *clusterBench) churn() {
+	b := cb.b
 	renderer := startGitbroker(b, "renderer-bench", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", "1s", "--signing-key", rendererKey,
+		"--git", cb.srv.URL(), "--branch", "main", "--watch", "--interval", "1s", "--signing-key", cb.rendererKey,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
-	cpu.mark()
-	mark = logLineCount(b, cluster.Process("kustomize-controller").Log)
+	cb.cpu.mark()
+	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
 	stopFetching := announcePushes(b, fluxNS, 2*time.Second)
 	var instances, configs []string
 	churnStart := time.Now()
@@ -324,16 +419,16 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 		last = time.Now()
 		cfg := fmt.Sprintf("cfg-%02d", 2*(i%10)) // the even Configurations have Pod brokers
 		id := fmt.Sprintf("churn-%d", i)
-		node, inv := deviceChange(b, inventories, cfg, id)
-		srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
-		inventories[node] = inv
+		node, inv := deviceChange(b, cb.inventories, cfg, id)
+		cb.srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
+		cb.inventories[node] = inv
 		instances = append(instances, instance(cfg, id, node))
 		configs = append(configs, cfg)
 		time.Sleep(time.Until(churnStart.Add(time.Duration(i+1) * 2 * time.Second)))
 	}
 	selector := api.LabelInstance + " in (" + strings.Join(instances, ",") + ")"
 	eventually(b, 10*time.Minute, "every churned device's Pod to run", func() (bool, string) {
-		list, err := cluster.Client.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
+		list, err := cluster.Client.CoreV1().Pods(fleetNS).List(cb.ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -347,9 +442,9 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	})
 	caughtUp := time.Since(last)
 	stopFetching()
-	waitSourcesAppliedWithin(b, srv, fluxNS, 20*time.Minute)
+	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 20*time.Minute)
 	time.Sleep(2 * time.Second)
-	churnCPU := cpu.since()
+	churnCPU := cb.cpu.since()
 	churned := reconcilesSince(b, cluster.Process("kustomize-controller").Log, mark, fluxNS)
 	renderer.Stop(30 * time.Second)
 	b.Logf("churn: %d device changes in %s; every Pod running %s after the last; %d reconciles of %d Kustomizations %v; CPU %s",
@@ -362,39 +457,23 @@ func BenchmarkClusterFleet10k(b *testing.B) {
 	b.ReportMetric(caughtUp.Seconds(), "churn-caught-up-s")
 	b.ReportMetric(float64(total(churned)), "churn-reconciles")
 	b.ReportMetric(churnCPU["kustomize-controller"].Seconds(), "churn-kc-cpu-s")
+}
 
-	if os.Getenv("GITBROKER_BENCH_STORM") != "" {
-		// The same change with one source for every folder: the reconcile storm.
-		srv.Commit(map[string]string{api.SettingsPath: settings("")}, nil, "one source for all")
-		renderOnce()
-		// deploy/flux again, as the README says to when the setting goes: its root applies
-		// rendered/flux/ whole, and gitbroker-sources, with no folder left to apply, goes.
-		applyFluxFrom(b, "../deploy/flux", fluxNS, srv.URL(), rendererKey+".pub", rootInterval)
-		require.NoError(b, cluster.Dynamic.Resource(kustomizationGVR).Namespace(fluxNS).Delete(ctx, "gitbroker-sources", metav1.DeleteOptions{}))
-		waitSourcesAppliedWithin(b, srv, fluxNS, 3*time.Hour)
-		toPod, reconciled, changeCPU, steps = change("bench-2")
-		b.Logf("one device change, one source: Pod running after %s (%s); reconciled %v; CPU %s", toPod.Round(time.Millisecond), steps, reconciled, changeCPU)
-		b.ReportMetric(toPod.Seconds(), "storm-change-to-pod-s")
-		b.ReportMetric(float64(total(reconciled)), "storm-change-reconciles")
-		b.ReportMetric(changeCPU["kustomize-controller"].Seconds(), "storm-change-kc-cpu-s")
-	}
-
-	// 6. The physical limit again, on the cluster as the first one found it: Flux stopped and
-	// its fleet deleted. This machine's speed drifts by tens of percent within a run (the same
-	// apply has taken 3m19s and 5m27s), so Flux's phase is compared with both baselines around
-	// it and with their mean.
-	suspendFlux(b, fluxNS)
-	deleteNamespace(b, fleetNS, time.Hour)
-	ssaAfter, ssaAfterCPU, reqs := applyPhase(ssaNS, false)
-	b.Logf("server-side apply again, after Flux: %s (%.2fx the first); CPU %s", ssaAfter.Round(time.Millisecond), ssaAfter.Seconds()/ssa.Seconds(), ssaAfterCPU)
-	logRequests(b, "server-side apply after Flux", reqs)
-	mean := (ssa + ssaAfter) / 2
-	b.Logf("Flux against the server-side apply: %.2fx the one before it, %.2fx the one after it, %.2fx their mean (%s)",
-		flux.Seconds()/ssa.Seconds(), flux.Seconds()/ssaAfter.Seconds(), flux.Seconds()/mean.Seconds(), mean.Round(time.Millisecond))
-	b.ReportMetric(ssaAfter.Seconds(), "ssa-after-s")
-	b.ReportMetric(flux.Seconds()/ssaAfter.Seconds(), "flux/ssa-after")
-	b.ReportMetric(flux.Seconds()/mean.Seconds(), "flux/ssa-mean")
-	b.ReportMetric(ssaAfterCPU["kube-apiserver"].Seconds(), "ssa-after-apiserver-cpu-s")
+// storm measures the same device change with one source for every folder: the reconcile storm.
+func (cb *clusterBench) storm() {
+	b := cb.b
+	cb.srv.Commit(map[string]string{api.SettingsPath: cb.settings("")}, nil, "one source for all")
+	cb.renderOnce()
+	// deploy/flux again, as the README says to when the setting goes: its root applies
+	// rendered/flux/ whole, and gitbroker-sources, with no folder left to apply, goes.
+	applyFluxFrom(b, "../deploy/flux", fluxNS, cb.srv.URL(), cb.rendererKey+".pub", cb.rootInterval)
+	require.NoError(b, cluster.Dynamic.Resource(kustomizationGVR).Namespace(fluxNS).Delete(cb.ctx, "gitbroker-sources", metav1.DeleteOptions{}))
+	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 3*time.Hour)
+	ch := cb.change("bench-2")
+	b.Logf("one device change, one source: Pod running after %s (%s); reconciled %v; CPU %s", ch.toPod.Round(time.Millisecond), ch.steps, ch.reconciled, ch.cpu)
+	b.ReportMetric(ch.toPod.Seconds(), "storm-change-to-pod-s")
+	b.ReportMetric(float64(total(ch.reconciled)), "storm-change-reconciles")
+	b.ReportMetric(ch.cpu["kustomize-controller"].Seconds(), "storm-change-kc-cpu-s")
 }
 
 // suspendFlux stops every Kustomization in ns from reconciling, so that deleting what they
@@ -411,104 +490,6 @@ func suspendFlux(t testing.TB, ns string) {
 			_, err := cluster.Dynamic.Resource(gvr).Namespace(ns).Patch(ctx, o.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
 			require.NoError(t, err, "suspend %s %s/%s", gvr.Resource, ns, o.GetName())
 		}
-	}
-}
-
-// profileController takes a CPU profile of the first seconds of a phase from a Flux
-// controller's pprof endpoint into file, when file is not empty; the function it returns waits
-// for it.
-func profileController(t testing.TB, name, file string, seconds int) (wait func()) {
-	t.Helper()
-	if file == "" {
-		return func() {}
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- func() error {
-			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", cluster.Process(name).Metrics, seconds))
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s's pprof: %s", name, resp.Status)
-			}
-			f, err := os.Create(file)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
-		}()
-	}()
-	return func() {
-		t.Helper()
-		require.NoError(t, <-done)
-		t.Logf("%s's CPU profile of the phase's first %d s: %s", name, seconds, file)
-	}
-}
-
-// dumpAPIServer saves, into dir, once a minute from the first minute of a phase until the
-// function it returns is called: the API server's goroutines with their stacks and how long
-// each has waited (goroutine-<s>.txt), a 20-second CPU profile (cpu-<s>.pprof) and its metrics
-// (metrics-<s>.txt), s being the seconds since the phase began. It needs the API server's
-// profiling endpoints: GITBROKER_E2E_KUBE_APISERVER_ARGS=--profiling. Where requests wait
-// while the API server's CPU is idle, the goroutines say on what.
-func dumpAPIServer(t testing.TB, dir string) (stop func()) {
-	t.Helper()
-	if dir == "" {
-		return func() {}
-	}
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	get := func(ctx context.Context, path string, params map[string]string) ([]byte, error) {
-		req := cluster.Client.CoreV1().RESTClient().Get().AbsPath(path)
-		for k, v := range params {
-			req = req.Param(k, v)
-		}
-		return req.DoRaw(ctx)
-	}
-	go func() {
-		done <- func() error {
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(time.Until(start.Add(time.Duration(int(time.Since(start).Minutes())+1) * time.Minute))):
-				}
-				s := int(time.Since(start).Round(time.Second).Seconds())
-				for _, d := range []struct {
-					file, path string
-					params     map[string]string
-				}{
-					{fmt.Sprintf("goroutine-%d.txt", s), "/debug/pprof/goroutine", map[string]string{"debug": "2"}},
-					{fmt.Sprintf("metrics-%d.txt", s), "/metrics", nil},
-					{fmt.Sprintf("cpu-%d.pprof", s), "/debug/pprof/profile", map[string]string{"seconds": "20"}},
-				} {
-					data, err := get(ctx, d.path, d.params)
-					if ctx.Err() != nil {
-						return nil
-					}
-					if err != nil {
-						return fmt.Errorf("API server %s: %w", d.path, err)
-					}
-					if err := os.WriteFile(filepath.Join(dir, d.file), data, 0o644); err != nil {
-						return err
-					}
-				}
-			}
-		}()
-	}()
-	return func() {
-		t.Helper()
-		cancel()
-		require.NoError(t, <-done)
-		t.Logf("the API server's goroutines, CPU profiles and metrics, once a minute of the phase: %s", dir)
 	}
 }
 
@@ -576,14 +557,6 @@ func isBroker(file string) bool {
 		}
 	}
 	return false
-}
-
-func total(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // renderedFiles is rendered/ at the rendered branch's head, read as Flux reads it.
@@ -801,220 +774,4 @@ func deleteNamespace(t testing.TB, ns string, timeout time.Duration) {
 		return false, fmt.Sprintf("%d Pods left", len(pods.Items))
 	})
 	t.Logf("namespace %s and its objects deleted in %s", ns, time.Since(start).Round(time.Second))
-}
-
-// logKustomizations logs when each Kustomization of ns became Ready, from start.
-func logKustomizations(t testing.TB, ns string, start time.Time) {
-	t.Helper()
-	ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
-	require.NoError(t, err)
-	var lines []string
-	for _, k := range ks.Items {
-		conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Ready" {
-				at, _ := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"]))
-				inv, _, _ := unstructured.NestedSlice(k.Object, "status", "inventory", "entries")
-				lines = append(lines, fmt.Sprintf("%6.0fs %s (%d objects)", at.Sub(start).Seconds(), k.GetName(), len(inv)))
-			}
-		}
-	}
-	sort.Strings(lines)
-	t.Logf("Ready at:\n%s", strings.Join(lines, "\n"))
-}
-
-// cpuMeter reads the CPU time of the cluster's processes.
-type cpuMeter struct {
-	t     testing.TB
-	names []string
-	at    map[string]time.Duration
-}
-
-type cpuUse map[string]time.Duration
-
-func (u cpuUse) String() string {
-	var parts []string
-	for _, n := range []string{"kube-apiserver", "etcd", "kustomize-controller", "source-controller", "kube-controller-manager", "kube-scheduler", "kwok", "steal"} {
-		if d, ok := u[n]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.1fs", n, d.Seconds()))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-func newCPUMeter(t testing.TB, names ...string) *cpuMeter {
-	return &cpuMeter{t: t, names: names}
-}
-
-func (m *cpuMeter) read() map[string]time.Duration {
-	out := map[string]time.Duration{"steal": machineSteal(m.t)}
-	for _, n := range m.names {
-		p := cluster.Process(n)
-		require.NotNil(m.t, p, n)
-		d, err := p.CPU()
-		require.NoError(m.t, err)
-		out[n] = d
-	}
-	return out
-}
-
-func (m *cpuMeter) mark() { m.at = m.read() }
-
-// machineSteal reads the time the hypervisor ran something else while this machine's CPUs
-// wanted to run (the steal column of /proc/stat, in USER_HZ of 10 ms), so that a slow phase
-// can be told apart from one the host took CPU from (it stayed under 1 s a phase in the runs of
-// 2026-12-03, when the same apply took 1.5x longer in one phase than in another).
-func machineSteal(t testing.TB) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	require.NoError(t, err)
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
-	require.True(t, len(f) > 8 && f[0] == "cpu", "/proc/stat: %q", line)
-	ticks, err := strconv.ParseInt(f[8], 10, 64)
-	require.NoError(t, err, "/proc/stat: steal: %q", line)
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-func (m *cpuMeter) since() cpuUse {
-	now := m.read()
-	out := cpuUse{}
-	for n, d := range now {
-		out[n] = d - m.at[n]
-	}
-	return out
-}
-
-// requestCounts reads the API server's apiserver_request_total by verb, resource, dry run and
-// whether the answer was 429 Too Many Requests, and the seconds they took
-// (apiserver_request_duration_seconds_sum) under the same key with " seconds" appended.
-func requestCounts(t testing.TB) map[string]float64 {
-	t.Helper()
-	raw, err := cluster.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		suffix := ""
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
-		if !ok {
-			if rest, ok = strings.CutPrefix(line, "apiserver_request_duration_seconds_sum{"); !ok {
-				continue
-			}
-			suffix = " seconds"
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		l := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			l[k] = strings.Trim(val, `"`)
-		}
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		if l["dry_run"] != "" {
-			key += " (dry run)"
-		}
-		if l["code"] == "429" {
-			// Refused for the in-flight limit. The API server counts every request it refuses
-			// here, including system:masters' ones, which it then serves anyway (and counts
-			// again under their real code).
-			key += " (429)"
-		}
-		out[key+suffix] += v
-	}
-	return out
-}
-
-// logRequests logs the requests the API server served since before, most first, with the mean
-// time each took.
-func logRequests(t testing.TB, what string, before map[string]float64) {
-	t.Helper()
-	after := requestCounts(t)
-	type kv struct {
-		k    string
-		n, s float64
-	}
-	var d []kv
-	total := 0.0
-	for k, v := range after {
-		if strings.HasSuffix(k, " seconds") {
-			continue
-		}
-		if n := v - before[k]; n > 0 {
-			d = append(d, kv{k, n, after[k+" seconds"] - before[k+" seconds"]})
-			total += n
-		}
-	}
-	sort.Slice(d, func(i, j int) bool { return d[i].n > d[j].n })
-	var lines []string
-	for i, e := range d {
-		if i == 20 {
-			break
-		}
-		lines = append(lines, fmt.Sprintf("%8.0f %-40s mean %6.0f ms", e.n, e.k, 1000*e.s/e.n))
-	}
-	refused := 0.0
-	for _, e := range d {
-		if strings.HasSuffix(e.k, " (429)") {
-			refused += e.n
-		}
-	}
-	t.Logf("%s: %.0f API requests (%.0f of them refused 429), most:\n%s", what, total, refused, strings.Join(lines, "\n"))
-}
-
-// logReconciles logs, for each Kustomization of ns, the reconciles kustomize-controller finished
-// and failed after the first skip lines of its log, the time they took together, and the first
-// failure's message.
-func logReconciles(t testing.TB, file string, skip int, ns string) {
-	t.Helper()
-	type tally struct {
-		ok, failed int
-		took       time.Duration
-		firstError string
-	}
-	all := map[string]*tally{}
-	kustomizeLog(t, file, skip, ns, func(line kustomizeLogLine) {
-		var took string
-		var ok bool
-		switch {
-		case strings.HasPrefix(line.Msg, "Reconciliation finished in "):
-			took, ok = strings.TrimPrefix(line.Msg, "Reconciliation finished in "), true
-		case strings.HasPrefix(line.Msg, "Reconciliation failed after "):
-			took = strings.TrimPrefix(line.Msg, "Reconciliation failed after ")
-		default:
-			return
-		}
-		d, _ := time.ParseDuration(strings.TrimSuffix(strings.Split(took, " ")[0], ","))
-		k := all[line.Kustomization.Name]
-		if k == nil {
-			k = &tally{}
-			all[line.Kustomization.Name] = k
-		}
-		k.took += d
-		if ok {
-			k.ok++
-			return
-		}
-		k.failed++
-		if k.firstError == "" {
-			k.firstError = line.Error
-			if len(k.firstError) > 160 {
-				k.firstError = k.firstError[:160]
-			}
-		}
-	})
-	var lines []string
-	for name, k := range all {
-		lines = append(lines, fmt.Sprintf("%s: %d finished, %d failed, %s in all %s", name, k.ok, k.failed, k.took.Round(time.Second), k.firstError))
-	}
-	sort.Strings(lines)
-	t.Logf("reconciles:\n%s", strings.Join(lines, "\n"))
 }
