@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -90,49 +91,10 @@ func filesUnder(tree render.Tree, prefix, contains string) []string {
 	return out
 }
 
-const podConfig = `apiVersion: akri.sh/v0
-kind: Configuration
-metadata:
-  name: cam
-spec:
-  discoveryHandler:
-    name: onvif
-  capacity: 1
-  brokerSpec:
-    brokerPodSpec:
-      containers:
-      - name: broker
-        image: ghcr.io/project-akri/akri/onvif-video-broker:latest
-        resources:
-          limits:
-            "{{PLACEHOLDER}}": "1"
-  instanceServiceSpec:
-    ports:
-    - name: grpc
-      port: 80
-      targetPort: 8083
-`
+// podConfig and jobConfig are the shared fixtures' camera and firmware Configurations.
+var podConfig = fixtures.PodConfiguration("akri.sh/v0", "cam", 1)
 
-func jobConfig(name, extra string) string {
-	return `apiVersion: gitbroker.dev/v1alpha1
-kind: Configuration
-metadata:
-  name: ` + name + `
-spec:
-  discoveryHandler:
-    name: debugEcho
-  brokerProperties:
-    VERSION: "1"
-  brokerSpec:
-    brokerJobSpec:
-      template:
-        spec:
-          restartPolicy: Never
-          containers:
-          - name: flash
-            image: busybox
-` + extra
-}
+func jobConfig(name, extra string) string { return fixtures.JobConfiguration(name, extra) }
 
 func inventory(node string, entries ...string) string {
 	return `apiVersion: gitbroker.dev/v1alpha1
