@@ -9,7 +9,9 @@ import (
 func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
 	prev := in.prev
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
-		onLast: in.onLast, filesSorted: in.inputs, layoutWarns: map[string][]string{}, frozenNotes: map[string][]string{}}
+		scoping:       scoping{onLast: in.onLast},
+		objectIndexes: objectIndexes{filesSorted: in.inputs},
+		output:        output{layoutWarns: map[string][]string{}, frozenNotes: map[string][]string{}}}
 	p.scoped = scoped && p.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoped {
@@ -21,22 +23,38 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	return p.run(), p
 }
 
-// pass is the state of one render.
+// pass is the state of one render. Its stages run in order (run), each from what the stages
+// before it made: load (load.go, records.go) makes the loaded inputs; instances (instances.go)
+// the placement of devices into instances; brokers (brokers.go), jobs (jobs.go), history, layout
+// (layout.go, flux.go) and metadata (metadata.go) the output; safety (safety.go) judges it and
+// changes (changes.go) plans it. Each stage's data is a struct of its own below, embedded so the
+// stages read it by name; index.go and scope.go hold what a kept Renderer reuses across passes.
 type pass struct {
-	r        *Renderer
-	req      Request
+	r    *Renderer
+	req  Request
+	prev Tree
+	// held is the input of a second pass over the deletion budget: node -> why its part is held.
+	held map[string]string
+	plan *planBuilder
+	errs api.ErrorList
+
+	loaded
+	placement
+	output
+	objectIndexes
+	scoping
+}
+
+// loaded is what the load stage makes of the request's inputs: the settings, the valid
+// Configurations, inventories and records, and what it had to freeze or refuse.
+type loaded struct {
 	settings api.ResolvedSettings
-	prev     Tree
-	out      Tree
-	plan     *planBuilder
-	errs     api.ErrorList
 	prevMeta Metadata
 
 	configs       map[string]*api.ParsedConfiguration // valid, by namespace/name
 	configFiles   map[string][]string
 	frozenConfigs map[string]bool
 	frozenNodes   map[string]bool
-	held          map[string]string // node -> why the deletion budget holds its part
 	invs          []*api.ParsedInventory
 
 	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
@@ -44,26 +62,46 @@ type pass struct {
 	byDevice    map[string][]*api.JobRecord
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
 	ignoredRecords []string
+	// refused are this pass's checks of device properties, by inventory (kept for the next).
+	refused map[*api.ParsedInventory]refusedCheck
+	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
+	rendered map[string]int
+}
 
+// placement is what the instances stage makes: the devices of every Configuration grouped into
+// instances as Akri names them, and those kept as they were.
+type placement struct {
 	instances       map[string][]*instance  // by configuration key
 	sets            map[string]*instanceSet // by configuration key
 	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
 	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
 	disputed        []*instance             // shared instances whose reporting nodes disagree
+}
 
-	retired map[objectKey]bool // Jobs retired in this render
+// output is what the brokers, jobs, history, layout and metadata stages write.
+type output struct {
+	out     Tree
 	meta    map[string]objMeta
 	pending []*pendingBuild
-
-	// The sorted paths of prev and of the request's inputs, each sorted once per pass: a
-	// fleet's tree holds over a hundred thousand paths.
-	prevSorted, filesSorted []string
-	prevJobs                []string
+	retired map[objectKey]bool // Jobs retired in this render
 	// diff is Diff(prev, out), worked out once out is final (diffed).
 	diff   []string
 	diffed bool
 	// digest is InputsDigest(req.Files).
 	digest string
+	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
+	layoutWarns map[string][]string
+	// frozenNotes are the plan's notes about instances kept for nodes with an invalid
+	// inventory, by Configuration: a scoped pass carries the others' over.
+	frozenNotes map[string][]string
+}
+
+// objectIndexes are the sorted paths and the indexes of objects of prev and out (index.go).
+type objectIndexes struct {
+	// The sorted paths of prev and of the request's inputs, each sorted once per pass: a
+	// fleet's tree holds over a hundred thousand paths.
+	prevSorted, filesSorted []string
+	prevJobs                []string
 	// The objects of prev and of the finished out, each indexed once per pass when asked for,
 	// and whether two files held one object.
 	prevObjects, outObjects map[objectKey]string
@@ -73,9 +111,12 @@ type pass struct {
 	outFromDiff bool
 	undo        map[objectKey]prevEntry
 	prevCount   int
+}
 
+// scoping is what a pass scoped to the Configurations a change reaches works with (scope.go).
+type scoping struct {
 	// onLast says prev is exactly the Renderer's last output; scoped that this pass may be
-	// scoped (scope.go), and scope, once decided, the Configurations it renders (nil: all).
+	// scoped, and scope, once decided, the Configurations it renders (nil: all).
 	onLast, scoped bool
 	scope          map[string]bool
 	// bailed says the scoped work reached a Configuration out of its scope.
@@ -84,15 +125,6 @@ type pass struct {
 	fresh map[string]*configSlice
 	// merged are the paths a scoped pass wrote over prev or deleted from it (mergeScope).
 	merged []string
-	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
-	layoutWarns map[string][]string
-	// refused are this pass's checks of device properties, by inventory (kept for the next).
-	refused map[*api.ParsedInventory]refusedCheck
-	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
-	rendered map[string]int
-	// frozenNotes are the plan's notes about instances kept for nodes with an invalid
-	// inventory, by Configuration: a scoped pass carries the others' over.
-	frozenNotes map[string][]string
 }
 
 // objMeta says which configuration and instance an output file belongs to, for the plan.
