@@ -6,6 +6,10 @@
 // memoizes parsed inputs and built objects by content, each Configuration's instances by what
 // they were made of, and its last output's object index and files by Configuration, so a
 // re-render on top of its own output is scoped to the Configurations a change reaches and
-// carries the others over (scope.go). Neither changes the result. It also owns how objects are
-// written: YAML byte for byte as sigs.k8s.io/yaml writes it, by an emitter of its own (emit.go).
+// carries the others over (scope.go). Neither changes the result.
+//
+// A render is a pass (pass.go) through stages in files named after them: load (load.go,
+// records.go), instances, brokers, jobs, history, layout (layout.go, flux.go), metadata, changes
+// (the plan) and safety. Objects are written by internal/yamlcodec, byte for byte as
+// sigs.k8s.io/yaml writes them.
 package render
