@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -123,21 +122,13 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		errs = append(errs, validatePodSpec(d, "spec.brokerSpec.brokerPodSpec", bs.BrokerPodSpec, false)...)
 	}
 	if isJob {
-		js := bs.BrokerJobSpec
-		if js.TTLSecondsAfterFinished != nil {
-			add("spec.brokerSpec.brokerJobSpec.ttlSecondsAfterFinished",
-				"not allowed: once the Job is deleted by its TTL, Flux or Argo CD re-creates it from git and it runs again; finished Jobs are kept as history instead")
-		}
-		if js.Selector != nil {
-			add("spec.brokerSpec.brokerJobSpec.selector", "not allowed: the Job controller generates the selector")
-		}
-		errs = append(errs, validatePodSpec(d, "spec.brokerSpec.brokerJobSpec.template.spec", &js.Template.Spec, true)...)
+		errs = append(errs, validateJobSpec(d, "spec.brokerSpec.brokerJobSpec", bs.BrokerJobSpec)...)
 	}
 	if s := c.Spec.InstanceServiceSpec; s != nil {
-		errs = append(errs, validateServiceSpec(d, "spec.instanceServiceSpec", s)...)
+		errs = append(errs, validateServiceSpec(d, "spec.instanceServiceSpec", s, true)...)
 	}
 	if s := c.Spec.ConfigurationServiceSpec; s != nil {
-		errs = append(errs, validateServiceSpec(d, "spec.configurationServiceSpec", s)...)
+		errs = append(errs, validateServiceSpec(d, "spec.configurationServiceSpec", s, false)...)
 	}
 	if (c.Spec.InstanceServiceSpec != nil || c.Spec.ConfigurationServiceSpec != nil) && c.Name != "" {
 		if msgs := validation.IsDNS1035Label(strings.ReplaceAll(c.Name, ".", "-")); len(msgs) > 0 {
@@ -148,87 +139,6 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		return nil, errs
 	}
 	return &ParsedConfiguration{Configuration: &c, Policy: pol, Doc: d}, nil
-}
-
-func validatePodSpec(d *Document, field string, ps *corev1.PodSpec, job bool) ErrorList {
-	var errs ErrorList
-	if len(ps.Containers) == 0 {
-		errs = append(errs, d.Errorf(field+".containers", "at least one container is required"))
-	}
-	seen := map[string]bool{}
-	check := func(list string, cs []corev1.Container) {
-		for i, c := range cs {
-			f := fmt.Sprintf("%s.%s[%d]", field, list, i)
-			if c.Name == "" {
-				errs = append(errs, d.Errorf(f+".name", "required"))
-			} else if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
-				errs = append(errs, d.Errorf(f+".name", "%q is not a valid container name", c.Name))
-			} else if seen[c.Name] {
-				errs = append(errs, d.Errorf(f+".name", "duplicate container name %q", c.Name))
-			}
-			seen[c.Name] = true
-			if c.Image == "" {
-				errs = append(errs, d.Errorf(f+".image", "required"))
-			}
-		}
-	}
-	check("initContainers", ps.InitContainers)
-	check("containers", ps.Containers)
-	if job && ps.RestartPolicy != corev1.RestartPolicyNever && ps.RestartPolicy != corev1.RestartPolicyOnFailure {
-		errs = append(errs, d.Errorf(field+".restartPolicy", "a Job's Pods need restartPolicy Never or OnFailure, got %q", ps.RestartPolicy))
-	}
-	if ps.NodeName != "" {
-		errs = append(errs, d.Errorf(field+".nodeName", "not allowed: gitbroker pins brokers to the nodes that see the device"))
-	}
-	return errs
-}
-
-func validateServiceSpec(d *Document, field string, s *corev1.ServiceSpec) ErrorList {
-	var errs ErrorList
-	switch s.Type {
-	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
-	default:
-		errs = append(errs, d.Errorf(field+".type", "must be ClusterIP, NodePort or LoadBalancer, got %q", s.Type))
-	}
-	if len(s.Ports) == 0 && s.ClusterIP != corev1.ClusterIPNone {
-		errs = append(errs, d.Errorf(field+".ports", "at least one port is required"))
-	}
-	names := map[string]bool{}
-	for i, p := range s.Ports {
-		f := fmt.Sprintf("%s.ports[%d]", field, i)
-		if p.Port < 1 || p.Port > 65535 {
-			errs = append(errs, d.Errorf(f+".port", "must be between 1 and 65535, got %d", p.Port))
-		}
-		if p.TargetPort.IntVal != 0 || p.TargetPort.StrVal != "" {
-			if p.TargetPort.StrVal != "" {
-				if msgs := validation.IsValidPortName(p.TargetPort.StrVal); len(msgs) > 0 {
-					errs = append(errs, d.Errorf(f+".targetPort", "%q is not a valid port name", p.TargetPort.StrVal))
-				}
-			} else if p.TargetPort.IntVal < 1 || p.TargetPort.IntVal > 65535 {
-				errs = append(errs, d.Errorf(f+".targetPort", "must be between 1 and 65535, got %d", p.TargetPort.IntVal))
-			}
-		}
-		if p.NodePort != 0 && (p.NodePort < 1 || p.NodePort > 65535) {
-			errs = append(errs, d.Errorf(f+".nodePort", "must be between 1 and 65535, got %d", p.NodePort))
-		}
-		switch p.Protocol {
-		case "", corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
-		default:
-			errs = append(errs, d.Errorf(f+".protocol", "must be TCP, UDP or SCTP, got %q", p.Protocol))
-		}
-		if len(s.Ports) > 1 && p.Name == "" {
-			errs = append(errs, d.Errorf(f+".name", "required when a Service has more than one port"))
-		}
-		if p.Name != "" {
-			if msgs := validation.IsDNS1123Label(p.Name); len(msgs) > 0 {
-				errs = append(errs, d.Errorf(f+".name", "%q is not a valid port name", p.Name))
-			} else if names[p.Name] {
-				errs = append(errs, d.Errorf(f+".name", "duplicate port name %q", p.Name))
-			}
-			names[p.Name] = true
-		}
-	}
-	return errs
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -38,8 +38,8 @@ spec:
                   - key: zone
                     operator: In
                     values: [a, b]
-                - matchFields:
-                  - key: metadata.namespace
+                - matchExpressions:
+                  - key: tier
                     operator: NotIn
                     values: [x]
           containers:

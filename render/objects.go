@@ -12,11 +12,9 @@ import (
 	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
-const (
-	// akriPlaceholder is the resource name Akri's controller replaces with the instance's device
-	// plugin resource. gitbroker pins with node affinity instead, so it is removed.
-	akriPlaceholder = "{{PLACEHOLDER}}"
-)
+// akriPlaceholder is the resource name Akri's controller replaces with the instance's device
+// plugin resource. gitbroker pins with node affinity instead, so it is removed.
+const akriPlaceholder = api.AkriPlaceholder
 
 // jobAnnotations keep Flux and Argo CD from patching a rendered Job or deleting a finished one:
 // not when it leaves rendered/ (prune), and not when Argo CD deletes the Application of a folder

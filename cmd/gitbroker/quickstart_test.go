@@ -43,7 +43,7 @@ git -c gpg.format=openpgp -c user.signingkey=noreply@host.example merge -q --no-
 git push -q "$R" main
 echo "--- render of the host's merge"
 gitbroker render --git "$R" --signing-key ../renderer
-echo "# unsigned" >> configurations/akri-debug-echo.yaml && sed -i 's/memory: 16Mi/memory: 32Mi/' configurations/akri-debug-echo.yaml
+echo "# unsigned" >> configurations/akri-debug-echo.yaml && sed -i 's/memory: 16Mi/memory: 24Mi/' configurations/akri-debug-echo.yaml
 git -c commit.gpgsign=false commit -qam "an unsigned commit" && git push -q "$R" main
 echo "--- render of the unsigned commit"
 gitbroker render --git "$R" --signing-key ../renderer && exit 1 || echo "render exit $?"
@@ -62,8 +62,8 @@ gitbroker render --git "$R" --signing-key ../renderer
 	require.NotContains(t, merged, "untrusted")
 	require.Contains(t, unsigned, "is not signed by a person")
 	require.Contains(t, unsigned, "render exit")
-	require.NotContains(t, unsigned, "32Mi")
-	require.Contains(t, accepted, "memory: 16Mi → 32Mi", "the accepted commit renders")
+	require.NotContains(t, unsigned, "24Mi")
+	require.Contains(t, accepted, "memory: 16Mi → 24Mi", "the accepted commit renders")
 	require.NotContains(t, accepted, "untrusted")
 }
 
