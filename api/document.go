@@ -359,7 +359,8 @@ func (d *Document) Errorf(field string, format string, args ...any) *FieldError 
 // LineOf returns the line of a field path such as "spec.brokerSpec.brokerPodSpec.containers[0].image".
 // Map keys may themselves contain dots (annotations); list indices may be missing (encoding/json
 // type errors), in which case the first element that has the rest of the path is chosen. When the
-// path cannot be followed to the end, the line of the deepest node reached is returned.
+// path cannot be followed to the end, the line of the deepest key or list element reached is
+// returned: a missing field is named where it belongs.
 func (d *Document) LineOf(field string) int {
 	if d == nil || d.tree() == nil {
 		return 0
@@ -438,11 +439,17 @@ func lookup(n *yamlv3.Node, toks []pathToken) (int, bool) {
 				}
 			}
 		}
-		return n.Line, false
+		// Not here: the caller names the line of the key this mapping is the value of, where
+		// the missing field belongs.
+		return 0, false
 	case yamlv3.SequenceNode:
 		if toks[0].index >= 0 {
 			if toks[0].index < len(n.Content) {
-				return lookup(n.Content[toks[0].index], toks[1:])
+				line, ok := lookup(n.Content[toks[0].index], toks[1:])
+				if line == 0 {
+					line = n.Content[toks[0].index].Line
+				}
+				return line, ok
 			}
 			return n.Line, false
 		}

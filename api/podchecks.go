@@ -41,7 +41,6 @@ func (c *specChecker) resources(f string, r *corev1.ResourceRequirements, podLev
 		lim, ok := r.Limits[corev1.ResourceName(name)]
 		overcommit := !isExtendedResource(name) && !strings.HasPrefix(name, corev1.ResourceHugePagesPrefix)
 		switch {
-		case name == AkriPlaceholder && !podLevel:
 		case ok && !overcommit && req.Cmp(lim) != 0:
 			c.add(f+".requests."+name, "must equal its limit (%s): %s cannot be overcommitted", lim.String(), name)
 		case ok && req.Cmp(lim) > 0:
@@ -88,9 +87,10 @@ func isStandardContainerResource(name string) bool {
 	return strings.HasPrefix(name, corev1.ResourceHugePagesPrefix)
 }
 
-// isExtendedResource: domain-qualified outside kubernetes.io, such as akri.sh/<instance>.
+// isExtendedResource: domain-qualified outside kubernetes.io, such as akri.sh/<instance>, and
+// Akri's placeholder, which stands for one.
 func isExtendedResource(name string) bool {
-	return name != AkriPlaceholder && strings.Contains(name, "/") && !strings.Contains(name, "kubernetes.io/")
+	return name == AkriPlaceholder || strings.Contains(name, "/") && !strings.Contains(name, "kubernetes.io/")
 }
 
 // volumes checks names and sources and returns the names containers may mount.

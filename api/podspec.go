@@ -41,7 +41,7 @@ func validatePodSpec(d *Document, field string, ps *corev1.PodSpec, job bool) Er
 		f := fmt.Sprintf("%s.initContainers[%d]", field, i)
 		c.container(f, &ps.InitContainers[i], volumes, seen, ps.HostNetwork)
 		if p := ps.InitContainers[i].RestartPolicy; p != nil && *p != corev1.ContainerRestartPolicyAlways {
-			c.add(f+".restartPolicy", "an init container's restartPolicy may only be Always (a sidecar), got %q", *p)
+			c.add(f+".restartPolicy", "an init container's restartPolicy may only be Always (a sidecar; Kubernetes before the container restart rules refuses any other), got %q", *p)
 		}
 	}
 	for i := range ps.Containers {
@@ -70,7 +70,7 @@ func (c *specChecker) pod(ps *corev1.PodSpec) {
 	}
 	c.enum(f+".dnsPolicy", string(ps.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 	if ps.DNSPolicy == corev1.DNSNone && (ps.DNSConfig == nil || len(ps.DNSConfig.Nameservers) == 0) {
-		c.add(f+".dnsConfig.nameservers", "required when dnsPolicy is None")
+		c.add(f+".dnsPolicy", "None needs at least one nameserver in dnsConfig.nameservers")
 	}
 	c.labels(f+".nodeSelector", ps.NodeSelector)
 	c.tolerations(f+".tolerations", ps.Tolerations)

@@ -42,8 +42,9 @@ func validateJobSpec(d *Document, field string, js *batchv1.JobSpec) ErrorList {
 	if js.CompletionMode != nil {
 		c.enum(field+".completionMode", string(*js.CompletionMode), "NonIndexed", "Indexed")
 	}
-	if indexed && js.Completions == nil {
-		c.add(field+".completions", "required when completionMode is Indexed")
+	if indexed && js.Completions == nil && js.Parallelism != nil {
+		// With neither set, both default to 1.
+		c.add(field+".completionMode", "Indexed needs completions (the number of indexes) when parallelism is set")
 	}
 	if !indexed && js.BackoffLimitPerIndex != nil {
 		c.add(field+".backoffLimitPerIndex", "requires completionMode: Indexed")
