@@ -56,6 +56,10 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 	if len(data) > MaxFileSize {
 		return nil, &FieldError{File: file, Message: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
 	}
+	data, err := directives(file, data)
+	if err != nil {
+		return nil, err
+	}
 	var docs []*Document
 	for _, chunk := range splitYAML(data) {
 		if isBlankYAML(chunk.data) {
@@ -89,6 +93,40 @@ func SplitDocuments(file string, data []byte) ([]*Document, error) {
 		docs = append(docs, &Document{File: file, Line: chunk.line, JSON: js, text: chunk.data})
 	}
 	return docs, nil
+}
+
+// directives turns the YAML directives of a stream (%YAML 1.2 before a document's "---") into
+// comments, keeping every line where it is: the YAML library reads only %YAML 1.1 and refuses
+// 1.2, which is valid YAML and means the same for the plain data of a Configuration. A %TAG
+// directive (it would change what tags mean) and a %YAML of another major version are refused.
+func directives(file string, data []byte) ([]byte, error) {
+	if !bytes.HasPrefix(data, []byte("%")) && !bytes.Contains(data, []byte("\n%")) {
+		return data, nil
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	prefix := true // before a document's content: where directives are
+	var out bytes.Buffer
+	for i, l := range lines {
+		text := strings.TrimRight(string(l), " \t\r\n")
+		switch {
+		case prefix && strings.HasPrefix(text, "%"):
+			fields := strings.Fields(text)
+			switch {
+			case fields[0] == "%YAML" && len(fields) >= 2 && strings.HasPrefix(fields[1], "1."):
+			case fields[0] == "%YAML":
+				return nil, &FieldError{File: file, Line: i + 1, Message: fmt.Sprintf("invalid YAML: %s is not a YAML version gitbroker reads (1.1 and 1.2 are)", text)}
+			case fields[0] == "%TAG":
+				return nil, &FieldError{File: file, Line: i + 1, Message: "invalid YAML: %TAG directives are not supported; write tags in full"}
+			}
+			out.WriteString("# ")
+		case text == "---" || strings.HasPrefix(text, "--- ") || text != "" && !strings.HasPrefix(text, "#") && text != "...":
+			prefix = false
+		case text == "...":
+			prefix = true
+		}
+		out.Write(l)
+	}
+	return out.Bytes(), nil
 }
 
 // duplicateKeys refuses a mapping that gives one key twice, naming both lines. A key given

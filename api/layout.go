@@ -1,6 +1,9 @@
 package api
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // The refs of the GitOps repository, one per writer (docs/FORMATS.md).
 const (
@@ -46,6 +49,31 @@ func IsConfigurationPath(p string) bool {
 // IsInventoryPath reports whether p is a node's inventory: inventory/<node>.yaml.
 func IsInventoryPath(p string) bool {
 	return strings.HasPrefix(p, InventoryDir+"/") && strings.Count(p, "/") == 1 && IsYAML(p)
+}
+
+// InventoryFolder returns the folder directly under inventory/ that p is in or is, such as
+// inventory/edge-d.yaml for inventory/edge-d.yaml/devices.yaml: inventory/ holds one file per
+// node and no folders, so nothing in one is ever read, and saying so beats ignoring it.
+func InventoryFolder(p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, InventoryDir+"/")
+	if !ok {
+		return "", false
+	}
+	folder, _, nested := strings.Cut(rest, "/")
+	if !nested || folder == "" {
+		return "", false
+	}
+	return InventoryDir + "/" + folder, true
+}
+
+// InventoryFolderError says why a folder under inventory/ is not read; example is a file in it,
+// if it has one.
+func InventoryFolderError(example string) string {
+	what := "a folder"
+	if example != "" {
+		what = fmt.Sprintf("a folder (holding %s)", example)
+	}
+	return what + "; inventory/ holds one file per node, inventory/<node>.yaml, and nothing in a folder is read"
 }
 
 // InventoryPath is the file a node's agent writes.

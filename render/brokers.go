@@ -47,18 +47,11 @@ func (p *pass) renderBrokers() {
 	p.flushBuilds()
 }
 
-// warnBrokerSettings warns about settings of a Configuration that render nothing.
+// warnBrokerSettings warns about settings of a Configuration that render nothing. (An after: that
+// names nothing to wait for is an input error: loadConfigurations refuses it.)
 func (p *pass) warnBrokerSettings(k string, cfg *api.ParsedConfiguration) {
 	if cfg.IsJobBroker() && (cfg.Spec.InstanceServiceSpec != nil || cfg.Spec.ConfigurationServiceSpec != nil) {
 		p.warn("Configuration %s: Services are rendered for Pod brokers only; the service specs of this Job broker are ignored", k)
-	}
-	if cfg.Policy.After == "" {
-		return
-	}
-	if a, ok := p.configs[cfg.Namespace+"/"+cfg.Policy.After]; !ok && !p.frozenConfigs[cfg.Namespace+"/"+cfg.Policy.After] {
-		p.warn("Configuration %s: after: Configuration %s/%s does not exist; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
-	} else if ok && !a.IsJobBroker() {
-		p.warn("Configuration %s: after: Configuration %s/%s has no Job broker; its broker Pods are held", k, cfg.Namespace, cfg.Policy.After)
 	}
 }
 

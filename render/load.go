@@ -43,9 +43,10 @@ func (p *pass) loadConfigurations() {
 			}
 		}
 	}
+	fileErrs := map[string]api.ErrorList{}
 	for _, f := range files {
 		parsed := parsedFiles[f]
-		errs := parsed.errs
+		errs := slices.Clone(parsed.errs)
 		inFile := map[string]bool{}
 		for _, c := range parsed.configs {
 			// Defined in two files, neither definition wins: which one sorts first must never
@@ -57,7 +58,12 @@ func (p *pass) loadConfigurations() {
 			}
 			inFile[c.Key()] = true
 		}
-		if len(errs) > 0 {
+		fileErrs[f] = errs
+	}
+	p.checkAfter(files, parsedFiles, definers, fileErrs, invalid)
+	for _, f := range files {
+		parsed := parsedFiles[f]
+		if errs := fileErrs[f]; len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
 			invalid = append(invalid, f)
 			continue
@@ -85,6 +91,60 @@ func (p *pass) loadConfigurations() {
 			p.configFiles[f] = kept
 		}
 	}
+}
+
+// checkAfter refuses an after: that names no Configuration, or one without a Job broker: its
+// Pods would be held for ever. The Configuration's file is invalid and keeps its output, so the
+// mistake is an input error at the after: line, not a wave of deletions. A Configuration that is
+// itself invalid (known from the last render) is taken to be what it was.
+func (p *pass) checkAfter(files []string, parsed map[string]parsedConfigFile, definers map[string][]string, fileErrs map[string]api.ErrorList, unreadable []string) {
+	known := map[string]*api.ParsedConfiguration{}
+	for _, f := range files {
+		for _, c := range parsed[f].configs {
+			known[c.Key()] = c
+		}
+	}
+	frozen := map[string]bool{}
+	for _, f := range append(slices.Clone(unreadable), files...) {
+		if len(fileErrs[f]) > 0 || slices.Contains(unreadable, f) {
+			for _, k := range p.prevMeta.ConfigurationFiles[f] {
+				frozen[k] = true
+			}
+		}
+	}
+	for _, f := range files {
+		for _, c := range parsed[f].configs {
+			if c.Policy.After == "" {
+				continue
+			}
+			target := c.Namespace + "/" + c.Policy.After
+			field := "spec.after"
+			if c.Spec.After == "" {
+				field = "metadata.annotations." + api.AnnotationAfter
+			}
+			switch a, ok := known[target]; {
+			case !ok && !frozen[target]:
+				fileErrs[f] = append(fileErrs[f], c.Doc.Errorf(field, "no Configuration %s is defined (in namespace %s: %s); its broker Pods would wait for ever", c.Policy.After, c.Namespace, namesIn(known, c.Namespace)))
+			case ok && len(definers[target]) == 1 && !a.IsJobBroker():
+				fileErrs[f] = append(fileErrs[f], c.Doc.Errorf(field, "Configuration %s has no brokerJobSpec; after: waits for a Job of it to succeed on the device, so its broker Pods would wait for ever", c.Policy.After))
+			}
+		}
+	}
+}
+
+// namesIn lists the Configurations of a namespace, for an error that says what there is.
+func namesIn(configs map[string]*api.ParsedConfiguration, ns string) string {
+	var names []string
+	for _, c := range configs {
+		if c.Namespace == ns {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // planConfigurations says which Configurations were added, removed or moved to another file
@@ -142,8 +202,13 @@ func (p *pass) loadInventories() {
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})
 	for _, f := range sortedKeys(p.req.Unreadable) {
-		if isInventoryPath(f) {
+		_, folder := api.InventoryFolder(f + "/")
+		if isInventoryPath(f) || folder {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+		}
+		if isInventoryPath(f) {
+			// A node's file that cannot be read, or a folder named like one: the node keeps
+			// what it rendered before.
 			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
 		}
 	}

@@ -135,6 +135,7 @@ func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in := r.split(req)
+	req.Unreadable = in.unreadable(req)
 	res, p := r.pass(req, in, nil, true)
 	if res == nil {
 		// The scoped work reached further than its Configurations.

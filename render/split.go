@@ -1,7 +1,10 @@
 package render
 
 import (
+	"maps"
 	"sort"
+
+	"github.com/gitbroker/gitbroker/api"
 
 	"github.com/gitbroker/gitbroker/internal/identity"
 )
@@ -13,6 +16,38 @@ type split struct {
 	onLast bool
 	// inputs are the input paths, sorted.
 	inputs []string
+	// folders are folders under inventory/ (api.InventoryFolder), with a file in each.
+	folders map[string]string
+}
+
+// stray notes a file in a folder under inventory/, which is never read.
+func (s *split) stray(f string) {
+	if folder, ok := api.InventoryFolder(f); ok {
+		if s.folders == nil {
+			s.folders = map[string]string{}
+		}
+		if old, ok := s.folders[folder]; !ok || f < old {
+			s.folders[folder] = f
+		}
+	}
+}
+
+// unreadable is the request's Unreadable with the folders under inventory/ added: each is an
+// invalid input, as a symbolic link there is.
+func (s *split) unreadable(req Request) map[string]string {
+	if len(s.folders) == 0 {
+		return req.Unreadable
+	}
+	out := maps.Clone(req.Unreadable)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for folder, f := range s.folders {
+		if _, ok := out[folder]; !ok {
+			out[folder] = api.InventoryFolderError(f)
+		}
+	}
+	return out
 }
 
 // split parts a request's files in one pass. A kept Renderer's previous output is, render after
@@ -21,15 +56,19 @@ type split struct {
 func (r *Renderer) split(req Request) split {
 	last := r.last.files
 	inputs := []string{}
+	var s split
 	if req.Previous != nil {
 		for f := range req.Files {
 			if IsInput(f) {
 				inputs = append(inputs, f)
+			} else {
+				s.stray(f)
 			}
 		}
 		sort.Strings(inputs)
 		same := last != nil && len(last) == len(req.Previous) && identity.Map(last, req.Previous)
-		return split{prev: req.Previous, onLast: same, inputs: inputs}
+		s.prev, s.onLast, s.inputs = req.Previous, same, inputs
+		return s
 	}
 	same, owned := last != nil, 0
 	for f, b := range req.Files {
@@ -43,11 +82,16 @@ func (r *Renderer) split(req Request) split {
 		}
 		if IsInput(f) {
 			inputs = append(inputs, f)
+		} else {
+			s.stray(f)
 		}
 	}
 	sort.Strings(inputs)
+	s.inputs = inputs
 	if same && owned == len(last) {
-		return split{prev: last, onLast: true, inputs: inputs}
+		s.prev, s.onLast = last, true
+		return s
 	}
-	return split{prev: req.Files.Owned(), inputs: inputs}
+	s.prev = req.Files.Owned()
+	return s
 }

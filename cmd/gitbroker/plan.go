@@ -11,6 +11,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Output formats.
@@ -50,7 +51,7 @@ the plan to post on the pull request.`,
 			default:
 				return exitf(exitInvalid, "--%s must be %s, %s, %s or %s, got %q", flagOutput, formatText, formatMarkdown, formatJSON, formatYAML, format)
 			}
-			var res *render.Result
+			var res, exitRes *render.Result
 			var err error
 			if ro.remote.Git.URL != "" {
 				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
@@ -58,7 +59,14 @@ the plan to post on the pull request.`,
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), ro.remoteTimeout())
 				defer cancel()
-				res, _, err = ro.remotePlan(ctx)
+				var in *verify.Inputs
+				res, in, err = ro.remotePlan(ctx)
+				if err == nil && ro.Ref != "" {
+					// What the proposed change's own commits would do once merged is for the
+					// reviewer (warnings in the plan); the exit code is render's, for the
+					// writers' refs as they are now.
+					exitRes = &render.Result{Errors: res.Errors, Held: res.Held, Refused: res.Refused, Untrusted: in.Untrusted}
+				}
 			} else {
 				if ro.Ref != "" {
 					return exitf(exitInvalid, "--%s needs --%s", flagRef, gitsync.FlagGit)
@@ -71,13 +79,15 @@ the plan to post on the pull request.`,
 			if err := writePlan(cmd.OutOrStdout(), res.Plan, format); err != nil {
 				return err
 			}
-			if len(res.Errors) > 0 || len(res.Held) > 0 {
-				return inputErrors(cmd, res, true)
+			// The exit code is render's for the same inputs: refused, untrusted or held 1,
+			// invalid 2.
+			if exitRes == nil {
+				exitRes = res
 			}
-			if res.Refused != nil {
-				return &exitError{Code: exitRefused, Err: res.Refused}
+			if exitRes.Refused != nil {
+				return &exitError{Code: exitRefused, Err: exitRes.Refused}
 			}
-			return nil
+			return inputErrors(cmd, exitRes, true)
 		},
 	}
 	o.BindFlags(cmd)

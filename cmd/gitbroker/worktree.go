@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -49,6 +50,10 @@ func readFSWithUnreadable(fsys fs.FS) (render.Tree, map[string]string, error) {
 		}
 		if d.IsDir() {
 			if p == ".git" {
+				return fs.SkipDir
+			}
+			if folder, ok := api.InventoryFolder(p + "/"); ok && folder == p {
+				unreadable[p] = api.InventoryFolderError("")
 				return fs.SkipDir
 			}
 			return nil
