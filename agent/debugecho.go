@@ -8,15 +8,14 @@ import (
 	"os"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/gitbroker/gitbroker/agent/details"
 	"github.com/gitbroker/gitbroker/api"
 )
 
 // Akri's debugEcho names, kept so Configurations and brokers written for
 // Akri work unchanged.
 const (
-	DebugEchoName = "debugEcho"
+	DebugEchoName = details.DebugEcho
 	// DebugEchoDescription is the property each device carries.
 	DebugEchoDescription = "DEBUG_ECHO_DESCRIPTION"
 	// DebugEchoAvailabilityFile is Akri's default availability file.
@@ -37,18 +36,11 @@ type DebugEcho struct {
 	AvailabilityFile string
 }
 
-type debugEchoDetails struct {
-	Descriptions []string `json:"descriptions"`
-}
-
 // Discover implements Handler.
 func (d DebugEcho) Discover(_ context.Context, req Request) ([]api.Device, error) {
-	var details debugEchoDetails
-	if err := yaml.Unmarshal([]byte(req.Details), &details); err != nil {
-		return nil, fmt.Errorf("debugEcho discoveryDetails: %w", err)
-	}
-	if details.Descriptions == nil {
-		return nil, errors.New("debugEcho discoveryDetails: descriptions is required")
+	spec, err := details.ParseDebugEcho(req.Details)
+	if err != nil {
+		return nil, err
 	}
 	if d.AvailabilityFile != "" {
 		b, err := os.ReadFile(d.AvailabilityFile)
@@ -59,8 +51,8 @@ func (d DebugEcho) Discover(_ context.Context, req Request) ([]api.Device, error
 			return []api.Device{}, nil
 		}
 	}
-	devices := make([]api.Device, 0, len(details.Descriptions))
-	for _, desc := range details.Descriptions {
+	devices := make([]api.Device, 0, len(spec.Descriptions))
+	for _, desc := range spec.Descriptions {
 		devices = append(devices, api.Device{
 			ID:         desc,
 			Shared:     d.Shared,

@@ -4,26 +4,23 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/gitbroker/gitbroker/agent/details"
 	"github.com/gitbroker/gitbroker/api"
 )
 
 // Akri's udev names.
 const (
-	UdevName = "udev"
+	UdevName = details.Udev
 	// UdevDevnode and UdevDevpath are the properties of a udev device, as
 	// Akri sets them.
 	UdevDevnode = "UDEV_DEVNODE"
@@ -43,28 +40,13 @@ type Udev struct {
 	Root string
 }
 
-type udevDetails struct {
-	UdevRules      []string `json:"udevRules"`
-	GroupRecursive bool     `json:"groupRecursive,omitempty"`
-}
-
 // Discover implements Handler.
 func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
-	var details udevDetails
-	if err := yaml.UnmarshalStrict([]byte(req.Details), &details); err != nil {
-		return nil, fmt.Errorf("udev discoveryDetails: %w", err)
+	spec, err := details.ParseUdev(req.Details)
+	if err != nil {
+		return nil, err
 	}
-	if details.UdevRules == nil {
-		return nil, errors.New("udev discoveryDetails: udevRules is required")
-	}
-	rules := make([][]udevFilter, len(details.UdevRules))
-	for i, r := range details.UdevRules {
-		f, err := parseUdevRule(r)
-		if err != nil {
-			return nil, fmt.Errorf("udev discoveryDetails: udevRules[%d]: %w", i, err)
-		}
-		rules[i] = f
-	}
+	rules := spec.Rules
 	db, err := scanSysfs(u.root())
 	if err != nil {
 		return nil, err
@@ -84,7 +66,7 @@ func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
 	paths := slices.Sorted(maps.Keys(matched))
 	for _, path := range paths {
 		id := path
-		if details.GroupRecursive {
+		if spec.GroupRecursive {
 			for _, other := range paths {
 				if strings.HasPrefix(path, other+"/") && len(other) < len(id) {
 					id = other
@@ -101,7 +83,7 @@ func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
 				continue
 			}
 			key := UdevDevnode
-			if details.GroupRecursive {
+			if spec.GroupRecursive {
 				key = fmt.Sprintf("%s_%d", UdevDevnode, i)
 			}
 			dev.Properties[key] = d.devnode
@@ -119,96 +101,9 @@ func (u Udev) root() string {
 	return u.Root
 }
 
-// udevFilter is one match key of a rule.
-type udevFilter struct {
-	field  string // KERNEL, ATTR, ...
-	attr   string // the {…} part
-	negate bool
-	match  *regexp.Regexp
-}
-
-var (
-	udevKeyRe = regexp.MustCompile(`^\s*([A-Z]+)(?:\{([^}]*)\})?\s*(==|!=|\+=|-=|:=|=)\s*"([^"]*)"\s*(?:,|$)`)
-	// udevFields lists the match keys and whether they take {attr}.
-	udevFields = map[string]bool{
-		"DEVPATH": false, "KERNEL": false, "KERNELS": false, "SUBSYSTEM": false, "SUBSYSTEMS": false,
-		"DRIVER": false, "DRIVERS": false, "TAG": false, "TAGS": false,
-		"ATTR": true, "ATTRS": true, "ENV": true,
-	}
-)
-
-// parseUdevRule parses one udev rule into its match keys. Assignment keys
-// and operators are refused, as Akri does: discovery only matches.
-func parseUdevRule(rule string) ([]udevFilter, error) {
-	rest := strings.TrimSpace(rule)
-	if rest == "" {
-		return nil, errors.New("empty udev rule")
-	}
-	var out []udevFilter
-	for rest != "" {
-		m := udevKeyRe.FindStringSubmatch(rest)
-		if m == nil {
-			return nil, fmt.Errorf("cannot parse udev rule %q near %q: expected KEY==\"value\" or KEY!=\"value\"", rule, rest)
-		}
-		field, attr, op, value := m[1], m[2], m[3], m[4]
-		takesAttr, known := udevFields[field]
-		switch {
-		case !known:
-			return nil, fmt.Errorf("udev rule %q: unsupported field %s (supported: DEVPATH, KERNEL, KERNELS, SUBSYSTEM, SUBSYSTEMS, DRIVER, DRIVERS, TAG, TAGS, ATTR{…}, ATTRS{…}, ENV{…})", rule, field)
-		case takesAttr && attr == "":
-			return nil, fmt.Errorf("udev rule %q: %s needs a {name}", rule, field)
-		case !takesAttr && strings.Contains(m[0][:strings.Index(m[0], op)], "{"):
-			return nil, fmt.Errorf("udev rule %q: %s takes no {name}", rule, field)
-		case op != "==" && op != "!=":
-			return nil, fmt.Errorf("udev rule %q: %s%s is an assignment; discovery rules only match with == or !=", rule, field, op)
-		}
-		re, err := globRegexp(value)
-		if err != nil {
-			return nil, fmt.Errorf("udev rule %q: pattern %q: %w", rule, value, err)
-		}
-		out = append(out, udevFilter{field: field, attr: attr, negate: op == "!=", match: re})
-		rest = strings.TrimSpace(rest[len(m[0]):])
-	}
-	return out, nil
-}
-
-// globRegexp turns a udev pattern (*, ?, [...], alternatives with |) into
-// an anchored regular expression. Unlike shell globs, * crosses "/", as in
-// udev.
-func globRegexp(pattern string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString("^(?:")
-	for i := 0; i < len(pattern); i++ {
-		c := pattern[i]
-		switch c {
-		case '*':
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		case '|':
-			b.WriteString("|")
-		case '[':
-			end := strings.IndexByte(pattern[i+1:], ']')
-			if end < 0 {
-				return nil, errors.New("unclosed [")
-			}
-			class := pattern[i+1 : i+1+end]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += end + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString(")$")
-	return regexp.Compile(b.String())
-}
-
-func matchAll(db *udevDB, d *udevDevice, filters []udevFilter) bool {
+func matchAll(db *udevDB, d *udevDevice, filters []details.UdevMatch) bool {
 	for _, f := range filters {
-		if matchOne(db, d, f) == f.negate {
+		if matchOne(db, d, f) == f.Negate {
 			return false
 		}
 	}
@@ -216,34 +111,34 @@ func matchAll(db *udevDB, d *udevDevice, filters []udevFilter) bool {
 }
 
 // matchOne reports whether the key matches; the caller applies negation.
-func matchOne(db *udevDB, d *udevDevice, f udevFilter) bool {
+func matchOne(db *udevDB, d *udevDevice, f details.UdevMatch) bool {
 	self := func(dev *udevDevice) bool {
-		switch f.field {
+		switch f.Field {
 		case "DEVPATH":
-			return f.match.MatchString(dev.devpath)
+			return f.Pattern.MatchString(dev.devpath)
 		case "KERNEL", "KERNELS":
-			return f.match.MatchString(dev.sysname)
+			return f.Pattern.MatchString(dev.sysname)
 		case "SUBSYSTEM", "SUBSYSTEMS":
-			return f.match.MatchString(dev.subsystem)
+			return f.Pattern.MatchString(dev.subsystem)
 		case "DRIVER", "DRIVERS":
-			return dev.driver != "" && f.match.MatchString(dev.driver)
+			return dev.driver != "" && f.Pattern.MatchString(dev.driver)
 		case "TAG", "TAGS":
 			for _, t := range dev.tags {
-				if f.match.MatchString(t) {
+				if f.Pattern.MatchString(t) {
 					return true
 				}
 			}
 			return false
 		case "ATTR", "ATTRS":
-			v, ok := dev.attr(f.attr)
-			return ok && f.match.MatchString(v)
+			v, ok := dev.attr(f.Attr)
+			return ok && f.Pattern.MatchString(v)
 		case "ENV":
 			// An unset property compares as empty, as in udev.
-			return f.match.MatchString(dev.env[f.attr])
+			return f.Pattern.MatchString(dev.env[f.Attr])
 		}
 		return false
 	}
-	switch f.field {
+	switch f.Field {
 	case "KERNELS", "SUBSYSTEMS", "DRIVERS", "ATTRS", "TAGS":
 		for dev := d; dev != nil; dev = db.parent(dev) {
 			if self(dev) {

@@ -220,6 +220,7 @@ type ResolvedSettings struct {
 	MaxDeletionPercent  int
 	DeletionAllowance   int
 	MaxObjectsPerFolder int
+	DiscoveryHandlers   []string
 	Flux                FluxSettings
 	Recorder            RecorderSettings
 	Templates           TemplateSettings
@@ -308,6 +309,12 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		}
 		r.DeletionAllowance = int(*v)
 	}
+	for i, h := range s.Spec.DiscoveryHandlers {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " \t/") {
+			errs = append(errs, d.Errorf(fmt.Sprintf("spec.discoveryHandlers[%d]", i), "%q is not a discovery handler name", h))
+		}
+	}
+	r.DiscoveryHandlers = s.Spec.DiscoveryHandlers
 	if v := s.Spec.MaxObjectsPerFolder; v != nil {
 		if *v < 1 {
 			errs = append(errs, d.Errorf("spec.maxObjectsPerFolder", "must be at least 1, got %d", *v))

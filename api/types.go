@@ -248,6 +248,10 @@ type SettingsSpec struct {
 	DeletionAllowance *int32 `json:"deletionAllowance,omitempty"`
 	// MaxObjectsPerFolder makes plan warn about folders that build slowly in kustomize.
 	MaxObjectsPerFolder *int32 `json:"maxObjectsPerFolder,omitempty"`
+	// DiscoveryHandlers names the discovery handlers deployed in the fleet beside the agent's
+	// own (udev, debugEcho) and Akri's (onvif, opcua), so plan warns about a Configuration
+	// naming none of them (a typo no agent would ever serve).
+	DiscoveryHandlers []string `json:"discoveryHandlers,omitempty"`
 	// Flux configures the Kustomizations written to rendered/flux/.
 	Flux FluxSettings `json:"flux,omitempty"`
 	// Recorder names the recorder's ServiceAccount, which the rendered broker namespaces let read

@@ -61,6 +61,7 @@ func (p *pass) loadConfigurations() {
 		fileErrs[f] = errs
 	}
 	p.checkAfter(files, parsedFiles, definers, fileErrs, invalid)
+	p.checkDiscovery(files, parsedFiles, fileErrs)
 	for _, f := range files {
 		parsed := parsedFiles[f]
 		if errs := fileErrs[f]; len(errs) > 0 {
@@ -89,6 +90,15 @@ func (p *pass) loadConfigurations() {
 		}
 		if len(kept) > 0 {
 			p.configFiles[f] = kept
+		}
+	}
+	p.discovery = map[string]string{}
+	for k, c := range p.configs {
+		p.discovery[k] = discoveryDigest(c)
+	}
+	for k := range p.frozenConfigs {
+		if d, ok := p.prevMeta.Discovery[k]; ok {
+			p.discovery[k] = d
 		}
 	}
 }
@@ -178,6 +188,10 @@ func (p *pass) planConfigurations() {
 		case old != is[k]:
 			cp := p.plan.config(ns, name, "")
 			cp.Notes = append(cp.Notes, fmt.Sprintf("now defined in %s (was %s)", is[k], old))
+		}
+		if was, ok := p.prevMeta.Discovery[k]; ok && was != p.discovery[k] {
+			cp := p.plan.config(ns, name, "")
+			cp.Notes = append(cp.Notes, "discoveryHandler changed: brokers will be replaced once agents rediscover (devices the new handler, details or properties no longer find lose theirs; new ones get brokers)")
 		}
 	}
 	for _, k := range sortedKeys(was) {

@@ -26,6 +26,9 @@ type Metadata struct {
 	// ConfigurationFiles maps each Configuration file to the Configurations it defined, so an
 	// invalid file can keep exactly what it rendered before.
 	ConfigurationFiles map[string][]string `json:"configurationFiles,omitempty"`
+	// Discovery digests what each Configuration asks the agents to discover, so the next plan
+	// can say a change to it replaces brokers once the agents rediscover.
+	Discovery map[string]string `json:"discovery,omitempty"`
 	// Writers are the writer refs' tips the inputs were accepted from, by ref; a later tip must
 	// descend from its ref's entry here.
 	Writers map[string]string `json:"writers,omitempty"`
@@ -58,6 +61,9 @@ func wroteMetadata(data []byte, m Metadata) {
 	}
 	if len(m.Writers) == 0 {
 		m.Writers = nil
+	}
+	if len(m.Discovery) == 0 {
+		m.Discovery = nil
 	}
 	lastMetadata.Lock()
 	defer lastMetadata.Unlock()
@@ -121,7 +127,8 @@ func (p *pass) writeMetadata() {
 		writers = p.prevMeta.Writers
 	}
 	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
-	if hadPrev && sameFiles && sameWriters && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
+	sameDiscovery := maps.Equal(p.prevMeta.Discovery, p.discovery)
+	if hadPrev && sameFiles && sameWriters && sameDiscovery && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
 		p.out[MetadataPath] = prevData
 		return
 	}
@@ -131,6 +138,7 @@ func (p *pass) writeMetadata() {
 		SourceCommit:       p.req.SourceCommit,
 		InputsDigest:       p.digest,
 		ConfigurationFiles: p.configFiles,
+		Discovery:          p.discovery,
 		Writers:            writers,
 	}
 	p.out[MetadataPath] = yamlcodec.Marshal(m)

@@ -51,8 +51,10 @@ type loaded struct {
 	settings api.ResolvedSettings
 	prevMeta Metadata
 
-	configs       map[string]*api.ParsedConfiguration // valid, by namespace/name
-	configFiles   map[string][]string
+	configs     map[string]*api.ParsedConfiguration // valid, by namespace/name
+	configFiles map[string][]string
+	// discovery digests what each Configuration asks the agents to discover (discoveryDigest).
+	discovery     map[string]string
 	frozenConfigs map[string]bool
 	frozenNodes   map[string]bool
 	invs          []*api.ParsedInventory

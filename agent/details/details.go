@@ -1,0 +1,179 @@
+// Package details parses the discoveryDetails of the agent's built-in discovery handlers (udev
+// and debugEcho). The agent discovers with what it returns, and the renderer refuses at review,
+// with the same parser, what the agent would refuse on every node.
+package details
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The built-in handlers' names, as Akri spells them.
+const (
+	Udev      = "udev"
+	DebugEcho = "debugEcho"
+)
+
+// Akri's own handler containers, which register over its gRPC protocol.
+const (
+	ONVIF = "onvif"
+	OPCUA = "opcua"
+)
+
+// Builtin reports whether the agent itself implements the handler name.
+func Builtin(name string) bool { return name == Udev || name == DebugEcho }
+
+// Check parses details as the built-in handler name does; for any other handler it returns nil:
+// its own container parses them.
+func Check(name, details string) error {
+	var err error
+	switch name {
+	case Udev:
+		_, err = ParseUdev(details)
+	case DebugEcho:
+		_, err = ParseDebugEcho(details)
+	}
+	return err
+}
+
+// DebugEchoDetails are debugEcho's discoveryDetails: each description is a device.
+type DebugEchoDetails struct {
+	Descriptions []string `json:"descriptions"`
+}
+
+// ParseDebugEcho reads debugEcho's discoveryDetails.
+func ParseDebugEcho(details string) (*DebugEchoDetails, error) {
+	var d DebugEchoDetails
+	if err := yaml.Unmarshal([]byte(details), &d); err != nil {
+		return nil, fmt.Errorf("debugEcho discoveryDetails: %w", err)
+	}
+	if d.Descriptions == nil {
+		return nil, errors.New("debugEcho discoveryDetails: descriptions is required")
+	}
+	return &d, nil
+}
+
+// UdevDetails are udev's discoveryDetails: a device matching any rule is discovered.
+type UdevDetails struct {
+	Rules [][]UdevMatch
+	// GroupRecursive groups matched devices under their top-most matched ancestor, as Akri's
+	// groupRecursive does.
+	GroupRecursive bool
+}
+
+// UdevMatch is one match key of a udev rule, such as KERNEL=="video*" or ATTRS{idVendor}!="046d".
+type UdevMatch struct {
+	Field   string // KERNEL, ATTR, ...
+	Attr    string // the {…} part
+	Negate  bool
+	Pattern *regexp.Regexp
+}
+
+type udevDetails struct {
+	UdevRules      []string `json:"udevRules"`
+	GroupRecursive bool     `json:"groupRecursive,omitempty"`
+}
+
+// ParseUdev reads udev's discoveryDetails: udevRules, each a udev rule of match keys (KERNEL,
+// SUBSYSTEM, DRIVER, DEVPATH, TAG, ATTR{…}, ENV{…} and the parent-walking KERNELS, SUBSYSTEMS,
+// DRIVERS, ATTRS{…}, TAGS, with == or != and glob patterns).
+func ParseUdev(details string) (*UdevDetails, error) {
+	var raw udevDetails
+	if err := yaml.UnmarshalStrict([]byte(details), &raw); err != nil {
+		return nil, fmt.Errorf("udev discoveryDetails: %w", err)
+	}
+	if raw.UdevRules == nil {
+		return nil, errors.New("udev discoveryDetails: udevRules is required")
+	}
+	d := &UdevDetails{Rules: make([][]UdevMatch, len(raw.UdevRules)), GroupRecursive: raw.GroupRecursive}
+	for i, r := range raw.UdevRules {
+		m, err := parseUdevRule(r)
+		if err != nil {
+			return nil, fmt.Errorf("udev discoveryDetails: udevRules[%d]: %w", i, err)
+		}
+		d.Rules[i] = m
+	}
+	return d, nil
+}
+
+var (
+	udevKeyRe = regexp.MustCompile(`^\s*([A-Z]+)(?:\{([^}]*)\})?\s*(==|!=|\+=|-=|:=|=)\s*"([^"]*)"\s*(?:,|$)`)
+	// udevFields lists the match keys and whether they take {attr}.
+	udevFields = map[string]bool{
+		"DEVPATH": false, "KERNEL": false, "KERNELS": false, "SUBSYSTEM": false, "SUBSYSTEMS": false,
+		"DRIVER": false, "DRIVERS": false, "TAG": false, "TAGS": false,
+		"ATTR": true, "ATTRS": true, "ENV": true,
+	}
+)
+
+// parseUdevRule parses one udev rule into its match keys. Assignment keys and operators are
+// refused, as Akri does: discovery only matches.
+func parseUdevRule(rule string) ([]UdevMatch, error) {
+	rest := strings.TrimSpace(rule)
+	if rest == "" {
+		return nil, errors.New("empty udev rule")
+	}
+	var out []UdevMatch
+	for rest != "" {
+		m := udevKeyRe.FindStringSubmatch(rest)
+		if m == nil {
+			return nil, fmt.Errorf("cannot parse udev rule %q near %q: expected KEY==\"value\" or KEY!=\"value\"", rule, rest)
+		}
+		field, attr, op, value := m[1], m[2], m[3], m[4]
+		takesAttr, known := udevFields[field]
+		switch {
+		case !known:
+			return nil, fmt.Errorf("udev rule %q: unsupported field %s (supported: DEVPATH, KERNEL, KERNELS, SUBSYSTEM, SUBSYSTEMS, DRIVER, DRIVERS, TAG, TAGS, ATTR{…}, ATTRS{…}, ENV{…})", rule, field)
+		case takesAttr && attr == "":
+			return nil, fmt.Errorf("udev rule %q: %s needs a {name}", rule, field)
+		case !takesAttr && strings.Contains(m[0][:strings.Index(m[0], op)], "{"):
+			return nil, fmt.Errorf("udev rule %q: %s takes no {name}", rule, field)
+		case op != "==" && op != "!=":
+			return nil, fmt.Errorf("udev rule %q: %s%s is an assignment; discovery rules only match with == or !=", rule, field, op)
+		}
+		re, err := globRegexp(value)
+		if err != nil {
+			return nil, fmt.Errorf("udev rule %q: pattern %q: %w", rule, value, err)
+		}
+		out = append(out, UdevMatch{Field: field, Attr: attr, Negate: op == "!=", Pattern: re})
+		rest = strings.TrimSpace(rest[len(m[0]):])
+	}
+	return out, nil
+}
+
+// globRegexp turns a udev pattern (*, ?, [...], alternatives with |) into an anchored regular
+// expression. Unlike shell globs, * crosses "/", as in udev.
+func globRegexp(pattern string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString("^(?:")
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		switch c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '|':
+			b.WriteString("|")
+		case '[':
+			end := strings.IndexByte(pattern[i+1:], ']')
+			if end < 0 {
+				return nil, errors.New("unclosed [")
+			}
+			class := pattern[i+1 : i+1+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
+			i += end + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(")$")
+	return regexp.Compile(b.String())
+}
