@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,8 +87,16 @@ func leaves(doc []byte) map[string]string {
 			if len(v) == 0 {
 				out[path] = "[]"
 			}
+			names := listNames(v)
 			for i, x := range v {
-				walk(fmt.Sprintf("%s[%d]", path, i), x)
+				if names != nil {
+					// Keyed by its name, the element's name field says nothing more.
+					m := maps.Clone(x.(map[string]any))
+					delete(m, "name") // {name: X} alone is still one leaf, "{}"
+					walk(fmt.Sprintf("%s[name=%s]", path, names[i]), m)
+				} else {
+					walk(fmt.Sprintf("%s[%d]", path, i), x)
+				}
 			}
 		default:
 			b, _ := json.Marshal(v)
@@ -96,6 +105,27 @@ func leaves(doc []byte) map[string]string {
 	}
 	walk("", v)
 	return out
+}
+
+// listNames returns the names of a list's elements when each is a mapping with a name of its
+// own (containers, env, ports, volumes), so a change reads "env[name=VERSION].value: 4 → 5" and an
+// entry added in the middle does not shift every later one; nil otherwise.
+func listNames(list []any) []string {
+	names := make([]string, len(list))
+	seen := map[string]bool{}
+	for i, x := range list {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return nil
+		}
+		n, ok := m["name"].(string)
+		if !ok || n == "" || seen[n] {
+			return nil
+		}
+		seen[n] = true
+		names[i] = n
+	}
+	return names
 }
 
 func short(v string) string {
