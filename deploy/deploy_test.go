@@ -238,7 +238,7 @@ func podConfiguration(name string) []byte {
 kind: Configuration
 metadata: {name: ` + name + `}
 spec:
-  discoveryHandler: {name: debugEcho}
+  discoveryHandler: {name: debugEcho, discoveryDetails: "descriptions: [a]"}
   brokerSpec:
     brokerPodSpec:
       containers: [{name: b, image: busybox}]

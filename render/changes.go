@@ -60,12 +60,13 @@ func (p *pass) planNamespace(f string) {
 	ch := Change{Kind: "Namespace", Name: strings.TrimSuffix(name, ".yaml")}
 	switch {
 	case p.prev[f] == nil:
-		ch.Action, ch.Reason = Created, "with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends; never pruned"
+		ch.Action, ch.Reason = Rendered, "applied with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends (created if it does not exist; never pruned)"
 	case p.out[f] == nil:
-		ch.Action, ch.Reason = Removed, "no longer rendered; it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
+		ch.Action, ch.Reason = Unrendered, "it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
 	default:
 		ch.Action = Updated
 	}
+	p.plan.plan.count(ch.Kind, ch.Action)
 	p.plan.plan.Namespaces = append(p.plan.plan.Namespaces, ch)
 }
 

@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 )
@@ -17,6 +16,10 @@ const (
 	Kept     = "kept"
 	Created  = "created"
 	Updated  = "updated"
+	// Rendered and Unrendered are for broker namespaces: a rendered Namespace may exist
+	// already (Flux creates it only if missing), and one no longer rendered stays.
+	Rendered   = "rendered"
+	Unrendered = "no longer rendered"
 )
 
 // Plan is what a render changes, per Configuration and instance.
@@ -80,16 +83,20 @@ type Summary struct {
 	ServicesCreated       int `json:"servicesCreated"`
 	ServicesUpdated       int `json:"servicesUpdated"`
 	ServicesRemove        int `json:"servicesRemoved"`
-	FluxChanged           int `json:"fluxKustomizationsChanged"`
+	FluxCreated           int `json:"fluxKustomizationsCreated"`
+	FluxUpdated           int `json:"fluxKustomizationsUpdated"`
+	FluxRemoved           int `json:"fluxKustomizationsRemoved"`
 	ConfigurationsAdded   int `json:"configurationsAdded"`
 	ConfigurationsRemoved int `json:"configurationsRemoved"`
+	NamespacesRendered    int `json:"namespacesRendered"`
+	NamespacesUnrendered  int `json:"namespacesNoLongerRendered"`
 }
 
 // Empty reports whether the plan changes nothing.
 func (s Summary) Empty() bool {
 	return s.PodsStarted+s.PodsReplaced+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
-		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxChanged+
-		s.ConfigurationsAdded+s.ConfigurationsRemoved == 0
+		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxCreated+s.FluxUpdated+s.FluxRemoved+
+		s.ConfigurationsAdded+s.ConfigurationsRemoved+s.NamespacesRendered+s.NamespacesUnrendered == 0
 }
 
 func (p *Plan) count(kind, action string) {
@@ -117,8 +124,16 @@ func (p *Plan) count(kind, action string) {
 		s.ServicesUpdated++
 	case "Service " + Removed:
 		s.ServicesRemove++
-	case "Kustomization " + Created, "Kustomization " + Updated, "Kustomization " + Removed:
-		s.FluxChanged++
+	case "Kustomization " + Created:
+		s.FluxCreated++
+	case "Kustomization " + Updated:
+		s.FluxUpdated++
+	case "Kustomization " + Removed:
+		s.FluxRemoved++
+	case "Namespace " + Rendered:
+		s.NamespacesRendered++
+	case "Namespace " + Unrendered:
+		s.NamespacesUnrendered++
 	case "Configuration " + Created:
 		s.ConfigurationsAdded++
 	case "Configuration " + Removed:
@@ -227,89 +242,6 @@ func sortChanges(cs []Change) {
 	})
 }
 
-var actionSigns = map[string]string{Started: "+", Created: "+", Replaced: "~", Updated: "~", Removed: "-", Retired: ">", Held: "=", Kept: "="}
-
-// WriteText writes the plan for a terminal.
-func (p *Plan) WriteText(w io.Writer) {
-	if p.Refused != "" {
-		fmt.Fprintf(w, "REFUSED: %s\n\n", p.Refused)
-	}
-	if len(p.Configurations) == 0 && len(p.Namespaces) == 0 {
-		fmt.Fprintln(w, "No changes.")
-	}
-	for _, ch := range p.Namespaces {
-		writeChangeText(w, "", ch)
-	}
-	for _, c := range p.Configurations {
-		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
-		for _, n := range c.Notes {
-			fmt.Fprintf(w, "  note: %s\n", printable(n))
-		}
-		for _, ch := range c.Changes {
-			writeChangeText(w, "  ", ch)
-		}
-		for _, ip := range c.Instances {
-			fmt.Fprintf(w, "  instance %s%s\n", ip.Name, instanceDetail(ip, printable))
-			for _, ch := range ip.Changes {
-				writeChangeText(w, "    ", ch)
-			}
-		}
-	}
-	// Reported text (device ids in errors, Job failure messages) is quoted when it holds
-	// control characters, so it cannot forge lines of the plan or of a commit message.
-	for _, e := range p.Errors {
-		fmt.Fprintf(w, "error: %s\n", printable(e))
-	}
-	for _, warn := range p.Warnings {
-		fmt.Fprintf(w, "warning: %s\n", printable(warn))
-	}
-	for _, u := range p.Untrusted {
-		fmt.Fprintf(w, "untrusted: %s\n", printable(u))
-	}
-	if p.Trust != "" {
-		fmt.Fprintf(w, "Inputs: %s\n", printable(p.Trust))
-	}
-	fmt.Fprintf(w, "Summary: %s\n", p.Summary.text())
-}
-
-func writeChangeText(w io.Writer, indent string, ch Change) {
-	fmt.Fprintf(w, "%s%s %s %s %s", indent, actionSigns[ch.Action], ch.Kind, ch.Name, ch.Action)
-	if ch.Reason != "" {
-		fmt.Fprintf(w, ": %s", printable(ch.Reason))
-	}
-	fmt.Fprintln(w)
-}
-
-func brokerText(b string) string {
-	switch b {
-	case "Pod":
-		return "Pod broker"
-	case "Job":
-		return "Job broker"
-	case "deleted":
-		return "deleted"
-	case "invalid":
-		return "invalid, previous output kept"
-	}
-	return "no broker"
-}
-
-// instanceDetail writes the instance's device and nodes; the device id is what a node reported,
-// so it passes through escape (printable for text, mdText for markdown).
-func instanceDetail(ip *InstancePlan, escape func(string) string) string {
-	var parts []string
-	if ip.DeviceID != "" {
-		parts = append(parts, "device "+escape(ip.DeviceID))
-	}
-	if len(ip.Nodes) > 0 {
-		parts = append(parts, "nodes "+strings.Join(ip.Nodes, ", "))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, "; ") + ")"
-}
-
 func (s Summary) text() string {
 	type item struct {
 		n          int
@@ -320,8 +252,10 @@ func (s Summary) text() string {
 		{s.PodsHeld, "Pod", "held"}, {s.JobsStarted, "Job", "started"}, {s.JobsHeld, "Job", "held"},
 		{s.JobsRetired, "Job", "retired to history"}, {s.JobsKept, "Job", "kept until recorded"},
 		{s.ServicesCreated, "Service", "created"}, {s.ServicesUpdated, "Service", "updated"},
-		{s.ServicesRemove, "Service", "removed"}, {s.FluxChanged, "Flux Kustomization", "changed"},
+		{s.ServicesRemove, "Service", "removed"}, {s.FluxCreated, "Flux Kustomization", "created"},
+		{s.FluxUpdated, "Flux Kustomization", "updated"}, {s.FluxRemoved, "Flux Kustomization", "removed"},
 		{s.ConfigurationsAdded, "Configuration", "added"}, {s.ConfigurationsRemoved, "Configuration", "removed"},
+		{s.NamespacesRendered, "broker Namespace", "rendered"}, {s.NamespacesUnrendered, "broker Namespace", "no longer rendered"},
 	}
 	var parts []string
 	for _, it := range items {
@@ -335,97 +269,6 @@ func (s Summary) text() string {
 		return "nothing to change"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// WriteMarkdown writes the plan as a pull request body section.
-func (p *Plan) WriteMarkdown(w io.Writer) {
-	if p.Refused != "" {
-		fmt.Fprintf(w, "> **Refused:** %s\n\n", p.Refused)
-	}
-	fmt.Fprintf(w, "**Summary:** %s\n\n", p.Summary.text())
-	if p.Trust != "" {
-		fmt.Fprintf(w, "**Inputs:** %s\n\n", mdText(p.Trust))
-	}
-	for _, ch := range p.Namespaces {
-		writeChangeMarkdown(w, "", ch)
-	}
-	if len(p.Namespaces) > 0 {
-		fmt.Fprintln(w)
-	}
-	writeConfigurationTable(w, p.Configurations)
-	for _, c := range p.Configurations {
-		fmt.Fprintf(w, "### `%s/%s`\n\n", c.Namespace, c.Name)
-		for _, n := range c.Notes {
-			fmt.Fprintf(w, "- note: %s\n", mdText(n))
-		}
-		for _, ch := range c.Changes {
-			writeChangeMarkdown(w, "", ch)
-		}
-		for _, ip := range c.Instances {
-			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetail(ip, mdText))
-			for _, ch := range ip.Changes {
-				writeChangeMarkdown(w, "  ", ch)
-			}
-		}
-		fmt.Fprintln(w)
-	}
-	writeListMarkdown(w, "Invalid inputs (their previous output is kept)", p.Errors, mdCode)
-	writeListMarkdown(w, "Untrusted inputs (not rendered; each writer's previous part is kept)", p.Untrusted, mdCode)
-	writeListMarkdown(w, "Warnings", p.Warnings, mdText)
-}
-
-// writeConfigurationTable writes the table of changes by Configuration.
-func writeConfigurationTable(w io.Writer, configurations []*ConfigurationPlan) {
-	if len(configurations) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "| Configuration | Broker | Started | Replaced | Removed | Held | Retired |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
-	for _, c := range configurations {
-		var n [5]int
-		tally := func(chs []Change) {
-			for _, ch := range chs {
-				switch ch.Action {
-				case Started, Created:
-					n[0]++
-				case Replaced, Updated:
-					n[1]++
-				case Removed:
-					n[2]++
-				case Held:
-					n[3]++
-				case Retired:
-					n[4]++
-				}
-			}
-		}
-		tally(c.Changes)
-		for _, ip := range c.Instances {
-			tally(ip.Changes)
-		}
-		fmt.Fprintf(w, "| `%s/%s` | %s | %d | %d | %d | %d | %d |\n", c.Namespace, c.Name, brokerText(c.Broker), n[0], n[1], n[2], n[3], n[4])
-	}
-	fmt.Fprintln(w)
-}
-
-// writeListMarkdown writes a titled list, when it has items.
-func writeListMarkdown(w io.Writer, title string, items []string, escape func(string) string) {
-	if len(items) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "#### %s\n\n", title)
-	for _, item := range items {
-		fmt.Fprintf(w, "- %s\n", escape(item))
-	}
-	fmt.Fprintln(w)
-}
-
-func writeChangeMarkdown(w io.Writer, indent string, ch Change) {
-	fmt.Fprintf(w, "%s- %s `%s` **%s**", indent, ch.Kind, ch.Name, ch.Action)
-	if ch.Reason != "" {
-		fmt.Fprintf(w, ": %s", mdText(ch.Reason))
-	}
-	fmt.Fprintln(w)
 }
 
 // String is the summary as one line, such as "2 Pods started, 1 Job held".

@@ -232,7 +232,7 @@ func TestPlanFormats(t *testing.T) {
 	require.NoError(t, writeAll(dir, tree))
 	code, stdout, _ := gitbroker(t, "plan", "--dir", dir, "--format", "markdown")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker | 7 |")
+	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker | 3 started | – | 3 created | 1 created |")
 	require.Contains(t, stdout, "- Job `plc-firmware-84beef-083a2d022a-job` **started**")
 	require.Empty(t, owned(t, dir), "plan writes nothing")
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
-	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Output formats.
@@ -51,7 +50,7 @@ the plan to post on the pull request.`,
 			default:
 				return exitf(exitInvalid, "--%s must be %s, %s, %s or %s, got %q", flagOutput, formatText, formatMarkdown, formatJSON, formatYAML, format)
 			}
-			var res, exitRes *render.Result
+			var res *render.Result
 			var err error
 			if ro.remote.Git.URL != "" {
 				if cmd.Flags().Changed(flagDir) || cmd.Flags().Changed(flagSourceCommit) {
@@ -59,14 +58,7 @@ the plan to post on the pull request.`,
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), ro.remoteTimeout())
 				defer cancel()
-				var in *verify.Inputs
-				res, in, err = ro.remotePlan(ctx)
-				if err == nil && ro.Ref != "" {
-					// What the proposed change's own commits would do once merged is for the
-					// reviewer (warnings in the plan); the exit code is render's, for the
-					// writers' refs as they are now.
-					exitRes = &render.Result{Errors: res.Errors, Held: res.Held, Refused: res.Refused, Untrusted: in.Untrusted}
-				}
+				res, _, err = ro.remotePlan(ctx)
 			} else {
 				if ro.Ref != "" {
 					return exitf(exitInvalid, "--%s needs --%s", flagRef, gitsync.FlagGit)
@@ -80,14 +72,12 @@ the plan to post on the pull request.`,
 				return err
 			}
 			// The exit code is render's for the same inputs: refused, untrusted or held 1,
-			// invalid 2.
-			if exitRes == nil {
-				exitRes = res
+			// invalid 2. (With --ref, what the proposed change's own commits would do is a
+			// warning for the reviewer.)
+			if res.Refused != nil {
+				return &exitError{Code: exitRefused, Err: res.Refused}
 			}
-			if exitRes.Refused != nil {
-				return &exitError{Code: exitRefused, Err: exitRes.Refused}
-			}
-			return inputErrors(cmd, exitRes, true)
+			return inputErrors(cmd, res, true)
 		},
 	}
 	o.BindFlags(cmd)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,8 +73,11 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	// On top of what the renderer would render now: its own last output, known as such.
 	req.Files, req.Previous, req.SourceCommit = tree, target.Files, proposed.Commit()
 	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust
-	req.Untrusted = append(slices.Clip(req.Untrusted), warnings...)
-	return r.Render(req), in, nil
+	// What the proposed change's own commits would do once merged is a warning for the
+	// reviewer, not an input refused now.
+	res := r.Render(req)
+	res.Plan.Warnings = append(res.Plan.Warnings, warnings...)
+	return res, in, nil
 }
 
 // maxProposedWalk bounds the commits of a proposed change and of the branch searched for
