@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 )
 
@@ -62,6 +63,22 @@ func ParseKeyRing(files map[string][]byte) (*KeyRing, error) {
 	return k, nil
 }
 
+// signatureTime is when an armored detached OpenPGP signature says it was made.
+func signatureTime(armored []byte) (time.Time, bool) {
+	block, err := armor.Decode(bytes.NewReader(armored))
+	if err != nil {
+		return time.Time{}, false
+	}
+	p, err := packet.Read(block.Body)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if sig, ok := p.(*packet.Signature); ok {
+		return sig.CreationTime, true
+	}
+	return time.Time{}, false
+}
+
 // Empty reports whether the key ring holds no key.
 func (k *KeyRing) Empty() bool { return k == nil || len(k.entities) == 0 }
 
@@ -70,6 +87,13 @@ func (k *KeyRing) Empty() bool { return k == nil || len(k.entities) == 0 }
 func (k *KeyRing) Verify(payload, armored []byte, when time.Time) (string, error) {
 	if k.Empty() {
 		return "", fmt.Errorf("an OpenPGP signature, and .gitbroker/trusted-keys/ holds no key")
+	}
+	// git takes the commit's time, then the signer signs: the signature may be made seconds
+	// later (a hardware key waits for a touch), and go-crypto takes a signature made after the
+	// time it checks at for expired. The key is checked when the signature was made, which is
+	// no less trustworthy than the commit's time: the signer chose both.
+	if made, ok := signatureTime(armored); ok && made.After(when) {
+		when = made
 	}
 	cfg := &packet.Config{Time: func() time.Time { return when }}
 	e, err := openpgp.CheckArmoredDetachedSignature(k.entities, bytes.NewReader(payload), bytes.NewReader(armored), cfg)

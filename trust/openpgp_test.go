@@ -7,6 +7,7 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,6 +48,15 @@ func TestKeyRing(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, who, "noreply@github.com")
 	require.Contains(t, who, "github.asc")
+
+	// git takes the commit's time, then the signer signs, a second or a touch of a hardware
+	// key later: a signature made after the commit's time verifies (it was refused as
+	// "signature expired", which made the quick start test flaky under load).
+	var late bytes.Buffer
+	commitTime := time.Now()
+	require.NoError(t, openpgp.ArmoredDetachSign(&late, host, bytes.NewReader(payload), &packet.Config{Time: func() time.Time { return commitTime.Add(3 * time.Second) }}))
+	_, err = k.Verify(payload, late.Bytes(), commitTime)
+	require.NoError(t, err)
 
 	_, err = k.Verify(append([]byte("x"), payload...), sig, time.Now())
 	require.Error(t, err, "a changed payload")

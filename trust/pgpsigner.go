@@ -118,6 +118,9 @@ func (s *OpenPGPSigner) Verifies(payload, armored []byte, when time.Time) bool {
 	if !IsOpenPGP(armored) {
 		return false
 	}
+	if made, ok := signatureTime(armored); ok && made.After(when) {
+		when = made // signed after the commit's time was taken (KeyRing.Verify)
+	}
 	cfg := &packet.Config{Time: func() time.Time { return when }}
 	_, err := openpgp.CheckArmoredDetachedSignature(openpgp.EntityList{s.entity}, bytes.NewReader(payload), bytes.NewReader(armored), cfg)
 	return err == nil
