@@ -63,7 +63,7 @@ type loaded struct {
 	recordBytes map[string][]byte         // by namespace/job, status/ files only
 	byDevice    map[string][]*api.JobRecord
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
-	ignoredRecords []string
+	ignoredRecords []Problem
 	// refused are this pass's checks of device properties, by inventory (kept for the next).
 	refused map[*api.ParsedInventory]refusedCheck
 	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
@@ -146,7 +146,7 @@ func (p *pass) run() *Result {
 		// Settings shape everything; without them nothing is rendered and nothing is lost.
 		res.Files, res.Errors = p.prev, errs
 		res.Untrusted = append([]string(nil), p.req.Untrusted...)
-		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: errStrings(errs), Trust: p.req.Trust, Untrusted: res.Untrusted}
+		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: fieldProblems(errs), Trust: p.req.Trust, Untrusted: untrustedProblems(p.req, nil)}
 		return res
 	}
 	p.settings = settings
@@ -181,9 +181,12 @@ func (p *pass) run() *Result {
 	}
 	p.planFromDiff()
 	plan := p.plan.finish()
-	plan.Errors = errStrings(p.errs)
-	res.Untrusted = append(append([]string(nil), p.req.Untrusted...), p.ignoredRecords...)
-	plan.Trust, plan.Untrusted = p.req.Trust, res.Untrusted
+	plan.Errors = fieldProblems(p.errs)
+	res.Untrusted = append([]string(nil), p.req.Untrusted...)
+	for _, r := range p.ignoredRecords {
+		res.Untrusted = append(res.Untrusted, r.Text)
+	}
+	plan.Trust, plan.Untrusted = p.req.Trust, untrustedProblems(p.req, p.ignoredRecords)
 	res.Plan = plan
 	res.Files, res.Diff = p.out, p.diff
 	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
@@ -192,14 +195,6 @@ func (p *pass) run() *Result {
 		res.Files, res.Diff = p.prev, nil
 	}
 	return res
-}
-
-func errStrings(errs api.ErrorList) []string {
-	out := make([]string, len(errs))
-	for i, e := range errs {
-		out[i] = e.Error()
-	}
-	return out
 }
 
 func (p *pass) warn(format string, args ...any) {

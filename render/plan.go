@@ -31,14 +31,14 @@ type Plan struct {
 	// folders too large for fast kustomize builds, devices of unknown Configurations.
 	Warnings []string `json:"warnings,omitempty"`
 	// Errors are the invalid inputs whose previous output was kept.
-	Errors []string `json:"errors,omitempty"`
+	Errors []Problem `json:"errors,omitempty"`
 	// Refused explains why a safety rule refused the render; nothing was written.
 	Refused string `json:"refused,omitempty"`
 	// Trust is the guarantee the inputs were verified under; empty for a work tree.
 	Trust string `json:"trust,omitempty"`
 	// Untrusted are the inputs refused for who wrote them; each froze only its writer's part.
-	Untrusted []string `json:"untrusted,omitempty"`
-	Summary   Summary  `json:"summary"`
+	Untrusted []Problem `json:"untrusted,omitempty"`
+	Summary   Summary   `json:"summary"`
 }
 
 // ConfigurationPlan is one Configuration's part of the plan.

@@ -131,13 +131,13 @@ func (p *Plan) WriteText(w io.Writer) {
 	// Reported text (device ids in errors, Job failure messages) is quoted when it holds
 	// control characters, so it cannot forge lines of the plan or of a commit message.
 	for _, e := range p.Errors {
-		fmt.Fprintf(w, "error: %s\n", printable(e))
+		fmt.Fprintf(w, "error: %s\n", printable(e.Text))
 	}
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", printable(warn))
 	}
 	for _, u := range p.Untrusted {
-		fmt.Fprintf(w, "untrusted: %s\n", printable(u))
+		fmt.Fprintf(w, "untrusted: %s\n", printable(u.Text))
 	}
 	if p.Trust != "" {
 		fmt.Fprintf(w, "Inputs: %s\n", printable(p.Trust))
@@ -199,8 +199,8 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	if p.Trust != "" {
 		fmt.Fprintf(&head, "**Inputs:** %s\n\n", mdText(p.Trust))
 	}
-	writeListMarkdown(&head, "Invalid inputs (their previous output is kept)", p.Errors, mdCode, MaxMarkdown/4)
-	writeListMarkdown(&head, "Untrusted inputs (not rendered; each writer's previous part is kept)", p.Untrusted, mdCode, MaxMarkdown/8)
+	writeListMarkdown(&head, "Invalid inputs (their previous output is kept)", texts(p.Errors), mdCode, MaxMarkdown/4)
+	writeListMarkdown(&head, "Untrusted inputs (not rendered; each writer's previous part is kept)", texts(p.Untrusted), mdCode, MaxMarkdown/8)
 	for _, ch := range p.Namespaces {
 		writeChangeMarkdown(&head, "", ch)
 	}
@@ -229,6 +229,14 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	_, _ = w.Write(head.Bytes())
 	_, _ = w.Write(body.Bytes())
 	_, _ = w.Write(tail.Bytes())
+}
+
+func texts(ps []Problem) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Text
+	}
+	return out
 }
 
 // writeConfigurationMarkdown writes one Configuration's changes as a collapsible section.

@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,4 +108,41 @@ func TestSummaryCountsKindsAndProblems(t *testing.T) {
 	var md bytes.Buffer
 	res.Plan.WriteMarkdown(&md)
 	require.True(t, strings.HasPrefix(md.String(), "**Summary:** nothing to change; 1 invalid input(s), previous output kept\n\n#### Invalid inputs"), md.String())
+}
+
+// TestPlanJSONSchema: errors and untrusted inputs are objects a script can act on (file, line,
+// field; writer, ref, commit), not prose; the summary counts each kind and action apart.
+func TestPlanJSONSchema(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "onvif-video-broker:latest", "onvif-video-broker:latest:v2", 1))
+	res := render.Render(render.Request{Files: tree,
+		Untrusted:  []string{"gitbroker/inventory/edge-b: signed by node:edge-a, not by node:edge-b"},
+		Rejections: []render.Problem{render.RefProblem("node:edge-b", "gitbroker/inventory/edge-b", "0123456789abcdef0123456789abcdef01234567", "signed by node:edge-a, not by node:edge-b")},
+	})
+	data, err := json.Marshal(res.Plan)
+	require.NoError(t, err)
+	var got struct {
+		Errors    []map[string]any `json:"errors"`
+		Untrusted []map[string]any `json:"untrusted"`
+		Summary   map[string]int   `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal(data, &got))
+	require.Len(t, got.Errors, 1)
+	line := strings.Count(podConfig[:strings.Index(podConfig, "image:")], "\n") + 1
+	require.Equal(t, map[string]any{
+		"file": "configurations/cam.yaml", "line": float64(line), "field": "spec.brokerSpec.brokerPodSpec.containers[0].image",
+		"message": got.Errors[0]["message"], "text": got.Errors[0]["text"],
+	}, got.Errors[0])
+	require.Contains(t, got.Errors[0]["message"], "InvalidImageName")
+	require.Equal(t, map[string]any{
+		"writer": "node:edge-b", "ref": "gitbroker/inventory/edge-b", "commit": "0123456789abcdef0123456789abcdef01234567",
+		"message": "signed by node:edge-a, not by node:edge-b", "text": "gitbroker/inventory/edge-b: signed by node:edge-a, not by node:edge-b",
+	}, got.Untrusted[0])
+	for _, k := range []string{"podsStarted", "fluxKustomizationsCreated", "fluxKustomizationsUpdated", "fluxKustomizationsRemoved", "namespacesRendered", "jobsKept"} {
+		require.Contains(t, got.Summary, k)
+	}
 }

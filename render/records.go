@@ -36,12 +36,12 @@ func (p *pass) loadRecords() {
 			rendered = p.renderedJobs()
 		}
 		if p.req.RenderedJobsOnly && rendered[k] == 0 {
-			p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: the Job %s was never rendered here; the record is ignored", f, k))
+			p.ignoredRecords = append(p.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
 			continue
 		}
 		if p.req.RenderedJobsOnly {
 			if why := p.recordMismatch(parsed.rec.JobRecord); why != "" {
-				p.ignoredRecords = append(p.ignoredRecords, fmt.Sprintf("%s: %s; the record is ignored", f, why))
+				p.ignoredRecords = append(p.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
 				continue
 			}
 		}

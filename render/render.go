@@ -41,6 +41,9 @@ type Request struct {
 	// Untrusted are the inputs the caller refused to render (a forged or replayed tip), each a
 	// sentence naming the writer, the commit and why. They are listed in the plan.
 	Untrusted []string
+	// Rejections are Untrusted structured (writer, ref, commit, reason), in the same order, for
+	// the plan's JSON; optional.
+	Rejections []Problem
 }
 
 // Result is the outcome of a render.
@@ -69,6 +72,9 @@ type Result struct {
 	// Untrusted lists every input refused for who wrote it: the Request's, and JobRecords
 	// ignored under RenderedJobsOnly.
 	Untrusted []string
+	// Rejections are Untrusted structured (writer, ref, commit, reason), in the same order, for
+	// the plan's JSON; optional.
+	Rejections []Problem
 }
 
 // Changed reports whether the render changes any file.

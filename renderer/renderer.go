@@ -133,6 +133,7 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 			RenderedJobsOnly: in.Verified,
 			Trust:            in.Trust,
 			Untrusted:        in.Untrusted,
+			Rejections:       in.Problems(),
 		})
 		out.Source, out.SourceTime, out.Result, out.tree, out.Inputs = in.Source, in.Newest, result, tree, in
 		if result.Refused != nil {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
 )
 
@@ -41,4 +42,13 @@ func (in *Inputs) sentences() {
 	for i, r := range in.Rejections {
 		in.Untrusted[i] = r.String()
 	}
+}
+
+// Problems are the rejections, in Untrusted's order, structured for the plan's JSON.
+func (in *Inputs) Problems() []render.Problem {
+	out := make([]render.Problem, len(in.Rejections))
+	for i, r := range in.Rejections {
+		out[i] = render.RefProblem(r.Writer, r.Ref, r.Commit, r.Reason)
+	}
+	return out
 }

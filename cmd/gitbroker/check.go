@@ -17,7 +17,7 @@ type checkReport struct {
 	// Files are the files that differ: "differs", "missing" or "unexpected".
 	Files []checkedFile `json:"files"`
 	// Errors are invalid inputs; with any, the tree cannot be checked (exit 2).
-	Errors []string `json:"errors,omitempty"`
+	Errors []render.Problem `json:"errors,omitempty"`
 }
 
 type checkedFile struct {

@@ -42,7 +42,7 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	}
 	r := render.New()
 	req := render.Request{Files: in.Inputs, Previous: in.Rendered, SourceCommit: in.Source, Writers: in.Writers,
-		RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted}
+		RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted, Rejections: in.Problems()}
 	target := r.Render(req)
 	if o.Ref == "" {
 		return target, in, nil
