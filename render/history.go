@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
 )
@@ -23,18 +29,32 @@ type Run struct {
 	// renderer has not retired yet.
 	Path   string         `json:"path"`
 	Record *api.JobRecord `json:"record"`
+	// From the Job that ran (history/ keeps it with its record; a Job not retired yet is read
+	// from rendered/): its containers' images, the properties its brokers got (broker and
+	// device properties, without Akri's digest-suffixed copies), the source commit that
+	// rendered it, and the whole Job.
+	Images       []string          `json:"images,omitempty"`
+	Properties   map[string]string `json:"properties,omitempty"`
+	SourceCommit string            `json:"sourceCommit,omitempty"`
+	Manifest     *batchv1.Job      `json:"manifest,omitempty"`
 }
 
 // RunFilter selects runs; an empty field matches any.
 type RunFilter struct {
 	Namespace, Configuration, Instance, DeviceID, Node string
+	// Outcome is Succeeded or Failed.
+	Outcome string
+	// Since keeps runs that completed at or after it.
+	Since time.Time
 }
 
 func (f RunFilter) match(r *api.JobRecord) bool {
 	if f.Namespace != "" && r.Namespace != f.Namespace ||
 		f.Configuration != "" && r.Spec.Configuration != f.Configuration ||
 		f.Instance != "" && r.Spec.Instance != f.Instance ||
-		f.DeviceID != "" && r.Spec.DeviceID != f.DeviceID {
+		f.DeviceID != "" && r.Spec.DeviceID != f.DeviceID ||
+		f.Outcome != "" && !strings.EqualFold(r.Spec.Outcome, f.Outcome) ||
+		!f.Since.IsZero() && completion(r).Before(f.Since) {
 		return false
 	}
 	if f.Node == "" {
@@ -66,7 +86,17 @@ func Runs(tree Tree, f RunFilter) ([]Run, []error) {
 		}
 		seen[e.record.Namespace+"/"+e.record.Name] = true
 		if f.match(e.record) {
-			out = append(out, Run{Namespace: e.namespace, Configuration: e.config, Instance: e.instance, Job: e.job, Path: p, Record: e.record})
+			run := Run{Namespace: e.namespace, Configuration: e.config, Instance: e.instance, Job: e.job, Path: p, Record: e.record}
+			run.describe(e.manifest)
+			out = append(out, run)
+		}
+	}
+	rendered := map[string]string{} // namespace/job -> its file under rendered/
+	for _, p := range tree.Paths() {
+		if name, ok := strings.CutPrefix(path.Base(p), "job-"); ok && strings.HasPrefix(p, RenderedDir) {
+			if ref, ok := parseObjectPath(p); ok {
+				rendered[ref.namespace+"/"+strings.TrimSuffix(name, ".yaml")] = p
+			}
 		}
 	}
 	for _, p := range tree.Paths() {
@@ -81,7 +111,14 @@ func Runs(tree Tree, f RunFilter) ([]Run, []error) {
 		if seen[rec.Namespace+"/"+rec.Name] || !f.match(rec.JobRecord) {
 			continue
 		}
-		out = append(out, Run{Namespace: rec.Namespace, Configuration: rec.Spec.Configuration, Instance: rec.Spec.Instance, Job: rec.Name, Path: p, Record: rec.JobRecord})
+		run := Run{Namespace: rec.Namespace, Configuration: rec.Spec.Configuration, Instance: rec.Spec.Instance, Job: rec.Name, Path: p, Record: rec.JobRecord}
+		if f, ok := rendered[rec.Namespace+"/"+rec.Name]; ok {
+			var job batchv1.Job
+			if err := yaml.Unmarshal(tree[f], &job); err == nil {
+				run.describe(&job)
+			}
+		}
+		out = append(out, run)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := completion(out[i].Record), completion(out[j].Record)
@@ -91,6 +128,38 @@ func Runs(tree Tree, f RunFilter) ([]Run, []error) {
 		return out[i].Path < out[j].Path
 	})
 	return out, errs
+}
+
+// describe fills in what the Job that ran says: images, properties, source commit.
+func (r *Run) describe(job *batchv1.Job) {
+	if job == nil {
+		return
+	}
+	r.Manifest = job
+	r.SourceCommit = job.Annotations[api.AnnotationRenderedFrom]
+	ps := job.Spec.Template.Spec
+	for _, c := range append(append([]corev1.Container{}, ps.InitContainers...), ps.Containers...) {
+		if !slices.Contains(r.Images, c.Image) {
+			r.Images = append(r.Images, c.Image)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				continue
+			}
+			if r.Properties == nil {
+				r.Properties = map[string]string{}
+			}
+			r.Properties[e.Name] = e.Value
+		}
+	}
+	// Akri gives each property twice, as KEY and KEY_<digest>: keep KEY.
+	for k, v := range r.Properties {
+		if i := strings.LastIndexByte(k, '_'); i > 0 {
+			if base, ok := r.Properties[k[:i]]; ok && base == v {
+				delete(r.Properties, k)
+			}
+		}
+	}
 }
 
 func completion(r *api.JobRecord) time.Time {
@@ -116,6 +185,19 @@ func WriteRuns(w io.Writer, runs []Run, lines int) {
 		fmt.Fprintf(w, "%s/%s  %s  %s\n", printable(run.Namespace), printable(run.Job), r.Spec.Outcome, runTimes(r))
 		fmt.Fprintf(w, "  configuration %s, instance %s, device %s\n", printable(run.Configuration), printable(run.Instance), printable(r.Spec.DeviceID))
 		fmt.Fprintf(w, "  record %s\n", printable(run.Path))
+		if len(run.Images) > 0 {
+			fmt.Fprintf(w, "  image %s\n", printable(strings.Join(run.Images, ", ")))
+		}
+		if len(run.Properties) > 0 {
+			var props []string
+			for _, k := range slices.Sorted(maps.Keys(run.Properties)) {
+				props = append(props, k+"="+run.Properties[k])
+			}
+			fmt.Fprintf(w, "  properties %s\n", printable(strings.Join(props, " ")))
+		}
+		if run.SourceCommit != "" {
+			fmt.Fprintf(w, "  rendered from %s\n", printable(run.SourceCommit))
+		}
 		if r.Spec.Reason != "" || r.Spec.Message != "" {
 			fmt.Fprintf(w, "  %s: %s\n", printable(r.Spec.Reason), printable(r.Spec.Message))
 		}
@@ -241,6 +323,7 @@ type historyEntry struct {
 	job                         string
 	completion                  time.Time
 	record                      *api.JobRecord
+	manifest                    *batchv1.Job
 }
 
 func historyPath(ns, cfg, inst, job string) string {
@@ -258,6 +341,12 @@ func parseHistory(p string, data []byte) (*historyEntry, error) {
 		return e, err
 	}
 	for _, d := range docs {
+		if _, kind := d.TypeMeta(); kind == "Job" && e.manifest == nil {
+			var job batchv1.Job
+			if err := yaml.Unmarshal(d.JSON, &job); err == nil {
+				e.manifest = &job
+			}
+		}
 		if _, kind := d.TypeMeta(); kind == api.KindJobRecord {
 			rec, errs := api.ParseJobRecord("", d)
 			if len(errs) > 0 {
