@@ -101,7 +101,8 @@ func (p *pass) planMovedObject(ref objectRef, oldF, newF string) {
 	kind := objectKinds[ref.kind]
 	m := p.meta[newF]
 	p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-	p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[oldF], p.out[newF])})
+	fields := fieldChanges(p.prev[oldF], p.out[newF])
+	p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(fields), Fields: fields})
 }
 
 // objectKinds are the kinds of a broker's objects, by the kind in their file name.
@@ -121,7 +122,8 @@ func (p *pass) planObject(f string, ref objectRef) {
 			return
 		}
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(p.prev[f], p.out[f])})
+		fields := fieldChanges(p.prev[f], p.out[f])
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(fields), Fields: fields})
 	default:
 		h := p.head(f, p.prev[f])
 		inst := h.Metadata.Labels[api.LabelInstance]

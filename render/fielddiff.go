@@ -16,12 +16,21 @@ import (
 // maxFieldChanges bounds the fields a plan lists for one object; the rest are counted.
 const maxFieldChanges = 6
 
-// fieldDiff says which fields of an object changed between two renders of its file, as
-// `flux diff` and `helm diff` show it: "spec.containers[0].image: nginx:1 → nginx:2". The
+// FieldChange is one field of an object that changed, for plan -o json: its path (named lists
+// by name), and its value before and after (a string as it is, anything else as JSON; "" when
+// absent).
+type FieldChange struct {
+	Path string `json:"path"`
+	// Op is changed, added or removed.
+	Op     string `json:"op"`
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+}
+
+// fieldChanges lists the fields of an object that changed between two renders of its file. The
 // inputs hash is left out when anything else changed: it changes with them.
-func fieldDiff(before, after []byte) string {
+func fieldChanges(before, after []byte) []FieldChange {
 	a, b := leaves(before), leaves(after)
-	var changes []string
 	var paths []string
 	for p := range a {
 		paths = append(paths, p)
@@ -32,34 +41,59 @@ func fieldDiff(before, after []byte) string {
 		}
 	}
 	sort.Strings(paths)
-	hashOnly := ""
+	var changes []FieldChange
+	var hash *FieldChange
 	for _, p := range paths {
 		x, inA := a[p]
 		y, inB := b[p]
-		var c string
-		switch {
-		case inA && inB && x == y:
+		if inA && inB && x == y {
 			continue
-		case inA && inB:
-			c = fmt.Sprintf("%s: %s → %s", p, short(x), short(y))
-		case inB:
-			c = fmt.Sprintf("%s: added %s", p, short(y))
-		default:
-			c = fmt.Sprintf("%s: removed", p)
+		}
+		c := FieldChange{Path: p, Op: "changed", Before: plain(x), After: plain(y)}
+		if !inA {
+			c.Op = "added"
+		} else if !inB {
+			c.Op = "removed"
 		}
 		if p == "metadata.annotations."+api.AnnotationInputsHash {
-			hashOnly = c
+			hash = &c
 			continue
 		}
 		changes = append(changes, c)
 	}
-	if len(changes) == 0 {
-		return hashOnly
+	if len(changes) == 0 && hash != nil {
+		return []FieldChange{*hash}
 	}
-	if len(changes) > maxFieldChanges {
-		changes = append(changes[:maxFieldChanges], fmt.Sprintf("and %d more fields", len(changes)-maxFieldChanges))
+	return changes
+}
+
+// plain is a leaf's value as a person writes it: a JSON string unquoted, anything else as JSON.
+func plain(v string) string {
+	var s string
+	if err := json.Unmarshal([]byte(v), &s); err == nil {
+		return s
 	}
-	return strings.Join(changes, "; ")
+	return v
+}
+
+// fieldDiff says which fields changed, as `flux diff` and `helm diff` show it:
+// "spec.containers[name=broker].image: nginx:1 → nginx:2".
+func fieldDiff(changes []FieldChange) string {
+	var out []string
+	for _, c := range changes {
+		switch c.Op {
+		case "changed":
+			out = append(out, fmt.Sprintf("%s: %s → %s", c.Path, short(c.Before), short(c.After)))
+		case "added":
+			out = append(out, fmt.Sprintf("%s: added %s", c.Path, short(c.After)))
+		default:
+			out = append(out, fmt.Sprintf("%s: removed", c.Path))
+		}
+	}
+	if len(out) > maxFieldChanges {
+		out = append(out[:maxFieldChanges], fmt.Sprintf("and %d more fields", len(out)-maxFieldChanges))
+	}
+	return strings.Join(out, "; ")
 }
 
 // leaves flattens a YAML document into its scalar fields, keyed by their path.

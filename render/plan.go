@@ -68,6 +68,8 @@ type Change struct {
 	Reason string `json:"reason,omitempty"`
 	// History is where a retired Job went: its history/ entry, with its record.
 	History string `json:"history,omitempty"`
+	// Fields are the fields of a replaced or updated object that changed, as Reason says them.
+	Fields []FieldChange `json:"fields,omitempty"`
 }
 
 // Summary counts the changes.

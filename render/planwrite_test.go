@@ -49,6 +49,9 @@ func TestPlanGroupsIdenticalChanges(t *testing.T) {
 	require.Contains(t, md.String(), "<details><summary><code>default/cam</code>: 2000 Pods replaced</summary>")
 	require.Less(t, md.Len(), 4000)
 	require.Len(t, res.Plan.Configurations[0].Instances, 2000, "JSON lists them all")
+	require.Equal(t, []render.FieldChange{{Path: "spec.containers[name=broker].image", Op: "changed",
+		Before: "ghcr.io/project-akri/akri/onvif-video-broker:latest", After: "ghcr.io/project-akri/akri/onvif-video-broker:v2"}},
+		res.Plan.Configurations[0].Instances[0].Changes[0].Fields, "and each change's fields, structured")
 
 	// Few instances are listed one by one, with their devices.
 	res = fleetImageChange(t, 4)
