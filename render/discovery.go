@@ -20,14 +20,14 @@ import (
 // checkDiscovery refuses discoveryDetails a built-in handler would refuse (with the agent's own
 // parser) and warns about a handler name that is neither built in, nor Akri's, nor listed in
 // gitbroker.yaml.
-func (p *pass) checkDiscovery(files []string, parsed map[string]parsedConfigFile, fileErrs map[string]api.ErrorList) {
+func (p *pass) checkDiscovery(set *configSet) {
 	known := knownHandlers(p.settings.DiscoveryHandlers)
-	for _, f := range files {
-		for _, c := range parsed[f].configs {
+	for _, f := range set.files {
+		for _, c := range set.parsed[f].configs {
 			h := c.Spec.DiscoveryHandler
 			if details.Builtin(h.Name) {
 				if err := details.Check(h.Name, h.DiscoveryDetails); err != nil {
-					fileErrs[f] = append(fileErrs[f], c.Doc.Errorf("spec.discoveryHandler.discoveryDetails",
+					set.errs[f] = append(set.errs[f], c.Doc.Errorf("spec.discoveryHandler.discoveryDetails",
 						"%v (the agent would refuse it on every node, and discover nothing)", err))
 				}
 				continue

@@ -13,16 +13,50 @@ func (p *pass) loadConfigurations() {
 	p.configs = map[string]*api.ParsedConfiguration{}
 	p.configFiles = map[string][]string{}
 	p.frozenConfigs = map[string]bool{}
-	var invalid []string
+	set := p.parseConfigurationFiles()
+	set.checkDuplicates()
+	p.checkAfter(set)
+	p.checkDiscovery(set)
+	invalid := set.unreadable
+	for _, f := range set.files {
+		if errs := set.errs[f]; len(errs) > 0 {
+			p.errs = append(p.errs, errs...)
+			invalid = append(invalid, f)
+			continue
+		}
+		var keys []string
+		for _, c := range set.parsed[f].configs {
+			p.configs[c.Key()] = c
+			keys = append(keys, c.Key())
+		}
+		sort.Strings(keys)
+		p.configFiles[f] = keys
+	}
+	p.freezeInvalid(invalid)
+	p.digestDiscovery()
+}
+
+// configSet is the Configuration files of one render, parsed, before checks across files decide
+// which are valid.
+type configSet struct {
+	files    []string // sorted
+	parsed   map[string]parsedConfigFile
+	definers map[string][]string // Configuration key -> the files that define it
+	// errs are each file's errors; a file with any is invalid and keeps its output.
+	errs map[string]api.ErrorList
+	// unreadable are Configuration files that could not be read as regular files.
+	unreadable []string
+}
+
+// parseConfigurationFiles parses every Configuration file, through the memo.
+func (p *pass) parseConfigurationFiles() *configSet {
+	set := &configSet{parsed: map[string]parsedConfigFile{}, definers: map[string][]string{}, errs: map[string]api.ErrorList{}}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if isConfigurationPath(f) {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
-			invalid = append(invalid, f)
+			set.unreadable = append(set.unreadable, f)
 		}
 	}
-	var files []string
-	parsedFiles := map[string]parsedConfigFile{}
-	definers := map[string][]string{} // Configuration key -> the files that define it
 	for _, f := range p.inputPaths() {
 		if !isConfigurationPath(f) {
 			continue
@@ -33,56 +67,43 @@ func (p *pass) loadConfigurations() {
 			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})
-		files = append(files, f)
-		parsedFiles[f] = parsed
+		set.files = append(set.files, f)
+		set.parsed[f] = parsed
+		set.errs[f] = slices.Clone(parsed.errs)
 		seen := map[string]bool{}
 		for _, c := range parsed.configs {
 			if !seen[c.Key()] {
-				definers[c.Key()] = append(definers[c.Key()], f)
+				set.definers[c.Key()] = append(set.definers[c.Key()], f)
 				seen[c.Key()] = true
 			}
 		}
 	}
-	fileErrs := map[string]api.ErrorList{}
-	for _, f := range files {
-		parsed := parsedFiles[f]
-		errs := slices.Clone(parsed.errs)
+	return set
+}
+
+// checkDuplicates refuses a Configuration defined in two files, or twice in one. Neither
+// definition wins: which one sorts first must never decide what runs. Both files are invalid,
+// and the Configuration keeps its output.
+func (s *configSet) checkDuplicates() {
+	for _, f := range s.files {
 		inFile := map[string]bool{}
-		for _, c := range parsed.configs {
-			// Defined in two files, neither definition wins: which one sorts first must never
-			// decide what runs. Both files are invalid, and the Configuration keeps its output.
-			if others := slices.DeleteFunc(slices.Clone(definers[c.Key()]), func(o string) bool { return o == f }); len(others) > 0 {
-				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is also defined in %s; define it in one file only (both definitions are ignored and its previous output is kept)", c.Key(), strings.Join(others, ", ")))
+		for _, c := range s.parsed[f].configs {
+			if others := slices.DeleteFunc(slices.Clone(s.definers[c.Key()]), func(o string) bool { return o == f }); len(others) > 0 {
+				s.errs[f] = append(s.errs[f], c.Doc.Errorf("metadata.name", "Configuration %s is also defined in %s; define it in one file only (both definitions are ignored and its previous output is kept)", c.Key(), strings.Join(others, ", ")))
 			} else if inFile[c.Key()] {
-				errs = append(errs, c.Doc.Errorf("metadata.name", "Configuration %s is defined twice in this file", c.Key()))
+				s.errs[f] = append(s.errs[f], c.Doc.Errorf("metadata.name", "Configuration %s is defined twice in this file", c.Key()))
 			}
 			inFile[c.Key()] = true
 		}
-		fileErrs[f] = errs
 	}
-	p.checkAfter(files, parsedFiles, definers, fileErrs, invalid)
-	p.checkDiscovery(files, parsedFiles, fileErrs)
-	for _, f := range files {
-		parsed := parsedFiles[f]
-		if errs := fileErrs[f]; len(errs) > 0 {
-			p.errs = append(p.errs, errs...)
-			invalid = append(invalid, f)
-			continue
-		}
-		var keys []string
-		for _, c := range parsed.configs {
-			p.configs[c.Key()] = c
-			keys = append(keys, c.Key())
-		}
-		sort.Strings(keys)
-		p.configFiles[f] = keys
-	}
-	// An invalid file keeps what it rendered before: its Configurations are frozen, and its
-	// entry in the metadata is carried so the next render still knows them.
+}
+
+// freezeInvalid keeps what an invalid file rendered before: its Configurations are frozen, and
+// its entry in the metadata is carried so the next render still knows them.
+func (p *pass) freezeInvalid(invalid []string) {
 	for _, f := range invalid {
-		keys := p.prevMeta.ConfigurationFiles[f]
 		var kept []string
-		for _, k := range keys {
+		for _, k := range p.prevMeta.ConfigurationFiles[f] {
 			if _, ok := p.configs[k]; !ok {
 				p.frozenConfigs[k] = true
 				kept = append(kept, k)
@@ -92,6 +113,11 @@ func (p *pass) loadConfigurations() {
 			p.configFiles[f] = kept
 		}
 	}
+}
+
+// digestDiscovery digests each Configuration's discoveryHandler for the metadata file; a frozen
+// one keeps its last digest.
+func (p *pass) digestDiscovery() {
 	p.discovery = map[string]string{}
 	for k, c := range p.configs {
 		p.discovery[k] = discoveryDigest(c)
@@ -107,23 +133,23 @@ func (p *pass) loadConfigurations() {
 // Pods would be held for ever. The Configuration's file is invalid and keeps its output, so the
 // mistake is an input error at the after: line, not a wave of deletions. A Configuration that is
 // itself invalid (known from the last render) is taken to be what it was.
-func (p *pass) checkAfter(files []string, parsed map[string]parsedConfigFile, definers map[string][]string, fileErrs map[string]api.ErrorList, unreadable []string) {
+func (p *pass) checkAfter(set *configSet) {
 	known := map[string]*api.ParsedConfiguration{}
-	for _, f := range files {
-		for _, c := range parsed[f].configs {
+	for _, f := range set.files {
+		for _, c := range set.parsed[f].configs {
 			known[c.Key()] = c
 		}
 	}
 	frozen := map[string]bool{}
-	for _, f := range append(slices.Clone(unreadable), files...) {
-		if len(fileErrs[f]) > 0 || slices.Contains(unreadable, f) {
+	for _, f := range append(slices.Clone(set.unreadable), set.files...) {
+		if len(set.errs[f]) > 0 || slices.Contains(set.unreadable, f) {
 			for _, k := range p.prevMeta.ConfigurationFiles[f] {
 				frozen[k] = true
 			}
 		}
 	}
-	for _, f := range files {
-		for _, c := range parsed[f].configs {
+	for _, f := range set.files {
+		for _, c := range set.parsed[f].configs {
 			if c.Policy.After == "" {
 				continue
 			}
@@ -134,9 +160,9 @@ func (p *pass) checkAfter(files []string, parsed map[string]parsedConfigFile, de
 			}
 			switch a, ok := known[target]; {
 			case !ok && !frozen[target]:
-				fileErrs[f] = append(fileErrs[f], c.Doc.Errorf(field, "no Configuration %s is defined (in namespace %s: %s); its broker Pods would wait for ever", c.Policy.After, c.Namespace, namesIn(known, c.Namespace)))
-			case ok && len(definers[target]) == 1 && !a.IsJobBroker():
-				fileErrs[f] = append(fileErrs[f], c.Doc.Errorf(field, "Configuration %s has no brokerJobSpec; after: waits for a Job of it to succeed on the device, so its broker Pods would wait for ever", c.Policy.After))
+				set.errs[f] = append(set.errs[f], c.Doc.Errorf(field, "no Configuration %s is defined (in namespace %s: %s); its broker Pods would wait for ever", c.Policy.After, c.Namespace, namesIn(known, c.Namespace)))
+			case ok && len(set.definers[target]) == 1 && !a.IsJobBroker():
+				set.errs[f] = append(set.errs[f], c.Doc.Errorf(field, "Configuration %s has no brokerJobSpec; after: waits for a Job of it to succeed on the device, so its broker Pods would wait for ever", c.Policy.After))
 			}
 		}
 	}
