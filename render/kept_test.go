@@ -14,31 +14,39 @@ import (
 	"github.com/gitbroker/gitbroker/render"
 )
 
+// keptSteps renders with one kept Renderer, step by step, comparing each with a fresh one.
+type keptSteps struct {
+	t    *testing.T
+	kept *render.Renderer
+	tree render.Tree
+	last *render.Result
+}
+
+func (k *keptSteps) step(name string, allow bool, edit func(render.Tree) render.Tree) {
+	k.t.Run(name, func(t *testing.T) {
+		k.tree = edit(k.tree)
+		req := render.Request{Files: k.tree, SourceCommit: "c-" + name, AllowDeletions: allow}
+		fresh := render.Render(req)
+		got := k.kept.Render(req)
+		require.Equal(t, fresh.Diff, got.Diff)
+		require.True(t, render.Equal(fresh.Files, got.Files))
+		require.Equal(t, planText(fresh.Plan), planText(got.Plan))
+		require.Equal(t, fresh.Errors.Error(), got.Errors.Error())
+		require.Equal(t, fresh.Held, got.Held)
+		require.Equal(t, fresh.Refused, got.Refused)
+		require.True(t, got.Changed() || name == "unchanged" || name == "an invalid inventory", "the step changes the output")
+		k.tree, k.last = apply(k.tree, got), got
+		t.Logf("scoped passes so far: %d", render.ScopedPasses(k.kept))
+	})
+}
+
 // TestKeptRendererMatchesFresh follows a daemon: one Renderer kept through a run of changes,
 // each of which a fresh Renderer renders too. A kept Renderer reuses what it made for
 // unchanged inputs (parses, objects, a Configuration's instances); whatever it reuses, every
 // result must be the fresh one's: files, diff, plan, errors and held nodes.
 func TestKeptRendererMatchesFresh(t *testing.T) {
-	tree := generateFleet(fleetSpec{nodes: 60, configurations: 6, devices: 400, seed: 11, shards: 2})
-	kept := render.New()
-	var last *render.Result
-	step := func(name string, allow bool, edit func(render.Tree) render.Tree) {
-		t.Run(name, func(t *testing.T) {
-			tree = edit(tree)
-			req := render.Request{Files: tree, SourceCommit: "c-" + name, AllowDeletions: allow}
-			fresh := render.Render(req)
-			got := kept.Render(req)
-			require.Equal(t, fresh.Diff, got.Diff)
-			require.True(t, render.Equal(fresh.Files, got.Files))
-			require.Equal(t, planText(fresh.Plan), planText(got.Plan))
-			require.Equal(t, fresh.Errors.Error(), got.Errors.Error())
-			require.Equal(t, fresh.Held, got.Held)
-			require.Equal(t, fresh.Refused, got.Refused)
-			require.True(t, got.Changed() || name == "unchanged" || name == "an invalid inventory", "the step changes the output")
-			tree, last = apply(tree, got), got
-			t.Logf("scoped passes so far: %d", render.ScopedPasses(kept))
-		})
-	}
+	k := &keptSteps{t: t, kept: render.New(), tree: generateFleet(fleetSpec{nodes: 60, configurations: 6, devices: 400, seed: 11, shards: 2})}
+	step := k.step
 	inventories := func(tree render.Tree) []string { return filesUnder(tree, "inventory/", "") }
 	step("first", false, func(t render.Tree) render.Tree { return t })
 	step("one device", false, func(t render.Tree) render.Tree {
@@ -57,7 +65,7 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 		t[inv] = []byte(strings.Replace(string(t[inv]), "    devices:\n", "    devices:\n    - id: late\n      properties:\n        not a name: x\n", 1))
 		return t
 	})
-	require.NotEmpty(t, last.Errors)
+	require.NotEmpty(t, k.last.Errors)
 	step("the inventory fixed", false, func(t render.Tree) render.Tree {
 		inv := inventories(t)[5]
 		t[inv] = []byte(strings.Replace(string(t[inv]), "        not a name: x\n", "        LATE: x\n", 1))
@@ -75,7 +83,7 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 		}
 		return t
 	})
-	require.NotEmpty(t, last.Held, "%v", last.Refused)
+	require.NotEmpty(t, k.last.Held, "%v", k.last.Refused)
 	step("the same, allowed", true, func(t render.Tree) render.Tree { return t })
 	step("a Configuration changed", false, func(t render.Tree) render.Tree {
 		t["configurations/cfg-00.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-00.yaml"]), ":latest", ":v2", 1))
@@ -85,7 +93,7 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 		job := filesUnder(tr, "rendered/default/cfg-01/", "/job-")[0]
 		return recordJob(t, tr, job, "Succeeded")
 	})
-	require.Equal(t, 1, last.Plan.Summary.JobsRetired)
+	require.Equal(t, 1, k.last.Plan.Summary.JobsRetired)
 	step("a Configuration's shards changed", true, func(t render.Tree) render.Tree {
 		t["configurations/cfg-01.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-01.yaml"]), "shards: 2", "shards: 3", 1))
 		return t
@@ -112,99 +120,13 @@ func TestScopedPassesMatchFresh(t *testing.T) {
 }
 
 func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
-	tree := generateFleet(fleetSpec{nodes: 40, configurations: 6, devices: 250, seed: 3, shards: 2})
-	annotate := func(cfg, annotations string) {
-		f := "configurations/" + cfg + ".yaml"
-		tree[f] = []byte(strings.Replace(string(tree[f]), "  name: "+cfg+"\n", "  name: "+cfg+"\n  annotations:\n"+annotations, 1))
-	}
-	annotate("cfg-02", "    gitbroker.dev/after: cfg-01\n")
-	annotate("cfg-03", "    gitbroker.dev/concurrency: Allow\n")
-	annotate("cfg-05", "    gitbroker.dev/history-limit: \"1\"\n")
-	rng := rand.New(rand.NewSource(7))
-	device := regexp.MustCompile(`(?m)^    - id: .*\n(?:      .*\n)*`)
-	pick := func(list []string) string { return list[rng.Intn(len(list))] }
-	addDevice := func(inv, cfg, id string) {
-		dev := "    - id: " + id + "\n      properties:\n        DEVICE: " + id + "\n"
-		block := "  - name: " + cfg + "\n    devices:\n"
-		if s := string(tree[inv]); strings.Contains(s, block) {
-			tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
-		} else {
-			tree[inv] = []byte(s + block + dev)
-		}
-	}
+	c := newFleetChanges(t)
 	kept := render.New()
 	var last *render.Result
 	const steps = 60
 	for i := 0; i < steps; i++ {
-		var what string
-		invs := filesUnder(tree, "inventory/", "")
-		switch op := rng.Intn(13); {
-		case op < 2:
-			inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
-			what = "a device added to " + cfg + " in " + inv
-			addDevice(inv, cfg, fmt.Sprintf("r-%d", i))
-		case op < 4:
-			inv := pick(invs)
-			what = "a device gone from " + inv
-			s := string(tree[inv])
-			if m := device.FindAllStringIndex(s, -1); len(m) > 0 {
-				j := m[rng.Intn(len(m))]
-				tree[inv] = []byte(s[:j[0]] + s[j[1]:])
-			}
-		case op == 4:
-			inv := pick(invs)
-			what = "a device property changed in " + inv
-			tree[inv] = []byte(strings.Replace(string(tree[inv]), "        DEVICE: ", fmt.Sprintf("        DEVICE: v%d-", i), 1))
-		case op == 5:
-			js := filesUnder(tree, "rendered/", "/job-")
-			if paired := slices.DeleteFunc(slices.Clone(js), func(f string) bool { return !strings.Contains(string(tree[f]), "pair-") }); len(paired) > 0 && rng.Intn(2) == 0 {
-				js = paired
-			}
-			if len(js) > 0 {
-				job := pick(js)
-				what = "a Job recorded: " + job
-				tree = recordJob(t, tree, job, []string{"Succeeded", "Failed"}[rng.Intn(2)])
-			}
-		case op == 6:
-			if recs := filesUnder(tree, "status/jobs/", ""); len(recs) > 0 {
-				rec := pick(recs)
-				what = "a record dropped once in history: " + rec
-				delete(tree, rec)
-			}
-		case op == 7:
-			cfg := fmt.Sprintf("configurations/cfg-%02d.yaml", rng.Intn(6))
-			what = "a Configuration changed: " + cfg
-			tree[cfg] = []byte(strings.Replace(string(tree[cfg]), "image: ", fmt.Sprintf("image: v%d-", i), 1))
-		case op == 8:
-			// A device of the Job broker and of the Pods that wait for its Jobs (after).
-			inv := pick(invs)
-			what = "a device for cfg-01 and cfg-02 in " + inv
-			for _, cfg := range []string{"cfg-01", "cfg-02"} {
-				addDevice(inv, cfg, fmt.Sprintf("pair-%d", i))
-			}
-		case op == 9:
-			// A record of a Job that was never rendered: it counts only when unverified.
-			what = "a record of a Job never rendered"
-			f := fmt.Sprintf("status/jobs/default/cfg-01-forged-%d.yaml", i)
-			tree[f] = []byte(record("default", fmt.Sprintf("cfg-01-forged-%d", i), "cfg-01", "cfg-01-forged", "dev-000001", "Succeeded"))
-		case op == 10:
-			// An inventory that does not validate: the node's part is kept as it was.
-			inv := pick(invs)
-			if s := string(tree[inv]); !strings.Contains(s, "not a name") && strings.Contains(s, "    devices:\n") {
-				what = "an invalid inventory: " + inv
-				tree[inv] = []byte(strings.Replace(s, "    devices:\n", fmt.Sprintf("    devices:\n    - id: bad-%d\n      properties:\n        not a name: x\n", i), 1))
-			}
-		case op == 11:
-			for _, inv := range invs {
-				if s := string(tree[inv]); strings.Contains(s, "not a name") {
-					what = "an invalid inventory fixed: " + inv
-					tree[inv] = []byte(strings.Replace(s, "        not a name: x\n", "        FIXED: x\n", 1))
-					break
-				}
-			}
-		default:
-			what = "nothing"
-		}
+		what := c.change(i)
+		tree := c.tree
 		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly}
 		fresh := render.Render(req)
 		// The kept Renderer is asked as a daemon asks it too: the inputs alone, with its last
@@ -224,17 +146,133 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		}
 		got := kept.Render(keptReq)
 		last = got
-		require.Equal(t, fresh.Diff, got.Diff, "step %d: %s", i, what)
-		require.True(t, render.Equal(fresh.Files, got.Files), "step %d: %s", i, what)
-		require.Equal(t, planText(fresh.Plan), planText(got.Plan), "step %d: %s", i, what)
-		require.Equal(t, fresh.Plan.Summary, got.Plan.Summary, "step %d: %s", i, what)
-		require.Equal(t, fresh.Errors.Error(), got.Errors.Error(), "step %d: %s", i, what)
-		require.Equal(t, fresh.Untrusted, got.Untrusted, "step %d: %s", i, what)
+		requireSameRender(t, fresh, got, fmt.Sprintf("step %d: %s", i, what))
 		if count, recount := render.RenderedJobs(kept); count != nil {
 			require.Equal(t, recount, count, "step %d: %s", i, what)
 		}
-		tree = apply(tree, got)
+		c.tree = apply(tree, got)
 	}
 	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)
 	require.Greater(t, render.ScopedPasses(kept), steps/2, "most passes are scoped")
+}
+
+// requireSameRender requires a kept Renderer's result to be a fresh one's.
+func requireSameRender(t *testing.T, fresh, got *render.Result, what string) {
+	t.Helper()
+	require.Equal(t, fresh.Diff, got.Diff, what)
+	require.True(t, render.Equal(fresh.Files, got.Files), what)
+	require.Equal(t, planText(fresh.Plan), planText(got.Plan), what)
+	require.Equal(t, fresh.Plan.Summary, got.Plan.Summary, what)
+	require.Equal(t, fresh.Errors.Error(), got.Errors.Error(), what)
+	require.Equal(t, fresh.Untrusted, got.Untrusted, what)
+}
+
+// fleetChanges makes random changes to a fleet with Pods that wait for Jobs (after), Jobs that
+// may run side by side and short histories.
+type fleetChanges struct {
+	t      *testing.T
+	tree   render.Tree
+	rng    *rand.Rand
+	device *regexp.Regexp
+}
+
+func newFleetChanges(t *testing.T) *fleetChanges {
+	tree := generateFleet(fleetSpec{nodes: 40, configurations: 6, devices: 250, seed: 3, shards: 2})
+	annotate := func(cfg, annotations string) {
+		f := "configurations/" + cfg + ".yaml"
+		tree[f] = []byte(strings.Replace(string(tree[f]), "  name: "+cfg+"\n", "  name: "+cfg+"\n  annotations:\n"+annotations, 1))
+	}
+	annotate("cfg-02", "    gitbroker.dev/after: cfg-01\n")
+	annotate("cfg-03", "    gitbroker.dev/concurrency: Allow\n")
+	annotate("cfg-05", "    gitbroker.dev/history-limit: \"1\"\n")
+	return &fleetChanges{t: t, tree: tree, rng: rand.New(rand.NewSource(7)), device: regexp.MustCompile(`(?m)^    - id: .*\n(?:      .*\n)*`)}
+}
+
+func (c *fleetChanges) pick(list []string) string { return list[c.rng.Intn(len(list))] }
+
+func (c *fleetChanges) addDevice(inv, cfg, id string) {
+	dev := "    - id: " + id + "\n      properties:\n        DEVICE: " + id + "\n"
+	block := "  - name: " + cfg + "\n    devices:\n"
+	if s := string(c.tree[inv]); strings.Contains(s, block) {
+		c.tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))
+	} else {
+		c.tree[inv] = []byte(s + block + dev)
+	}
+}
+
+// change makes step i's random change to the tree and says what it was.
+func (c *fleetChanges) change(i int) string {
+	t, rng, device, pick, addDevice := c.t, c.rng, c.device, c.pick, c.addDevice
+	tree := c.tree
+	var what string
+	invs := filesUnder(tree, "inventory/", "")
+	switch op := rng.Intn(13); {
+	case op < 2:
+		inv, cfg := pick(invs), fmt.Sprintf("cfg-%02d", rng.Intn(6))
+		what = "a device added to " + cfg + " in " + inv
+		addDevice(inv, cfg, fmt.Sprintf("r-%d", i))
+	case op < 4:
+		inv := pick(invs)
+		what = "a device gone from " + inv
+		s := string(tree[inv])
+		if m := device.FindAllStringIndex(s, -1); len(m) > 0 {
+			j := m[rng.Intn(len(m))]
+			tree[inv] = []byte(s[:j[0]] + s[j[1]:])
+		}
+	case op == 4:
+		inv := pick(invs)
+		what = "a device property changed in " + inv
+		tree[inv] = []byte(strings.Replace(string(tree[inv]), "        DEVICE: ", fmt.Sprintf("        DEVICE: v%d-", i), 1))
+	case op == 5:
+		js := filesUnder(tree, "rendered/", "/job-")
+		if paired := slices.DeleteFunc(slices.Clone(js), func(f string) bool { return !strings.Contains(string(tree[f]), "pair-") }); len(paired) > 0 && rng.Intn(2) == 0 {
+			js = paired
+		}
+		if len(js) > 0 {
+			job := pick(js)
+			what = "a Job recorded: " + job
+			tree = recordJob(t, tree, job, []string{"Succeeded", "Failed"}[rng.Intn(2)])
+		}
+	case op == 6:
+		if recs := filesUnder(tree, "status/jobs/", ""); len(recs) > 0 {
+			rec := pick(recs)
+			what = "a record dropped once in history: " + rec
+			delete(tree, rec)
+		}
+	case op == 7:
+		cfg := fmt.Sprintf("configurations/cfg-%02d.yaml", rng.Intn(6))
+		what = "a Configuration changed: " + cfg
+		tree[cfg] = []byte(strings.Replace(string(tree[cfg]), "image: ", fmt.Sprintf("image: v%d-", i), 1))
+	case op == 8:
+		// A device of the Job broker and of the Pods that wait for its Jobs (after).
+		inv := pick(invs)
+		what = "a device for cfg-01 and cfg-02 in " + inv
+		for _, cfg := range []string{"cfg-01", "cfg-02"} {
+			addDevice(inv, cfg, fmt.Sprintf("pair-%d", i))
+		}
+	case op == 9:
+		// A record of a Job that was never rendered: it counts only when unverified.
+		what = "a record of a Job never rendered"
+		f := fmt.Sprintf("status/jobs/default/cfg-01-forged-%d.yaml", i)
+		tree[f] = []byte(record("default", fmt.Sprintf("cfg-01-forged-%d", i), "cfg-01", "cfg-01-forged", "dev-000001", "Succeeded"))
+	case op == 10:
+		// An inventory that does not validate: the node's part is kept as it was.
+		inv := pick(invs)
+		if s := string(tree[inv]); !strings.Contains(s, "not a name") && strings.Contains(s, "    devices:\n") {
+			what = "an invalid inventory: " + inv
+			tree[inv] = []byte(strings.Replace(s, "    devices:\n", fmt.Sprintf("    devices:\n    - id: bad-%d\n      properties:\n        not a name: x\n", i), 1))
+		}
+	case op == 11:
+		for _, inv := range invs {
+			if s := string(tree[inv]); strings.Contains(s, "not a name") {
+				what = "an invalid inventory fixed: " + inv
+				tree[inv] = []byte(strings.Replace(s, "        not a name: x\n", "        FIXED: x\n", 1))
+				break
+			}
+		}
+	default:
+		what = "nothing"
+	}
+	c.tree = tree
+	return what
 }

@@ -177,14 +177,18 @@ func (emptySnapshot) ReadFile(string) ([]byte, error) {
 }
 func (emptySnapshot) Files(string) (map[string][]byte, error) { return map[string][]byte{}, nil }
 
-func TestCollectRejectsEachAttack(t *testing.T) {
+// attack is one row of TestCollectRejectsEachAttack: played on a repository one render
+// accepted, it must be refused as the writer's ref, for why.
+type attack struct {
+	name             string
+	attack           func(f *fixture)
+	writer, ref, why string
+}
+
+// attacks are the rows, one per attack the trust review found (docs/TRUST.md).
+func attacks() []attack {
 	edgeB := verify.InventoryBranch("edge-b")
-	tests := []struct {
-		name string
-		// attack is played on a repository one render accepted.
-		attack           func(f *fixture)
-		writer, ref, why string
-	}{
+	return []attack{
 		{name: "a node writes another node's inventory", writer: "node:edge-b", ref: edgeB, why: "not by node:edge-b",
 			attack: func(f *fixture) {
 				f.write("node:edge-a", edgeB, api.InventoryPath("edge-b"), inventory("edge-b", "forged"))
@@ -258,6 +262,10 @@ func TestCollectRejectsEachAttack(t *testing.T) {
 				f.pushed = ""
 			}},
 	}
+}
+
+func TestCollectRejectsEachAttack(t *testing.T) {
+	tests := attacks()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
