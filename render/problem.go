@@ -30,14 +30,10 @@ func fieldProblem(e *api.FieldError) Problem {
 	return Problem{File: e.File, Line: e.Line, Field: e.Field, Message: e.Message, Text: e.Error()}
 }
 
-// refProblem is a writer's ref refused for who wrote it (verify.Rejection).
-func refProblem(writer, ref, commit, reason string) Problem {
-	return Problem{Writer: writer, Ref: ref, Commit: commit, Message: reason, Text: ref + ": " + reason}
-}
-
-// RefProblem is refProblem for callers that verified the writers' refs.
+// RefProblem is a writer's ref refused for who wrote it (verify.Rejection), for callers that
+// verified the writers' refs.
 func RefProblem(writer, ref, commit, reason string) Problem {
-	return refProblem(writer, ref, commit, reason)
+	return Problem{Writer: writer, Ref: ref, Commit: commit, Message: reason, Text: ref + ": " + reason}
 }
 
 func fieldProblems(errs api.ErrorList) []Problem {
