@@ -94,6 +94,65 @@ func (p *Plan) Headline() string {
 	return strings.Join(parts, "; ")
 }
 
+// planStyle is how one format writes a Configuration's notes, changes and instances (grouped):
+// the walk is one, the syntax each format's.
+type planStyle struct {
+	// indent is the instances' indent; their changes are indented once more.
+	indent, more string
+	note         string // a format for a note
+	escape       func(string) string
+	instance     func(ip *InstancePlan) string
+	group        func(g instanceGroup) string
+	change       func(w io.Writer, indent string, ch Change)
+}
+
+var textStyle = planStyle{
+	indent: "  ", more: "    ", note: "  note: %s\n", escape: printable,
+	instance: func(ip *InstancePlan) string {
+		return fmt.Sprintf("  instance %s%s\n", ip.Name, instanceDetail(ip, printable))
+	},
+	group: func(g instanceGroup) string {
+		return fmt.Sprintf("  %d instances (%s), each:\n", len(g.instances), g.sample(func(s string) string { return s }))
+	},
+	change: writeChangeText,
+}
+
+var markdownStyle = planStyle{
+	indent: "", more: "  ", note: "- note: %s\n", escape: mdText,
+	instance: func(ip *InstancePlan) string {
+		return fmt.Sprintf("- instance `%s`%s\n", ip.Name, instanceDetail(ip, mdText))
+	},
+	group: func(g instanceGroup) string {
+		return fmt.Sprintf("- **%d instances** (%s), each:\n", len(g.instances), g.sample(func(s string) string { return "`" + s + "`" }))
+	},
+	change: writeChangeMarkdown,
+}
+
+// configuration writes a Configuration's notes, its own changes, then its instances, those that
+// change the same way as one group.
+func (st planStyle) configuration(w io.Writer, c *ConfigurationPlan) {
+	for _, n := range c.Notes {
+		fmt.Fprintf(w, st.note, st.escape(n))
+	}
+	for _, ch := range c.Changes {
+		st.change(w, st.indent, ch)
+	}
+	for _, g := range groupInstances(c) {
+		if len(g.instances) == 1 {
+			ip := g.instances[0]
+			fmt.Fprint(w, st.instance(ip))
+			for _, ch := range ip.Changes {
+				st.change(w, st.more, ch)
+			}
+			continue
+		}
+		fmt.Fprint(w, st.group(g))
+		for _, ch := range g.changes() {
+			st.change(w, st.more, Change{Action: ch.Action, Kind: ch.Kind, Reason: ch.Reason})
+		}
+	}
+}
+
 // WriteText writes the plan for a terminal.
 func (p *Plan) WriteText(w io.Writer) {
 	if p.Refused != "" {
@@ -107,26 +166,7 @@ func (p *Plan) WriteText(w io.Writer) {
 	}
 	for _, c := range p.Configurations {
 		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
-		for _, n := range c.Notes {
-			fmt.Fprintf(w, "  note: %s\n", printable(n))
-		}
-		for _, ch := range c.Changes {
-			writeChangeText(w, "  ", ch)
-		}
-		for _, g := range groupInstances(c) {
-			if len(g.instances) == 1 {
-				ip := g.instances[0]
-				fmt.Fprintf(w, "  instance %s%s\n", ip.Name, instanceDetail(ip, printable))
-				for _, ch := range ip.Changes {
-					writeChangeText(w, "    ", ch)
-				}
-				continue
-			}
-			fmt.Fprintf(w, "  %d instances (%s), each:\n", len(g.instances), g.sample(func(s string) string { return s }))
-			for _, ch := range g.changes() {
-				writeChangeText(w, "    ", Change{Action: ch.Action, Kind: ch.Kind, Reason: ch.Reason})
-			}
-		}
+		textStyle.configuration(w, c)
 	}
 	// Reported text (device ids in errors, Job failure messages) is quoted when it holds
 	// control characters, so it cannot forge lines of the plan or of a commit message.
@@ -242,26 +282,7 @@ func texts(ps []Problem) []string {
 // writeConfigurationMarkdown writes one Configuration's changes as a collapsible section.
 func writeConfigurationMarkdown(w io.Writer, c *ConfigurationPlan) {
 	fmt.Fprintf(w, "<details><summary><code>%s/%s</code>: %s</summary>\n\n", mdCodeText(c.Namespace), mdCodeText(c.Name), tallyText(c))
-	for _, n := range c.Notes {
-		fmt.Fprintf(w, "- note: %s\n", mdText(n))
-	}
-	for _, ch := range c.Changes {
-		writeChangeMarkdown(w, "", ch)
-	}
-	for _, g := range groupInstances(c) {
-		if len(g.instances) == 1 {
-			ip := g.instances[0]
-			fmt.Fprintf(w, "- instance `%s`%s\n", ip.Name, instanceDetail(ip, mdText))
-			for _, ch := range ip.Changes {
-				writeChangeMarkdown(w, "  ", ch)
-			}
-			continue
-		}
-		fmt.Fprintf(w, "- **%d instances** (%s), each:\n", len(g.instances), g.sample(func(s string) string { return "`" + s + "`" }))
-		for _, ch := range g.changes() {
-			writeChangeMarkdown(w, "  ", Change{Action: ch.Action, Kind: ch.Kind, Reason: ch.Reason})
-		}
-	}
+	markdownStyle.configuration(w, c)
 	fmt.Fprint(w, "\n</details>\n\n")
 }
 
