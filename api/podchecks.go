@@ -16,6 +16,10 @@ import (
 // plugin resource in containers' limits and requests.
 const AkriPlaceholder = "{{PLACEHOLDER}}"
 
+// AkriResourcePrefix begins the device plugin resources the agent serves: akri.sh/<instance> for
+// one discovered device and akri.sh/<configuration> for any of a Configuration's devices.
+const AkriResourcePrefix = "akri.sh/"
+
 // resources checks names and quantities as ValidateContainerResourceRequirements does, and at
 // pod level (podLevel) as validatePodResources: only cpu, memory and huge pages.
 func (c *specChecker) resources(f string, r *corev1.ResourceRequirements, podLevel bool) {

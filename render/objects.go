@@ -114,39 +114,46 @@ func (in *instance) env() []corev1.EnvVar {
 	return env
 }
 
-// applyDevice removes Akri's placeholder resource and gives the device's environment to the
-// containers that asked for the device (those that carried the placeholder), or to every
-// container when none did. Variables the container defines itself are left to the container.
-func applyDevice(ps *corev1.PodSpec, env []corev1.EnvVar) {
-	strip := func(c *corev1.Container) bool {
-		_, inLimits := c.Resources.Limits[akriPlaceholder]
-		_, inRequests := c.Resources.Requests[akriPlaceholder]
-		delete(c.Resources.Limits, akriPlaceholder)
-		delete(c.Resources.Requests, akriPlaceholder)
-		if len(c.Resources.Limits) == 0 {
-			c.Resources.Limits = nil
+// applyDevice turns Akri's placeholder into the instance's resource, akri.sh/<instance>, in the
+// limits and requests of every container and init container that names it, as Akri's controller
+// does: the node's agent serves that resource as its device plugin, so the container gets the
+// device node and its cgroup rule, and the node runs no more brokers than the device's capacity.
+// The device's environment goes to the containers and init containers that asked for the device,
+// or to every container when none did. Variables a container defines itself are left to it.
+func applyDevice(ps *corev1.PodSpec, env []corev1.EnvVar, instance string) {
+	resource := corev1.ResourceName(api.AkriResourcePrefix + instance)
+	rename := func(list corev1.ResourceList) bool {
+		q, ok := list[akriPlaceholder]
+		if ok {
+			delete(list, akriPlaceholder)
+			list[resource] = q
 		}
-		if len(c.Resources.Requests) == 0 {
-			c.Resources.Requests = nil
-		}
+		return ok
+	}
+	claims := func(c *corev1.Container) bool {
+		inLimits := rename(c.Resources.Limits)
+		inRequests := rename(c.Resources.Requests)
 		return inLimits || inRequests
 	}
+	var targets []*corev1.Container
 	for i := range ps.InitContainers {
-		strip(&ps.InitContainers[i])
+		if claims(&ps.InitContainers[i]) {
+			targets = append(targets, &ps.InitContainers[i])
+		}
 	}
-	var targets []int
+	claimed := false
 	for i := range ps.Containers {
-		if strip(&ps.Containers[i]) {
-			targets = append(targets, i)
+		if claims(&ps.Containers[i]) {
+			targets = append(targets, &ps.Containers[i])
+			claimed = true
 		}
 	}
-	if len(targets) == 0 {
+	if !claimed {
 		for i := range ps.Containers {
-			targets = append(targets, i)
+			targets = append(targets, &ps.Containers[i])
 		}
 	}
-	for _, i := range targets {
-		c := &ps.Containers[i]
+	for _, c := range targets {
 		own := map[string]bool{}
 		for _, e := range c.Env {
 			own[e.Name] = true
@@ -194,7 +201,7 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 
 func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {
 	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
-	applyDevice(ps, env)
+	applyDevice(ps, env, in.name)
 	pin(ps, []string{node})
 	labels := in.labels()
 	labels[api.LabelTargetNode] = node
@@ -220,7 +227,7 @@ type builtJob struct {
 
 func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
 	js := in.cfg.Spec.BrokerSpec.BrokerJobSpec.DeepCopy()
-	applyDevice(&js.Template.Spec, env)
+	applyDevice(&js.Template.Spec, env, in.name)
 	if js.Template.Labels == nil {
 		js.Template.Labels = map[string]string{}
 	}

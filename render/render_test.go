@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -45,14 +46,62 @@ func TestAkriInstanceNamesAndEnvironment(t *testing.T) {
 	}, p.Labels)
 	c := p.Spec.Containers[0]
 	require.Equal(t, []corev1.EnvVar{{Name: "DEVICE", Value: "foo0"}, {Name: "DEVICE_8120FE", Value: "foo0"}}, c.Env)
-	_, placeholder := c.Resources.Limits["{{PLACEHOLDER}}"]
-	require.False(t, placeholder)
+	// Akri's placeholder becomes the instance's device plugin resource, served by the node's agent.
+	require.Equal(t, corev1.ResourceList{"akri.sh/akri-debug-echo-8120fe": resource.MustParse("1")}, c.Resources.Limits)
 	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	require.Equal(t, []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge-a"}}}, terms[0].MatchFields)
 
 	var svc corev1.Service
 	require.NoError(t, yaml.UnmarshalStrict(res.Files[folder+"service-akri-debug-echo-8120fe-svc.yaml"], &svc))
 	require.Equal(t, map[string]string{"akri.sh/instance": "akri-debug-echo-8120fe", "controller": "akri.sh"}, svc.Spec.Selector)
+}
+
+// An init container that names the placeholder gets the resource and the device's environment as
+// a container does (Akri's controller treats both alike); one that does not gets neither. Job
+// brokers request the resource too, with the quantity the Configuration gave.
+func TestPlaceholderBecomesTheInstanceResource(t *testing.T) {
+	cfg := strings.Replace(podConfig, "      containers:\n", `      initContainers:
+      - name: probe
+        image: busybox:1.36
+        resources:
+          limits: {"{{PLACEHOLDER}}": "1"}
+          requests: {"{{PLACEHOLDER}}": "1"}
+      - name: setup
+        image: busybox:1.36
+      containers:
+`, 1)
+	require.NotEqual(t, podConfig, cfg)
+	res := renderOK(t, repo(map[string]string{
+		"configurations/cam.yaml": cfg,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+	}))
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	require.Len(t, pods, 1)
+	var pod corev1.Pod
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &pod))
+	instance := pod.Labels["akri.sh/instance"]
+	want := corev1.ResourceList{corev1.ResourceName("akri.sh/" + instance): resource.MustParse("1")}
+	probe, setup := pod.Spec.InitContainers[0], pod.Spec.InitContainers[1]
+	require.Equal(t, want, probe.Resources.Limits)
+	require.Equal(t, want, probe.Resources.Requests)
+	require.Equal(t, pod.Spec.Containers[0].Env, probe.Env)
+	require.NotEmpty(t, probe.Env)
+	require.Empty(t, setup.Env)
+	require.Nil(t, setup.Resources.Limits)
+	require.Equal(t, want, pod.Spec.Containers[0].Resources.Limits)
+
+	res = renderOK(t, repo(map[string]string{
+		"configurations/fw.yaml": jobConfig("fw", "") + `            resources: {limits: {"{{PLACEHOLDER}}": "2"}}
+`,
+		"inventory/edge-a.yaml": inventory("edge-a", entry("fw", "plc")),
+	}))
+	jobs := filesUnder(res.Files, "rendered/default/fw/", "/job-")
+	require.Len(t, jobs, 1)
+	var job batchv1.Job
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[jobs[0]], &job))
+	limits := job.Spec.Template.Spec.Containers[0].Resources.Limits
+	require.Equal(t, "2", limits.Name(corev1.ResourceName("akri.sh/"+job.Labels["akri.sh/instance"]), resource.DecimalSI).String())
+	require.NotContains(t, limits, corev1.ResourceName("{{PLACEHOLDER}}"))
 }
 
 func TestDigestCollisionUsesLongerDigests(t *testing.T) {
