@@ -122,6 +122,14 @@ func (s *instanceSet) reusable(cfg *api.ParsedConfiguration, reports []report) b
 	return true
 }
 
+// deviceKey is what names a device's instance: a shared device's node is not part of it.
+func deviceKey(id, node string, shared bool) api.DeviceKey {
+	if shared {
+		node = ""
+	}
+	return api.DeviceKey{ID: id, Node: node, Shared: shared}
+}
+
 // groupInstances groups one Configuration's devices into instances and names them, as Akri
 // does: a shared device is one instance seen by every node that reports it, an unshared one an
 // instance per node.
@@ -156,41 +164,27 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 		}
 	}
 	idents := sortedKeys(devs)
-	digests := make(map[string]string, len(idents))
-	collided := map[string]bool{}
-	pending := idents
-	// Akri's 3-byte digest; members of a collision group move to 6 bytes, then 16.
-	for _, size := range []int{3, 6, 16} {
-		groups := map[string][]string{}
-		for _, id := range pending {
-			a := devs[id]
-			d := akriDigest(a.id, a.node, a.shared, size)
-			digests[id] = d
-			groups[d] = append(groups[d], id)
+	keys := make([]api.DeviceKey, len(idents))
+	for i, id := range idents {
+		a := devs[id]
+		keys[i] = deviceKey(a.id, a.node, a.shared)
+	}
+	digests, collisions := api.InstanceDigests(keys)
+	collided := map[api.DeviceKey]bool{}
+	for _, g := range collisions {
+		ids := make([]string, len(g))
+		for i, key := range g {
+			collided[key] = true
+			ids[i] = fmt.Sprintf("%q", key.ID)
 		}
-		pending = nil
-		for _, d := range sortedKeys(groups) {
-			if g := groups[d]; len(g) > 1 {
-				var ids []string
-				for _, id := range g {
-					collided[id] = true
-					ids = append(ids, fmt.Sprintf("%q", devs[id].id))
-				}
-				if size == 3 {
-					set.warns = append(set.warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), d, 12))
-				}
-				pending = append(pending, g...)
-			}
-		}
-		if len(pending) == 0 {
-			break
-		}
+		set.warns = append(set.warns, fmt.Sprintf("Configuration %s: devices %s share the Akri digest %s; their instances use %d-character digests", k, strings.Join(ids, ", "), akriDigest(g[0].ID, g[0].Node, g[0].Shared, 3), 12))
 	}
 	list := make([]*instance, 0, len(idents))
 	for _, id := range idents {
 		a := devs[id]
-		in := &instance{cfg: cfg, digest: digests[id], deviceID: a.id, shared: a.shared,
-			nodes: a.nodes, properties: a.props, collided: collided[id]}
+		key := deviceKey(a.id, a.node, a.shared)
+		in := &instance{cfg: cfg, digest: digests[key], deviceID: a.id, shared: a.shared,
+			nodes: a.nodes, properties: a.props, collided: collided[key]}
 		in.name = instanceName(cfg.Name, in.digest)
 		if a.disagree != "" {
 			// A node cannot give another node's device its own properties (a stream URL, say):
