@@ -1,6 +1,7 @@
 package api
 
 import (
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,10 @@ var configurationSettings = []*configurationSetting{{
 	field: "allowedDeviceProperties", annotations: []string{AnnotationAllowedDeviceProperties},
 	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedDeviceProperties != nil },
 	resolve: resolveAllowedDeviceProperties,
+}, {
+	field: "allowedHostPaths", annotations: []string{AnnotationAllowedHostPaths}, def: "/dev only",
+	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedHostPaths != nil },
+	resolve: resolveAllowedHostPaths,
 }, {
 	annotations: []string{AnnotationOfflineGracePeriod}, def: "5m shared, 30s local (the agent's)",
 	resolve: func(r *policyReader, _ *configurationSetting) {
@@ -254,6 +259,50 @@ func resolveAllowedDeviceProperties(r *policyReader, _ *configurationSetting) {
 	r.pol.AllowedDeviceProperties = allowed
 }
 
+// resolveAllowedHostPaths reads the host path prefixes outside /dev the agent may serve: absolute,
+// clean, and never the root itself.
+func resolveAllowedHostPaths(r *policyReader, _ *configurationSetting) {
+	allowed, field := r.c.Spec.AllowedHostPaths, "spec.allowedHostPaths"
+	if a, ok := r.c.Annotations[AnnotationAllowedHostPaths]; ok {
+		field = "metadata.annotations." + AnnotationAllowedHostPaths
+		if allowed != nil {
+			r.add(field, "conflicts with spec.allowedHostPaths; set one of them")
+		}
+		allowed = nil
+		if strings.TrimSpace(a) != "" {
+			for _, p := range strings.Split(a, ",") {
+				allowed = append(allowed, strings.TrimSpace(p))
+			}
+		}
+	}
+	for _, p := range allowed {
+		switch {
+		case !strings.HasPrefix(p, "/"):
+			r.add(field, "%q is not an absolute path", p)
+		case path.Clean(p) != p:
+			r.add(field, "%q is not a clean path (write %q)", p, path.Clean(p))
+		case p == "/":
+			r.add(field, "%q would let a discovery handler mount any host path into a broker", p)
+		}
+	}
+	r.pol.AllowedHostPaths = allowed
+}
+
+// HostPathAllowed reports whether the agent may give a broker the host path p: under /dev, or
+// under one of the Configuration's allowed prefixes. p is cleaned first, so "/dev/../etc" is /etc.
+func (p Policy) HostPathAllowed(hostPath string) bool {
+	if !strings.HasPrefix(hostPath, "/") {
+		return false
+	}
+	hostPath = path.Clean(hostPath)
+	for _, prefix := range append([]string{"/dev"}, p.AllowedHostPaths...) {
+		if hostPath == prefix || strings.HasPrefix(hostPath, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 func policyField(inSpec bool, specField, ann string) string {
 	if inSpec {
 		return specField
@@ -276,6 +325,8 @@ type Policy struct {
 	// AllowedDeviceProperties are the refused device properties this Configuration allows.
 	// Omitted when empty, so Configurations without it hash (and render) as before.
 	AllowedDeviceProperties []string `json:",omitempty"`
+	// AllowedHostPaths are the host path prefixes outside /dev the agent may serve to brokers.
+	AllowedHostPaths []string `json:",omitempty"`
 	// Logs is the log capture the recorder applies to the Configuration's Jobs; nil is off.
 	Logs *LogPolicy `json:",omitempty"`
 }

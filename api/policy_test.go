@@ -20,6 +20,7 @@ func TestConfigurationSettingsTable(t *testing.T) {
 		"after":                   {"first", "first"},
 		"shards":                  {"3", "3"},
 		"allowedDeviceProperties": {"[LD_PRELOAD, HTTP_PROXY]", "LD_PRELOAD, HTTP_PROXY"},
+		"allowedHostPaths":        {"[/sys/class/gpio, /run/acme]", "/sys/class/gpio, /run/acme"},
 	}
 	docs, err := os.ReadFile("../docs/FORMATS.md")
 	require.NoError(t, err)
@@ -56,5 +57,47 @@ func TestConfigurationSettingsTable(t *testing.T) {
 		// On akri.sh/v0 the spec field is refused, naming the annotation to use.
 		_, errs = ParseConfigurations("c.yaml", []byte("apiVersion: "+AkriAPIVersion+"\n"+head+"spec:\n"+field+body), "default")
 		require.NotEmpty(t, errs, s.field)
+	}
+}
+
+// The agent serves host paths under /dev, and under a prefix the Configuration allows; a handler
+// cannot climb out with "..", and a prefix must be absolute, clean and not the root.
+func TestAllowedHostPaths(t *testing.T) {
+	parse := func(v string) (*ParsedConfiguration, ErrorList) {
+		cs, errs := ParseConfigurations("c.yaml", []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: c
+  annotations: {gitbroker.dev/allowed-host-paths: "`+v+`"}
+spec:
+  discoveryHandler: {name: udev}
+`), "default")
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		return cs[0], nil
+	}
+	c, errs := parse("/sys/class/gpio")
+	require.Empty(t, errs)
+	for p, want := range map[string]bool{
+		"/dev/video0": true, "/dev": true, "/dev/bus/usb/001/002": true,
+		"/dev/../etc/shadow": false, "/devices": false, "dev/video0": false, "/etc": false,
+		"/sys/class/gpio/gpio17/value": true, "/sys/class/gpiochip": false, "/sys/class/gpio/../../kernel": false,
+	} {
+		require.Equal(t, want, c.Policy.HostPathAllowed(p), p)
+	}
+	d, errs := parse("")
+	require.Empty(t, errs)
+	require.False(t, d.Policy.HostPathAllowed("/sys/class/gpio/x"))
+	require.True(t, d.Policy.HostPathAllowed("/dev/ttyUSB0"))
+	for v, msg := range map[string]string{
+		"sys/class":  `"sys/class" is not an absolute path`,
+		"/sys/../x":  `"/sys/../x" is not a clean path (write "/x")`,
+		"/":          `"/" would let a discovery handler mount any host path into a broker`,
+		"/run/acme/": `"/run/acme/" is not a clean path (write "/run/acme")`,
+	} {
+		_, errs := parse(v)
+		require.Len(t, errs, 1, v)
+		require.Contains(t, errs.Error(), "c.yaml:5: metadata.annotations.gitbroker.dev/allowed-host-paths: "+msg)
 	}
 }

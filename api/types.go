@@ -34,6 +34,9 @@ const (
 	// akri.sh/v0 Configuration lets devices set although they change how a process loads code
 	// or connects (spec.allowedDeviceProperties on gitbroker.dev/v1alpha1).
 	AnnotationAllowedDeviceProperties = "gitbroker.dev/allowed-device-properties"
+	// AnnotationAllowedHostPaths lists, comma-separated, the host path prefixes outside /dev an
+	// akri.sh/v0 Configuration lets the agent serve (spec.allowedHostPaths on gitbroker.dev/v1alpha1).
+	AnnotationAllowedHostPaths = "gitbroker.dev/allowed-host-paths"
 )
 
 // Job policy values.
@@ -113,6 +116,10 @@ type ConfigurationSpec struct {
 	// AllowedDeviceProperties are the device properties that may become environment variables
 	// although api.RefusedDeviceProperty refuses them (an HTTP_PROXY a device reports, say).
 	AllowedDeviceProperties []string `json:"allowedDeviceProperties,omitempty"`
+	// AllowedHostPaths are host path prefixes outside /dev whose device nodes and mounts the
+	// node's agent may give a broker when a discovery handler reports them (/sys/class/gpio,
+	// say). Without them the agent serves only paths under /dev.
+	AllowedHostPaths []string `json:"allowedHostPaths,omitempty"`
 }
 
 // DiscoveryHandlerInfo names the discovery handler and what it is asked to discover.
