@@ -56,6 +56,9 @@ type Options struct {
 	// Author signs the agent's commits; the time is filled in per commit.
 	Author gitsync.Signature
 	Log    logr.Logger
+	// Devices, when set, is given the node's instances after every discovery: the kubelet
+	// device plugin that serves akri.sh/<instance> and akri.sh/<configuration>.
+	Devices DeviceSink
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
@@ -427,6 +430,7 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 		}
 		a.expire(key, a.sanitize(key, devices), c, now)
 	}
+
 	for key := range a.tracked {
 		if _, ok := configs[key]; !ok {
 			delete(a.tracked, key)
@@ -435,6 +439,7 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 	if r, ok := a.opts.Handlers.(Retainer); ok {
 		r.Retain(wanted)
 	}
+	a.serveDevices(configs, now)
 }
 
 // expire records the devices seen now and drops those unseen for longer

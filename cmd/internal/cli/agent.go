@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/agent/deviceplugin"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
@@ -42,6 +43,8 @@ const (
 	// FlagRendererKey pins the renderer's public key: the agent then reads the Configurations
 	// the renderer verified, from verify.ConfigurationsBranch.
 	FlagRendererKey            = "renderer-key"
+	flagDevicePluginDir        = "device-plugin-dir"
+	flagPodResourcesSocket     = "pod-resources-socket"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
 
@@ -67,6 +70,8 @@ type agentOptions struct {
 	AuthorEmail           string
 	ShutdownGrace         time.Duration
 	RendererKey           string
+	DevicePluginDir       string
+	PodResourcesSocket    string
 }
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
@@ -93,6 +98,8 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.AuthorName, FlagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
 	fs.StringVar(&o.AuthorEmail, FlagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
 	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+verify.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Give it whenever .gitbroker/allowed_signers exists.")
+	fs.StringVar(&o.DevicePluginDir, flagDevicePluginDir, deviceplugin.DefaultDir, "kubelet's device-plugin folder: the agent serves akri.sh/<instance> (capacity slots per device) and akri.sh/<configuration> there, as Akri's agent does, so a broker gets its device node. Empty disables it.")
+	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 }
 
@@ -131,6 +138,14 @@ func (o *agentOptions) published(own gitsync.Options, read ...gitsync.Option) (*
 	return &verify.Published{Repo: repo, Keys: keys}, nil
 }
 
+// sink is the agent's DeviceSink: nil (no device plugin) stays an untyped nil.
+func sink(p *deviceplugin.Plugin) agent.DeviceSink {
+	if p == nil {
+		return nil
+	}
+	return p
+}
+
 // AgentCommand is `agent`: in gitbroker, and the whole of gitbroker-agent.
 func AgentCommand() *cobra.Command {
 	o := &agentOptions{}
@@ -142,6 +157,11 @@ func AgentCommand() *cobra.Command {
 the branch head as it is), runs the discovery handlers they name (debugEcho, udev, and any Akri handler that
 registers on the registration socket), and commits inventory/<node>.yaml when what the node sees
 has changed. A vanished device stays for a grace period, so a flapping device writes nothing.
+
+It is also the node's kubelet device plugin (--device-plugin-dir): akri.sh/<instance> with the
+Configuration's capacity in slots for every device it sees, and akri.sh/<configuration> for any of
+a Configuration's devices, answering kubelet's Allocate from its own discovery (the device nodes
+and mounts under /dev, or under the Configuration's allowedHostPaths), never from git.
 
 It serves /healthz and /readyz (--health-addr) and Prometheus metrics (--metrics-addr), logs
 structured lines to stderr, and on SIGTERM finishes the write in flight and exits.`,
@@ -239,6 +259,10 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		agent.DebugEchoName: agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability},
 		agent.UdevName:      agent.Udev{Root: o.UdevRoot},
 	}}
+	var plugin *deviceplugin.Plugin
+	if o.DevicePluginDir != "" && !o.Once {
+		plugin = deviceplugin.New(deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket, Log: log.WithName("device-plugin")})
+	}
 	a, err := agent.New(agent.Options{
 		Node:              o.Node,
 		Store:             store,
@@ -251,6 +275,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		Log:               log,
 		Metrics:           agent.NewMetrics(reg),
 		ShutdownGrace:     o.ShutdownGrace,
+		Devices:           sink(plugin),
 	})
 	if err != nil {
 		return Exitf(ExitInvalid, "%v", err)
@@ -303,11 +328,21 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	} else {
 		close(done)
 	}
+	pluginDone := make(chan error, 1)
+	if plugin != nil {
+		go func() { pluginDone <- plugin.Run(ctx) }()
+		log.Info("serving kubelet's device-plugin API", "dir", o.DevicePluginDir)
+	} else {
+		close(pluginDone)
+	}
 	log.Info("agent started", "store", where, "interval", o.Interval.String(),
 		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
 	runErr := a.Run(ctx)
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		log.Error(err, "registration server stopped")
+	}
+	if err := <-pluginDone; err != nil {
+		log.Error(err, "device plugin stopped")
 	}
 	log.Info("agent stopped")
 	return runErr

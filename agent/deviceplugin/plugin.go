@@ -1,0 +1,531 @@
+// Package deviceplugin owns the agent's side of the kubelet device-plugin API
+// (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1), as Akri's agent serves it: for every instance
+// its node reports, akri.sh/<instance> with the Configuration's capacity in slots, and for every
+// Configuration akri.sh/<configuration> with the slots of its instances on the node, so a user's
+// own workload can request any of them. A slot of a device that was not seen in the latest
+// discovery is Unhealthy, so kubelet stops giving it out.
+//
+// Allocate answers from the agent's current discovery, never from git: the device's device
+// nodes (with the handler's cgroup permissions, rwm when it gave none) and mounts, each only
+// under /dev or a prefix the Configuration allows, and its properties as environment variables.
+// A slot given out through one resource is withheld from the other until kubelet's
+// pod-resources API no longer lists it, so a device never has more users than its capacity on
+// the node. The plugin re-registers when kubelet restarts (kubelet removes every socket in its
+// device-plugin folder when it starts). It needs no API credential.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gitbroker/gitbroker/api"
+)
+
+// Defaults for Options.
+const (
+	DefaultDir          = pluginapi.DevicePluginPath
+	DefaultPodResources = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	// claimPolls is how long, in polls, a slot stays withheld after Allocate before pod-resources
+	// must list it: kubelet records an allocation before it starts the container.
+	claimPolls = 30
+	// removeAfter is how long a resource with no slots is still served (with none), so kubelet
+	// sees its capacity drop to zero before the socket goes.
+	removeAfter = 5 * time.Minute
+)
+
+// Instance is one device the node reports, as the plugin serves it.
+type Instance struct {
+	// Name is Akri's instance name; the plugin serves akri.sh/<Name>.
+	Name string
+	// Configuration is the Configuration's name; the plugin serves akri.sh/<Configuration>.
+	Configuration string
+	// Digest is the instance's digest, upper case: properties are also given as KEY_<Digest>.
+	Digest string
+	// Capacity is the number of slots.
+	Capacity int
+	// Healthy is true when the device was seen in the latest discovery.
+	Healthy     bool
+	DeviceSpecs []api.DeviceSpec
+	Mounts      []api.Mount
+	// Env holds the device's properties and the Configuration's broker properties (which win).
+	Env map[string]string
+	// HostPathAllowed says whether a device node or mount's host path may be served.
+	HostPathAllowed func(string) bool
+}
+
+// Options configures a Plugin.
+type Options struct {
+	// Dir is kubelet's device-plugin folder: kubelet.sock is there and the plugin's sockets go there.
+	Dir string
+	// PodResources is kubelet's pod-resources socket, "" to go without it: slots given through
+	// one resource are then not withheld from the other.
+	PodResources string
+	Log          logr.Logger
+	// Poll is how often the plugin checks its sockets and kubelet's (default 1s).
+	Poll time.Duration
+	Now  func() time.Time
+}
+
+// Plugin serves the node's devices to kubelet.
+type Plugin struct {
+	opts Options
+
+	mu        sync.Mutex
+	instances map[string]Instance
+	slots     map[string]slot
+	claims    map[string]claim
+	servers   map[string]*server
+	changed   chan struct{}
+	refused   map[string]bool
+	// waiting is set while kubelet's folder is missing (read and written by Run only).
+	waiting bool
+}
+
+type slot struct {
+	instance string
+	index    int
+}
+
+type claim struct {
+	resource string
+	at       time.Time
+}
+
+// New returns a Plugin; Run serves it.
+func New(opts Options) *Plugin {
+	if opts.Dir == "" {
+		opts.Dir = DefaultDir
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Plugin{
+		opts:      opts,
+		instances: map[string]Instance{},
+		slots:     map[string]slot{},
+		claims:    map[string]claim{},
+		servers:   map[string]*server{},
+		changed:   make(chan struct{}),
+		refused:   map[string]bool{},
+	}
+}
+
+// Update replaces what the node reports. Resources are started and registered by Run.
+func (p *Plugin) Update(list []Instance) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.instances = make(map[string]Instance, len(list))
+	p.slots = map[string]slot{}
+	for _, in := range list {
+		p.instances[in.Name] = in
+		for i := range in.Capacity {
+			p.slots[slotID(in.Name, i)] = slot{in.Name, i}
+		}
+	}
+	for id := range p.claims {
+		if _, ok := p.slots[id]; !ok {
+			delete(p.claims, id)
+		}
+	}
+	p.broadcast()
+}
+
+// slotID names slot i of an instance; kubelet takes device ids of at most 63 characters.
+func slotID(instance string, i int) string {
+	return api.Shorten(instance + "-" + strconv.Itoa(i))
+}
+
+// broadcast wakes every ListAndWatch stream; p.mu is held.
+func (p *Plugin) broadcast() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// wanted lists the resources the node's instances call for, each a valid resource name.
+func (p *Plugin) wanted() map[string]bool {
+	out := map[string]bool{}
+	for _, in := range p.instances {
+		for _, name := range []string{in.Name, in.Configuration} {
+			r := api.AkriResourcePrefix + name
+			if msgs := validation.IsQualifiedName(r); len(msgs) > 0 {
+				if !p.refused[r] {
+					p.refused[r] = true
+					p.opts.Log.Error(errors.New(strings.Join(msgs, "; ")), "cannot serve this resource: not a valid resource name", "resource", r)
+				}
+				continue
+			}
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// devices lists resource's slots as kubelet sees them, and the channel closed at the next change.
+func (p *Plugin) devices(resource string) ([]*pluginapi.Device, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := strings.TrimPrefix(resource, api.AkriResourcePrefix)
+	var out []*pluginapi.Device
+	for _, id := range slices.Sorted(maps.Keys(p.slots)) {
+		in := p.instances[p.slots[id].instance]
+		if in.Name != name && in.Configuration != name {
+			continue
+		}
+		health := pluginapi.Healthy
+		if c, ok := p.claims[id]; !in.Healthy || ok && c.resource != resource {
+			health = pluginapi.Unhealthy
+		}
+		out = append(out, &pluginapi.Device{ID: id, Health: health})
+	}
+	return out, p.changed
+}
+
+// allocate answers kubelet's Allocate for one container.
+func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*pluginapi.ContainerAllocateResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	seenDev, seenMount := map[string]bool{}, map[string]bool{}
+	var used []Instance
+	for _, id := range ids {
+		s, ok := p.slots[id]
+		in := p.instances[s.instance]
+		switch {
+		case !ok:
+			return nil, status.Errorf(codes.NotFound, "%s: device %s is no longer discovered on this node", resource, id)
+		case !in.Healthy:
+			return nil, status.Errorf(codes.Unavailable, "%s: instance %s was not seen in the latest discovery", resource, in.Name)
+		}
+		if c, ok := p.claims[id]; ok && c.resource != resource {
+			return nil, status.Errorf(codes.ResourceExhausted, "%s: slot %s is in use through %s", resource, id, c.resource)
+		}
+		used = append(used, in)
+		for _, d := range in.DeviceSpecs {
+			if seenDev[d.ContainerPath] || !p.allowed(in, d.HostPath) {
+				continue
+			}
+			perms := d.Permissions
+			if perms == "" {
+				perms = "rwm"
+			}
+			if strings.Trim(perms, "rwm") != "" {
+				p.opts.Log.Error(fmt.Errorf("permissions %q are not a subset of rwm", perms), "not serving a device node", "instance", in.Name, "hostPath", d.HostPath)
+				continue
+			}
+			seenDev[d.ContainerPath] = true
+			resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: filepath.Clean(d.HostPath), Permissions: perms})
+		}
+		for _, m := range in.Mounts {
+			if seenMount[m.ContainerPath] || !p.allowed(in, m.HostPath) {
+				continue
+			}
+			seenMount[m.ContainerPath] = true
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: filepath.Clean(m.HostPath), ReadOnly: m.ReadOnly})
+		}
+	}
+	for _, in := range used {
+		for k, v := range in.Env {
+			resp.Envs[k+"_"+in.Digest] = v
+			if len(used) == 1 {
+				resp.Envs[k] = v
+			}
+		}
+	}
+	if claimSlots {
+		now := p.opts.Now()
+		for _, id := range ids {
+			p.claims[id] = claim{resource: resource, at: now}
+		}
+		p.broadcast()
+	}
+	return resp, nil
+}
+
+// allowed reports whether a host path may be served, logging a refusal once per path.
+func (p *Plugin) allowed(in Instance, hostPath string) bool {
+	if in.HostPathAllowed != nil && in.HostPathAllowed(hostPath) {
+		return true
+	}
+	if in.HostPathAllowed == nil && (api.Policy{}).HostPathAllowed(hostPath) {
+		return true
+	}
+	key := in.Name + "\x00" + hostPath
+	if !p.refused[key] {
+		p.refused[key] = true
+		p.opts.Log.Error(errors.New("host path outside /dev and the Configuration's allowedHostPaths"),
+			"not serving a path a discovery handler reported", "instance", in.Name, "hostPath", hostPath)
+	}
+	return false
+}
+
+// Run serves the resources until ctx ends: it starts and registers a server for each wanted
+// resource, re-registers after kubelet restarts, stops resources no longer wanted, and releases
+// slots kubelet no longer uses.
+func (p *Plugin) Run(ctx context.Context) error {
+	t := time.NewTicker(p.opts.Poll)
+	defer t.Stop()
+	defer p.stopAll()
+	var lastRelease time.Time
+	for {
+		p.reconcile(ctx)
+		if now := p.opts.Now(); p.opts.PodResources != "" && now.Sub(lastRelease) >= 10*p.opts.Poll {
+			lastRelease = now
+			p.release(ctx)
+		}
+		p.mu.Lock()
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-changed:
+		}
+	}
+}
+
+// kubeletID identifies the kubelet socket, so a restarted kubelet (a new socket) is noticed.
+func (p *Plugin) kubeletID() (uint64, bool) {
+	fi, err := os.Stat(filepath.Join(p.opts.Dir, "kubelet.sock"))
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, true
+	}
+	return st.Ino, true
+}
+
+func (p *Plugin) reconcile(ctx context.Context) {
+	// kubelet makes its folder; without it there is no kubelet to serve (yet).
+	if _, err := os.Stat(p.opts.Dir); err != nil {
+		if !p.waiting {
+			p.waiting = true
+			p.opts.Log.Info("waiting for kubelet's device-plugin folder", "dir", p.opts.Dir, "reason", err.Error())
+		}
+		return
+	}
+	p.waiting = false
+	p.mu.Lock()
+	wanted := p.wanted()
+	now := p.opts.Now()
+	var start, stop []string
+	for r := range wanted {
+		s := p.servers[r]
+		if s == nil {
+			start = append(start, r)
+			continue
+		}
+		s.emptySince = time.Time{}
+	}
+	for r, s := range p.servers {
+		if wanted[r] {
+			continue
+		}
+		if s.emptySince.IsZero() {
+			s.emptySince = now
+		} else if now.Sub(s.emptySince) >= removeAfter {
+			stop = append(stop, r)
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range stop {
+		p.mu.Lock()
+		s := p.servers[r]
+		delete(p.servers, r)
+		p.mu.Unlock()
+		s.stop()
+		p.opts.Log.Info("device plugin resource no longer served", "resource", r)
+	}
+	for _, r := range slices.Sorted(slices.Values(start)) {
+		s, err := p.start(r)
+		if err != nil {
+			p.opts.Log.Error(err, "cannot serve device plugin resource; will retry", "resource", r)
+			continue
+		}
+		p.mu.Lock()
+		p.servers[r] = s
+		p.mu.Unlock()
+	}
+	kubelet, up := p.kubeletID()
+	p.mu.Lock()
+	servers := slices.Collect(maps.Values(p.servers))
+	p.mu.Unlock()
+	for _, s := range servers {
+		if _, err := os.Stat(s.socket); errors.Is(err, fs.ErrNotExist) {
+			// kubelet removes every socket in its folder when it starts: serve anew.
+			s.stop()
+			ns, err := p.start(s.resource)
+			if err != nil {
+				p.opts.Log.Error(err, "cannot serve device plugin resource again; will retry", "resource", s.resource)
+				continue
+			}
+			p.mu.Lock()
+			if p.servers[s.resource] == s {
+				ns.emptySince = s.emptySince
+				p.servers[s.resource] = ns
+			}
+			p.mu.Unlock()
+			s = ns
+		}
+		if up && (!s.registered || s.kubelet != kubelet) {
+			if err := s.register(ctx, kubelet); err != nil {
+				if s.reported != err.Error() {
+					s.reported = err.Error()
+					p.opts.Log.Error(err, "cannot register with kubelet; will retry", "resource", s.resource)
+				}
+			}
+		}
+	}
+}
+
+func (p *Plugin) stopAll() {
+	p.mu.Lock()
+	servers := p.servers
+	p.servers = map[string]*server{}
+	p.mu.Unlock()
+	for _, s := range servers {
+		s.stop()
+	}
+}
+
+// start serves resource on a socket of its own in the device-plugin folder.
+func (p *Plugin) start(resource string) (*server, error) {
+	s := &server{p: p, resource: resource, socket: filepath.Join(p.opts.Dir, socketName(resource))}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s.grpc, s)
+	go func() { _ = s.grpc.Serve(lis) }()
+	return s, nil
+}
+
+// socketName is the resource's socket: short and fixed, so a restart serves the same path.
+func socketName(resource string) string {
+	return "gitbroker-" + api.AkriDigest(api.DeviceKey{ID: resource, Shared: true}, 8) + ".sock"
+}
+
+// server is one resource's device-plugin endpoint.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p          *Plugin
+	resource   string
+	socket     string
+	grpc       *grpc.Server
+	registered bool
+	kubelet    uint64
+	reported   string
+	emptySince time.Time
+}
+
+func (s *server) register(ctx context.Context, kubelet uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(s.p.opts.Dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(s.socket),
+		ResourceName: s.resource,
+		Options:      &pluginapi.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with kubelet: %w", s.resource, err)
+	}
+	s.registered, s.kubelet, s.reported = true, kubelet, ""
+	s.p.opts.Log.Info("device plugin registered with kubelet", "resource", s.resource, "socket", s.socket)
+	return nil
+}
+
+func (s *server) stop() {
+	s.grpc.Stop()
+	_ = os.Remove(s.socket)
+}
+
+// GetDevicePluginOptions implements pluginapi.DevicePluginServer.
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch implements pluginapi.DevicePluginServer: the resource's slots, again at every change.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	var last []*pluginapi.Device
+	for {
+		devs, changed := s.p.devices(s.resource)
+		if last == nil || !sameDevices(last, devs) {
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+				return err
+			}
+			last = devs
+			if last == nil {
+				last = []*pluginapi.Device{}
+			}
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func sameDevices(a, b []*pluginapi.Device) bool {
+	return slices.EqualFunc(a, b, func(x, y *pluginapi.Device) bool { return x.ID == y.ID && x.Health == y.Health })
+}
+
+// Allocate implements pluginapi.DevicePluginServer.
+func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	out := &pluginapi.AllocateResponse{}
+	for _, c := range req.GetContainerRequests() {
+		r, err := s.p.allocate(s.resource, c.GetDevicesIds(), s.p.opts.PodResources != "")
+		if err != nil {
+			s.p.opts.Log.Error(err, "refused an allocation", "resource", s.resource)
+			return nil, err
+		}
+		s.p.opts.Log.Info("allocated", "resource", s.resource, "devices", c.GetDevicesIds(), "deviceNodes", len(r.Devices), "mounts", len(r.Mounts))
+		out.ContainerResponses = append(out.ContainerResponses, r)
+	}
+	return out, nil
+}
+
+// GetPreferredAllocation implements pluginapi.DevicePluginServer; the plugin does not ask for it.
+func (s *server) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return &pluginapi.PreferredAllocationResponse{}, nil
+}
+
+// PreStartContainer implements pluginapi.DevicePluginServer; the plugin does not ask for it.
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
