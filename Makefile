@@ -32,10 +32,11 @@ test: fmt-check vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
-# controllers, and with Argo CD's on a second one. The programs are built from their Go modules by
-# e2e/tools/build.sh into $$HOME/.cache/gitbroker/e2e, keyed by version: 20-35 minutes on 2
-# cores the first time (Argo CD with GOTOOLCHAIN=go1.27.3, for that build only), and reused after
-# that.
+# controllers, and with Argo CD's on a second one, kwok nodes for scale and a real node (kubelet,
+# containerd, Debian's runc) for what happens on a node. The programs are built from their Go
+# modules by e2e/tools/build.sh into $$HOME/.cache/gitbroker/e2e, keyed by version: 30-45 minutes
+# on 2 cores the first time (Argo CD with GOTOOLCHAIN=go1.27.3, for that build only), and reused
+# after that. The real node needs root (mount namespaces, device nodes, runc).
 E2E_TIMEOUT ?= 30m
 e2e:
 	@bin=$$(e2e/tools/build.sh all) && \

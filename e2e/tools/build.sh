@@ -2,7 +2,7 @@
 # build.sh builds the programs the e2e suite runs, from Go modules, into a
 # cache outside the clone, and prints the folder that holds them.
 #
-#   e2e/tools/build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
+#   e2e/tools/build.sh kube|kubelet|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
 #   e2e/tools/build.sh all
 #
 # helm is for make bench-helm only; "all" does not build it.
@@ -21,11 +21,11 @@
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
+component=${1:?usage: build.sh kube|kubelet|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
-components=(etcd kube kwok source-controller kustomize-controller argocd kustomize)
+components=(etcd kube kubelet node kwok source-controller kustomize-controller argocd kustomize)
 
 if [[ $component == all ]]; then
 	dirs=()
@@ -64,6 +64,27 @@ kube)
 		k8s.io/kubernetes/cmd/kube-controller-manager
 		k8s.io/kubernetes/cmd/kube-scheduler)
 	;;
+kubelet)
+	# The real node's kubelet, from the same release as the API server.
+	module=k8s.io/kubernetes
+	pkgs=(k8s.io/kubernetes/cmd/kubelet)
+	want=$(cd "$here/kube" && go list -m -f '{{.Version}}' "$module")
+	have=$(cd "$mod" && go list -m -f '{{.Version}}' "$module")
+	if [[ $want != "$have" ]]; then
+		echo "build.sh: kubelet pins $module $have, the API server $want" >&2
+		exit 2
+	fi
+	export CGO_ENABLED=0
+	;;
+node)
+	# containerd and its runc shim, ctr to import images, and the CNI plugins.
+	module=github.com/containerd/containerd/v2
+	pkgs=("$module/cmd/containerd" "$module/cmd/containerd-shim-runc-v2" "$module/cmd/ctr"
+		github.com/containernetworking/plugins/plugins/main/bridge
+		github.com/containernetworking/plugins/plugins/ipam/host-local
+		github.com/containernetworking/plugins/plugins/main/loopback)
+	export CGO_ENABLED=0
+	;;
 etcd)
 	module=go.etcd.io/etcd/server/v3
 	pkgs=("$module")
@@ -101,7 +122,7 @@ esac
 version=$(cd "$mod" && go list -m -f '{{.Version}}' "$module")
 ldflags="-s -w"
 case $component in
-kube)
+kube | kubelet)
 	minor=${version#v1.}
 	minor=${minor%%.*}
 	# Some clients read the server's version; an unstamped build says v0.0.0.
@@ -116,6 +137,9 @@ kube)
 	;;
 kwok)
 	ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=$version"
+	;;
+node)
+	ldflags+=" -X $module/version.Version=$version"
 	;;
 esac
 digest=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-12)

@@ -1,0 +1,409 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
+)
+
+const (
+	realNode        = "edge-real"
+	deviceNamespace = "devices"
+	deviceFlux      = "flux-devices"
+	systemNamespace = "gitbroker-system"
+	// deviceGroup owns the test's device nodes (0660), as the video group owns /dev/video0:
+	// brokers reach them through their supplementalGroups, never as root.
+	deviceGroup = 4242
+	plcHandler  = "e2e-plc"
+)
+
+// startRealNode builds the node's images and starts it; the node stops when the test ends.
+func startRealNode(t *testing.T) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	tars, err := NodeImages(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Logf("images built in %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	n, err := StartNode(ctx, cluster, cluster.bin, realNode, tars)
+	require.NoError(t, err)
+	t.Cleanup(n.Stop)
+	t.Logf("node %s Ready in %s", realNode, time.Since(start).Round(time.Second))
+	return n
+}
+
+// Logs is what a container of a Pod on the node printed, from the log files kubelet writes (the
+// API server cannot reach this kubelet, which listens on loopback only).
+func (n *Node) Logs(t *testing.T, ns, pod, container string) string {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", ns+"_"+pod+"_*", container))
+	var out strings.Builder
+	for _, d := range dirs {
+		files, _ := filepath.Glob(filepath.Join(d, "*.log"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			sc := bufio.NewScanner(strings.NewReader(string(data)))
+			for sc.Scan() {
+				// CRI format: time stream tag message.
+				if parts := strings.SplitN(sc.Text(), " ", 4); len(parts) == 4 {
+					out.WriteString(parts[3] + "\n")
+				}
+			}
+		}
+	}
+	return out.String()
+}
+
+func camConfiguration(capacity int) string {
+	return `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: cam
+spec:
+  capacity: ` + strconv.Itoa(capacity) + `
+  discoveryHandler:
+    name: udev
+    discoveryDetails: |
+      udevRules:
+      - 'KERNEL=="gitbroker-e2e[0-9]*"'
+  brokerSpec:
+    brokerPodSpec:
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 1000
+        runAsGroup: 1000
+        supplementalGroups: [` + strconv.Itoa(deviceGroup) + `]
+      containers:
+      - name: broker
+        image: ` + brokerImage + `
+        args: [UDEV_DEVNODE]
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities: {drop: [ALL]}
+        resources:
+          limits:
+            "{{PLACEHOLDER}}": "1"
+`
+}
+
+var plcConfiguration = `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: plc
+spec:
+  discoveryHandler:
+    name: ` + plcHandler + `
+    discoveryDetails: "bus: e2e"
+  brokerSpec:
+    brokerPodSpec:
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 1000
+        supplementalGroups: [` + strconv.Itoa(deviceGroup) + `]
+      containers:
+      - name: broker
+        image: ` + brokerImage + `
+        args: [PLC_NODE]
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities: {drop: [ALL]}
+        resources:
+          limits:
+            "{{PLACEHOLDER}}": "1"
+`
+
+// deviceNode is a udev device in the fixture sysfs the agent reads, and its node in the node's /dev.
+func deviceNode(t *testing.T, n *Node, sysRoot, name string) {
+	t.Helper()
+	dir := filepath.Join(sysRoot, "sys", "devices", "virtual", "misc", name)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	// A copy of /dev/zero (1:5): writes are taken, reads return bytes.
+	require.NoError(t, n.Mknod(context.Background(), "/dev/"+name, 1, 5, 0o660, deviceGroup))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "uevent"), []byte("MAJOR=1\nMINOR=5\nDEVNAME="+name+"\n"), 0o644))
+}
+
+// TestRealNodeDevices runs the agent from deploy/ on a real node, as its device plugin: an
+// unprivileged broker opens its device node, the node enforces a device's capacity across the
+// instance's and the Configuration's resources, a user's Deployment gets a device through
+// akri.sh/<configuration>, and an Akri-style handler container (root, 0755 socket) registers and
+// its device reaches a broker.
+func TestRealNodeDevices(t *testing.T) {
+	n := startRealNode(t)
+	ctx := context.Background()
+	for _, ns := range []string{deviceNamespace, systemNamespace, deviceFlux} {
+		require.NoError(t, cluster.CreateNamespace(ctx, ns))
+	}
+	sysRoot := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "run", "udev", "data"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "sys", "devices"), 0o755))
+
+	srv := gitsynctest.NewServer(t, "main", map[string]string{
+		"gitbroker.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + deviceNamespace +
+			"\n  discoveryHandlers: [" + plcHandler + "]\n  flux:\n    namespace: " + deviceFlux + "\n    retryInterval: 5s\n",
+		"configurations/cam.yaml": camConfiguration(2),
+		"configurations/plc.yaml": plcConfiguration,
+	})
+	rendererKey := filepath.Join(t.TempDir(), "renderer")
+	renderer, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
+	require.NoError(t, err)
+	applyFlux(t, deviceFlux, srv.URL(), rendererKey+".pub", deviceNamespace)
+	startGitbroker(t, "renderer-devices", "renderer started", "render",
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", rendererKey,
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	deployAgent(t, srv.URL(), renderer.AllowedSignersLine("renderer"), sysRoot, 2*time.Second)
+	startHandler(t, "/dev/gitbroker-e2e-plc")
+	require.NoError(t, n.Mknod(ctx, "/dev/gitbroker-e2e-plc", 1, 5, 0o660, deviceGroup))
+
+	// A device appears: the agent discovers it, the renderer renders its broker, Flux applies it,
+	// the node allocates the device to it.
+	appeared := time.Now()
+	deviceNode(t, n, sysRoot, "gitbroker-e2e0")
+	camInstance := instance("cam", "/devices/virtual/misc/gitbroker-e2e0", realNode)
+	broker := waitBrokerOpened(t, n, "cam", "/dev/gitbroker-e2e0")
+	t.Logf("device to broker running and holding it: %s (agent interval 2s, renderer %s, Flux source %s)",
+		time.Since(appeared).Round(100*time.Millisecond), rendererInterval, sourceInterval)
+	require.Contains(t, n.Logs(t, deviceNamespace, broker, "broker"), "uid=1000 gid=1000")
+
+	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, realNode, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "2", ptr.To(node.Status.Allocatable[corev1.ResourceName("akri.sh/"+camInstance)]).String())
+	require.Equal(t, "2", ptr.To(node.Status.Allocatable["akri.sh/cam"]).String())
+
+	// The Akri-style handler's device reaches its broker too.
+	waitBrokerOpened(t, n, "plc", "/dev/gitbroker-e2e-plc")
+
+	// Akri's discovery-only pattern: a user's Deployment asks for any cam device and gets one,
+	// with its properties, through Allocate; that takes the device's second slot.
+	userDeployment(t, "cam-reader", "akri.sh/cam", "UDEV_DEVNODE")
+	waitOpened(t, n, "app=cam-reader", "/dev/gitbroker-e2e0")
+	// Both slots are in use (one through each resource): one more broker stays Pending.
+	extra := userDeployment(t, "cam-extra", corev1.ResourceName("akri.sh/"+camInstance), "UDEV_DEVNODE")
+	eventually(t, time.Minute, "the third user of a capacity-2 device to stay unscheduled", func() (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + extra})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Sprint(err)
+		}
+		p := pods.Items[0]
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "Insufficient akri.sh/"+camInstance) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%s %v", p.Status.Phase, p.Status.Conditions)
+	})
+
+	// Without the resource the same container cannot open the device: it is not in its /dev.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-device", Namespace: deviceNamespace},
+		Spec: corev1.PodSpec{
+			NodeName: realNode, RestartPolicy: corev1.RestartPolicyNever,
+			SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), SupplementalGroups: []int64{deviceGroup}},
+			Containers: []corev1.Container{{Name: "broker", Image: brokerImage, Args: []string{"DEV"},
+				Env: []corev1.EnvVar{{Name: "DEV", Value: "/dev/gitbroker-e2e0"}}}},
+		},
+	}
+	_, err = cluster.Client.CoreV1().Pods(deviceNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "the Pod without the device to fail", func() (bool, string) {
+		p, err := cluster.Client.CoreV1().Pods(deviceNamespace).Get(ctx, "no-device", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodFailed, fmt.Sprint(err)
+	})
+	require.Contains(t, n.Logs(t, deviceNamespace, "no-device", "broker"), `cannot open "/dev/gitbroker-e2e0": open /dev/gitbroker-e2e0: no such file or directory`)
+}
+
+// deployAgent applies deploy/agent as a user does, with what this machine needs changed: the
+// agent's image is the imported one, it runs on the real node only, on the host's network (the
+// test's git server listens on loopback), with its ports on loopback, the given discovery
+// interval, and the test's sysfs for the udev handler.
+func deployAgent(t *testing.T, url, rendererLine, sysRoot string, interval time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker", Namespace: systemNamespace},
+		Data: map[string]string{"git-url": url, "inventory-git-url": url, "branch": "main"}})
+	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-key", Namespace: systemNamespace},
+		Data: map[string]string{"allowed_signers": rendererLine + "\n"}})
+	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-agent-git", Namespace: systemNamespace},
+		StringData: map[string]string{"username": "git", "password": "e2e-agent-token"}})
+	metrics, err := freePort()
+	require.NoError(t, err)
+	health, err := freePort()
+	require.NoError(t, err)
+	for _, obj := range build(t, "../deploy/agent") {
+		obj.SetNamespace(systemNamespace)
+		if obj.GetKind() == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ds))
+			ps := &ds.Spec.Template.Spec
+			ps.HostNetwork, ps.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
+			ps.NodeSelector = map[string]string{"kubernetes.io/hostname": realNode}
+			c := &ps.Containers[0]
+			c.Image = agentImage
+			for i, a := range c.Args {
+				switch {
+				case a == "--metrics-addr=:8080":
+					c.Args[i] = "--metrics-addr=127.0.0.1:" + strconv.Itoa(metrics)
+				case a == "--health-addr=:9440":
+					c.Args[i] = "--health-addr=127.0.0.1:" + strconv.Itoa(health)
+				}
+			}
+			c.Args = append(c.Args, "--interval="+interval.String())
+			// kubelet probes a host-network Pod at the node's address; the agent listens on loopback.
+			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+				pr.HTTPGet.Host = "127.0.0.1"
+			}
+			c.Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(metrics)}, {Name: "health", ContainerPort: int32(health)}}
+			for i, v := range ps.Volumes {
+				switch v.Name {
+				case "sys":
+					ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "sys")
+				case "udev":
+					ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "run", "udev")
+				}
+			}
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ds)
+			require.NoError(t, err)
+			obj = &unstructured.Unstructured{Object: m}
+		}
+		require.NoError(t, cluster.ApplyObject(ctx, obj))
+	}
+	eventually(t, 3*time.Minute, "the agent DaemonSet's Pod to be Ready on "+realNode, func() (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gitbroker-agent"})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprint("no agent Pod yet ", err)
+		}
+		p := pods.Items[0]
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%s %v %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	})
+}
+
+// startHandler runs an Akri-style discovery handler DaemonSet on the real node, as Akri's
+// charts run theirs: as root, its socket in /var/lib/akri beside the agent's.
+func startHandler(t *testing.T, device string) {
+	t.Helper()
+	labels := map[string]string{"app": plcHandler}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: plcHandler, Namespace: systemNamespace},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:    map[string]string{"kubernetes.io/hostname": realNode},
+					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
+					Containers: []corev1.Container{{
+						Name: "handler", Image: handlerImage,
+						Env: []corev1.EnvVar{{Name: "DISCOVERY_HANDLERS_DIRECTORY", Value: "/var/lib/akri"},
+							{Name: "HANDLER_NAME", Value: plcHandler}, {Name: "DEVICE_NODE", Value: device}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "akri", MountPath: "/var/lib/akri"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "akri", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/akri"}}}},
+				},
+			},
+		},
+	}
+	mustCreate(t, ds)
+}
+
+// userDeployment is a user's own unprivileged Deployment on the real node asking for one of a
+// resource, which prints what it opened at the device path in env.
+func userDeployment(t *testing.T, name string, res corev1.ResourceName, env string) string {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: deviceNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": realNode},
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
+						SupplementalGroups: []int64{deviceGroup}},
+					Containers: []corev1.Container{{
+						Name: "broker", Image: brokerImage, Args: []string{env},
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: resource.MustParse("1")}},
+					}},
+				},
+			},
+		},
+	}
+	mustCreate(t, d)
+	return name
+}
+
+func mustCreate(t *testing.T, obj runtime.Object) {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: m}
+	gvks := map[string]string{"*v1.ConfigMap": "v1/ConfigMap", "*v1.Secret": "v1/Secret", "*v1.DaemonSet": "apps/v1/DaemonSet", "*v1.Deployment": "apps/v1/Deployment"}
+	gvk := gvks[fmt.Sprintf("%T", obj)]
+	i := strings.LastIndex(gvk, "/")
+	u.SetAPIVersion(gvk[:i])
+	u.SetKind(gvk[i+1:])
+	if s, ok := obj.(*corev1.Secret); ok {
+		u.Object["data"] = map[string]any{}
+		for k, v := range s.StringData {
+			u.Object["data"].(map[string]any)[k] = []byte(v)
+		}
+		delete(u.Object, "stringData")
+	}
+	require.NoError(t, cluster.ApplyObject(context.Background(), u))
+}
+
+// waitBrokerOpened waits for a rendered broker of a Configuration to run on the real node and
+// say it opened its device; it returns the Pod's name.
+func waitBrokerOpened(t *testing.T, n *Node, configuration, device string) string {
+	t.Helper()
+	return waitOpened(t, n, api.LabelConfiguration+"="+configuration, device)
+}
+
+func waitOpened(t *testing.T, n *Node, selector, device string) string {
+	t.Helper()
+	var name string
+	eventually(t, 4*time.Minute, "a Pod "+selector+" to open "+device, func() (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprint("no Pod yet ", err)
+		}
+		for _, p := range pods.Items {
+			logs := n.Logs(t, deviceNamespace, p.Name, "broker")
+			if strings.Contains(logs, "opened "+device+": wrote 4 bytes, read 4 bytes") && p.Status.Phase == corev1.PodRunning {
+				name = p.Name
+				return true, ""
+			}
+			return false, fmt.Sprintf("%s %s: %q %v", p.Name, p.Status.Phase, logs, p.Status.Conditions)
+		}
+		return false, ""
+	})
+	return name
+}
