@@ -59,6 +59,9 @@ type Options struct {
 	// Devices, when set, is given the node's instances after every discovery: the kubelet
 	// device plugin that serves akri.sh/<instance> and akri.sh/<configuration>.
 	Devices DeviceSink
+	// PropertiesDir holds the values of discoveryProperties[].valueFrom, mounted from their
+	// Secrets and ConfigMaps (DefaultPropertiesDir); "" resolves none.
+	PropertiesDir string
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
@@ -97,7 +100,9 @@ type Agent struct {
 
 	wake  chan struct{}
 	ready atomic.Bool
-	last  atomic.Int64
+	// propertiesOK is false while a Configuration's discovery property cannot be resolved.
+	propertiesOK atomic.Bool
+	last         atomic.Int64
 }
 
 type trackedDevice struct {
@@ -168,7 +173,10 @@ func (a *Agent) Notify() {
 
 // Ready reports whether the inventory on the branch matches what the
 // agent sees, as of the last cycle.
-func (a *Agent) Ready() bool { return a.ready.Load() }
+func (a *Agent) Ready() bool { return a.ready.Load() && a.propertiesOK.Load() }
+
+// PropertiesResolved reports whether every discovery property could be resolved in the last cycle.
+func (a *Agent) PropertiesResolved() bool { return a.propertiesOK.Load() }
 
 // LastCycle is when the last cycle ended, for liveness checks.
 func (a *Agent) LastCycle() time.Time { return time.Unix(0, a.last.Load()) }
@@ -403,6 +411,8 @@ func (a *Agent) loadInventory(head gitsync.Snapshot) error {
 // were: not knowing is not the same as seeing nothing.
 func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConfiguration) {
 	now := a.opts.Now()
+	unresolved := 0
+	defer func() { a.propertiesOK.Store(unresolved == 0) }()
 	wanted := map[string]bool{}
 	for _, key := range slices.Sorted(maps.Keys(configs)) {
 		c := configs[key]
@@ -418,7 +428,18 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 			continue
 		}
 		delete(a.noHandler, key)
-		req := Request{Configuration: key, Details: c.Spec.DiscoveryHandler.DiscoveryDetails, Properties: properties(c)}
+		props, err := a.properties(c)
+		a.opts.Metrics.unresolvedProperties(key, err != nil)
+		if err != nil {
+			// Discovering without a credential would find nothing and drop the devices.
+			unresolved++
+			if a.report(key+"\x00properties", err) {
+				a.opts.Log.Error(err, "cannot resolve a discovery property; keeping this Configuration's devices", "configuration", key, "handler", name)
+			}
+			continue
+		}
+		delete(a.reported, key+"\x00properties")
+		req := Request{Configuration: key, Details: c.Spec.DiscoveryHandler.DiscoveryDetails, Properties: props}
 		wanted[requestKey(req)] = true
 		devices, err := h.Discover(ctx, req)
 		if err != nil {
@@ -585,21 +606,4 @@ func normalize(d api.Device) api.Device {
 		d.DeviceSpecs = nil
 	}
 	return d
-}
-
-// properties returns the discoveryProperties that have inline values.
-// Values from Secrets and ConfigMaps need the cluster; the agent reads only
-// git, so those are not passed.
-func properties(c *api.ParsedConfiguration) map[string][]byte {
-	var out map[string][]byte
-	for _, p := range c.Spec.DiscoveryHandler.DiscoveryProperties {
-		if p.Value == nil {
-			continue
-		}
-		if out == nil {
-			out = map[string][]byte{}
-		}
-		out[p.Name] = []byte(*p.Value)
-	}
-	return out
 }

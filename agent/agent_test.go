@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gitbroker/gitbroker/agent"
@@ -358,16 +359,73 @@ func TestRestartKeepsDevicesForTheGracePeriod(t *testing.T) {
 	require.Equal(t, 1, out.Devices)
 }
 
+// discoveryProperties reach the handler as Akri's agent sends them: inline values, valueFrom
+// from the Secret and ConfigMap files mounted into the agent's Pod, "" for a property with
+// neither, nothing for a missing optional reference. A missing reference keeps the
+// Configuration's devices, makes the agent not ready and shows in its metrics and log, which
+// name the reference and never a value.
 func TestDiscoveryRequestCarriesDetailsAndProperties(t *testing.T) {
-	cfg := strings.Replace(echoConfig, "  brokerSpec:\n",
-		"    discoveryProperties:\n    - name: PLANT\n      value: north\n    - name: SECRET\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: k\n  brokerSpec:\n", 1)
+	cfg := strings.Replace(echoConfig, "  brokerSpec:\n", `    discoveryProperties:
+    - name: PLANT
+      value: north
+    - name: PASSWORD
+      valueFrom: {secretKeyRef: {name: onvif-auth, key: password}}
+    - name: USER
+      valueFrom: {configMapKeyRef: {name: onvif, namespace: cams, key: user}}
+    - name: PROXY
+      valueFrom: {secretKeyRef: {name: absent, key: k, optional: true}}
+    - name: EMPTY
+  brokerSpec:
+`, 1)
 	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": cfg})
-	a := f.agent(t, "edge-a")
+	props := t.TempDir()
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.PropertiesDir = props
+		o.Log = funcr.New(func(p, a string) { logs.WriteString(p + a + "\n") }, funcr.Options{})
+		o.Metrics = agent.NewMetrics(reg)
+	})
+	f.echo.set(device("foo0", true))
 	_, err := a.Sync(context.Background())
 	require.NoError(t, err)
+	require.Empty(t, f.echo.last.Configuration, "not discovered without its credential")
+	require.False(t, a.Ready())
+	require.Contains(t, logs.String(), `cannot resolve a discovery property`)
+	require.Contains(t, logs.String(), `discoveryProperties[1] (PASSWORD): secret default/onvif-auth key \"password\": `+filepath.Join(props, "secrets/default/onvif-auth/password")+` is not mounted into the agent's Pod`)
+	require.Equal(t, 1.0, gauge(t, reg, "gitbroker_agent_discovery_properties_unresolved"))
+
+	write := func(path, v string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(props, path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(props, path), []byte(v), 0o600))
+	}
+	write("secrets/default/onvif-auth/password", "hunter2")
+	write("configmaps/cams/onvif/user", "admin")
+	_, err = a.Sync(context.Background())
+	require.NoError(t, err)
+	require.True(t, a.Ready())
 	require.Equal(t, "default/akri-debug-echo", f.echo.last.Configuration)
 	require.Equal(t, "descriptions:\n- \"foo0\"\n- \"foo1\"\n", f.echo.last.Details)
-	require.Equal(t, map[string][]byte{"PLANT": []byte("north")}, f.echo.last.Properties)
+	require.Equal(t, map[string][]byte{"PLANT": []byte("north"), "PASSWORD": []byte("hunter2"), "USER": []byte("admin"), "EMPTY": {}}, f.echo.last.Properties)
+	require.Equal(t, 0.0, gauge(t, reg, "gitbroker_agent_discovery_properties_unresolved"))
+	require.NotContains(t, logs.String(), "hunter2")
+	require.NotContains(t, f.read(t, "inventory/edge-a.yaml"), "hunter2")
+}
+
+// gauge sums a gauge's samples.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 func TestBadDevicesAreDroppedNotWritten(t *testing.T) {

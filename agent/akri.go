@@ -37,15 +37,18 @@ const (
 // list the handler sent.
 //
 // As in Akri, a handler whose stream breaks is deregistered (its devices
-// then age out through the grace period) until it registers again.
+// then age out through the grace period) until it registers again, and
+// several endpoints registering one name (a handler per network, say) are
+// one handler whose devices are all of theirs.
 type AkriRegistry struct {
 	akripb.UnimplementedRegistrationServer
 
 	log    logr.Logger
 	notify func()
 
-	mu       sync.Mutex
-	handlers map[string]*akriHandler
+	mu sync.Mutex
+	// handlers are the registered endpoints by handler name, then endpoint.
+	handlers map[string]map[string]*akriHandler
 }
 
 var (
@@ -59,7 +62,7 @@ func NewAkriRegistry(log logr.Logger, notify func()) *AkriRegistry {
 	if notify == nil {
 		notify = func() {}
 	}
-	return &AkriRegistry{log: log, notify: notify, handlers: map[string]*akriHandler{}}
+	return &AkriRegistry{log: log, notify: notify, handlers: map[string]map[string]*akriHandler{}}
 }
 
 // Serve listens on the unix socket at path until ctx ends, then stops the
@@ -121,8 +124,11 @@ func (r *AkriRegistry) RegisterDiscoveryHandler(_ context.Context, req *akripb.R
 		streams:  map[string]*akriStream{},
 	}
 	r.mu.Lock()
-	old := r.handlers[h.name]
-	r.handlers[h.name] = h
+	if r.handlers[h.name] == nil {
+		r.handlers[h.name] = map[string]*akriHandler{}
+	}
+	old := r.handlers[h.name][h.endpoint]
+	r.handlers[h.name][h.endpoint] = h
 	r.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -132,24 +138,71 @@ func (r *AkriRegistry) RegisterDiscoveryHandler(_ context.Context, req *akripb.R
 	return &akripb.Empty{}, nil
 }
 
-// Handler implements Source.
+// Handler implements Source: every endpoint registered under name, as one handler.
 func (r *AkriRegistry) Handler(name string) (Handler, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h, ok := r.handlers[name]
-	return h, ok
+	if len(r.handlers[name]) == 0 {
+		return nil, false
+	}
+	return akriGroup{r, name}, true
+}
+
+// endpoints are the handlers registered under name, in endpoint order.
+func (r *AkriRegistry) endpoints(name string) []*akriHandler {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.handlers[name]
+	out := make([]*akriHandler, 0, len(m))
+	for _, e := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[e])
+	}
+	return out
+}
+
+// akriGroup is the endpoints of one handler name: their devices merged, as Akri merges them. A
+// device two endpoints report is the first endpoint's. While some endpoint has not reported
+// yet, the others' devices still count: a vanished device ages out through its grace period,
+// never at once.
+type akriGroup struct {
+	r    *AkriRegistry
+	name string
+}
+
+func (g akriGroup) Discover(ctx context.Context, req Request) ([]api.Device, error) {
+	var out []api.Device
+	seen := map[string]bool{}
+	var firstErr error
+	answered := false
+	for _, h := range g.r.endpoints(g.name) {
+		devices, err := h.Discover(ctx, req)
+		if err != nil {
+			if firstErr == nil || errors.Is(firstErr, ErrNotReady) {
+				firstErr = err
+			}
+			continue
+		}
+		answered = true
+		for _, d := range devices {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				out = append(out, d)
+			}
+		}
+	}
+	if !answered {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("discovery handler %s is gone", g.name)
+		}
+		return nil, firstErr
+	}
+	return out, nil
 }
 
 // Retain implements Retainer: streams for requests no longer wanted are
 // closed.
 func (r *AkriRegistry) Retain(keys map[string]bool) {
-	r.mu.Lock()
-	handlers := make([]*akriHandler, 0, len(r.handlers))
-	for _, h := range r.handlers {
-		handlers = append(handlers, h)
-	}
-	r.mu.Unlock()
-	for _, h := range handlers {
+	for _, h := range r.all() {
 		h.retain(keys)
 	}
 }
@@ -161,23 +214,39 @@ func (r *AkriRegistry) Registered() []string {
 	return slices.Sorted(maps.Keys(r.handlers))
 }
 
+// all lists every registered endpoint.
+func (r *AkriRegistry) all() []*akriHandler {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*akriHandler
+	for _, m := range r.handlers {
+		for _, h := range m {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 func (r *AkriRegistry) deregister(h *akriHandler, err error) {
 	r.mu.Lock()
-	if r.handlers[h.name] != h {
+	if r.handlers[h.name][h.endpoint] != h {
 		r.mu.Unlock()
 		return
 	}
-	delete(r.handlers, h.name)
+	delete(r.handlers[h.name], h.endpoint)
+	if len(r.handlers[h.name]) == 0 {
+		delete(r.handlers, h.name)
+	}
 	r.mu.Unlock()
 	h.close()
-	r.log.Error(err, "discovery handler lost; its devices age out until it registers again", "handler", h.name)
+	r.log.Error(err, "discovery handler lost; its devices age out until it registers again", "handler", h.name, "endpoint", h.endpoint)
 	r.notify()
 }
 
 func (r *AkriRegistry) closeAll() {
+	handlers := r.all()
 	r.mu.Lock()
-	handlers := r.handlers
-	r.handlers = map[string]*akriHandler{}
+	r.handlers = map[string]map[string]*akriHandler{}
 	r.mu.Unlock()
 	for _, h := range handlers {
 		h.close()

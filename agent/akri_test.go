@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,12 @@ func (h *onvifHandler) seen() []*akripb.DiscoverRequest {
 // startHandler serves the handler on dir/onvif.sock and registers it.
 func startHandler(t *testing.T, dir, registration string) *onvifHandler {
 	t.Helper()
-	sock := filepath.Join(dir, "onvif.sock")
+	return startHandlerAt(t, filepath.Join(dir, "onvif.sock"), registration)
+}
+
+// startHandlerAt serves an onvif handler on the socket sock and registers it.
+func startHandlerAt(t *testing.T, sock, registration string) *onvifHandler {
+	t.Helper()
 	_ = os.Remove(sock)
 	lis, err := net.Listen("unix", sock)
 	require.NoError(t, err)
@@ -241,4 +247,59 @@ func drain(c chan struct{}) {
 			return
 		}
 	}
+}
+
+// Several endpoints registering one handler name are one handler, as in Akri: their devices are
+// merged, and one going away leaves the others'. Changed discoveryProperties open a new stream
+// with them, and the old one is closed.
+func TestAkriEndpointsMergeAndPropertiesRestartStreams(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gb-akri-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	registration := filepath.Join(dir, agent.RegistrationSocketName)
+	notified := make(chan struct{}, 100)
+	reg := agent.NewAkriRegistry(logr.Discard(), func() {
+		select {
+		case notified <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- reg.Serve(ctx, registration) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-served) })
+
+	f := newDirFixture(t, map[string]string{"configurations/onvif.yaml": onvifConfig})
+	a := f.agent(t, "edge-a", func(o *agent.Options) { o.Handlers = agent.Sources{reg, agent.Builtin{}} })
+	devices := func() int {
+		t.Helper()
+		out, err := a.Sync(context.Background())
+		require.NoError(t, err)
+		return out.Devices
+	}
+	north := startHandlerAt(t, filepath.Join(dir, "north.sock"), registration)
+	south := startHandlerAt(t, filepath.Join(dir, "south.sock"), registration)
+	require.Equal(t, []string{"onvif"}, reg.Registered())
+	require.Zero(t, devices())
+	for _, h := range []*onvifHandler{north, south} {
+		require.Eventually(t, func() bool { return len(h.seen()) == 1 }, 10*time.Second, 5*time.Millisecond)
+	}
+	north.lists <- []*akripb.Device{{Id: "uuid:n1"}, {Id: "uuid:both"}}
+	south.lists <- []*akripb.Device{{Id: "uuid:s1"}, {Id: "uuid:both"}}
+	require.Eventually(t, func() bool { return devices() == 3 }, 10*time.Second, 10*time.Millisecond, "both endpoints' devices, once each")
+
+	south.srv.Stop()
+	require.Eventually(t, func() bool { return devices() == 3 && len(reg.Registered()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	f.clock.Advance(5 * time.Minute)
+	require.Equal(t, 2, devices(), "south's device aged out; north's stay")
+
+	f.write(t, "configurations/onvif.yaml", strings.Replace(onvifConfig, "value: admin", "value: operator", 1))
+	devices()
+	require.Eventually(t, func() bool { return len(north.seen()) == 2 }, 10*time.Second, 5*time.Millisecond, "a new stream for the new properties")
+	require.Equal(t, []byte("operator"), north.seen()[1].GetDiscoveryProperties()["USERNAME"].GetVec())
+	require.Eventually(t, func() bool {
+		north.mu.Lock()
+		defer north.mu.Unlock()
+		return north.ended == 1
+	}, 10*time.Second, 5*time.Millisecond, "the stream with the old properties is closed")
 }

@@ -2,7 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/gitbroker/gitbroker/api"
 )
@@ -67,8 +72,15 @@ func (s Sources) Handler(name string) (Handler, bool) {
 
 // requestKey identifies a Request for Retainers: a changed discoveryDetails
 // is a new discovery.
+// requestKey identifies what a handler is asked: a Configuration's details and properties, so a
+// change to either opens a new stream (and the old one is closed by Retain).
 func requestKey(req Request) string {
-	return req.Configuration + "\x00" + req.Details
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(req.Properties)) {
+		fmt.Fprintf(h, "%d:%s%d:", len(k), k, len(req.Properties[k]))
+		h.Write(req.Properties[k])
+	}
+	return req.Configuration + "\x00" + req.Details + "\x00" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Retain implements Retainer for every Source that holds state.

@@ -15,6 +15,7 @@ type Metrics struct {
 	discoveryErrors *prometheus.CounterVec
 	invalidInputs   prometheus.Counter
 	refused         prometheus.Gauge
+	unresolved      *prometheus.GaugeVec
 }
 
 // NewMetrics registers the agent's metrics with reg.
@@ -41,7 +42,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the tip of gitbroker/configurations is refused (not the renderer's signed publication, or a rollback); the agent discovers with the one it accepted before.",
 		}),
 	}
-	reg.MustRegister(m.cycles, m.devices, m.discoveryErrors, m.invalidInputs, m.refused)
+	m.unresolved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gitbroker_agent_discovery_properties_unresolved",
+		Help: "1 while a Configuration's discoveryProperties[].valueFrom cannot be resolved (its devices are kept, not rediscovered).",
+	}, []string{"configuration"})
+	reg.MustRegister(m.cycles, m.devices, m.discoveryErrors, m.invalidInputs, m.refused, m.unresolved)
 	return m
 }
 
@@ -88,5 +93,16 @@ func (m *Metrics) setDevices(counts map[[2]string]int) {
 	m.devices.Reset()
 	for k, n := range counts {
 		m.devices.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+}
+
+func (m *Metrics) unresolvedProperties(configuration string, unresolved bool) {
+	if m == nil {
+		return
+	}
+	if unresolved {
+		m.unresolved.WithLabelValues(configuration).Set(1)
+	} else {
+		m.unresolved.DeleteLabelValues(configuration)
 	}
 }

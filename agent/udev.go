@@ -87,7 +87,7 @@ func (u Udev) Discover(_ context.Context, req Request) ([]api.Device, error) {
 				key = fmt.Sprintf("%s_%d", UdevDevnode, i)
 			}
 			dev.Properties[key] = d.devnode
-			dev.DeviceSpecs = append(dev.DeviceSpecs, api.DeviceSpec{ContainerPath: d.devnode, HostPath: d.devnode, Permissions: "rwm"})
+			dev.DeviceSpecs = append(dev.DeviceSpecs, api.DeviceSpec{ContainerPath: d.devnode, HostPath: d.devnode, Permissions: spec.Permissions})
 		}
 		devices = append(devices, dev)
 	}

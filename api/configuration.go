@@ -40,6 +40,16 @@ func (c *ParsedConfiguration) OfflineGracePeriod() (time.Duration, bool) {
 	return d, err == nil
 }
 
+func valueFromRef(p DiscoveryProperty, secret bool) *DiscoveryPropertyKeySelector {
+	switch {
+	case p.ValueFrom == nil:
+		return nil
+	case secret:
+		return p.ValueFrom.SecretKeyRef
+	}
+	return p.ValueFrom.ConfigMapKeyRef
+}
+
 // ParseConfigurations decodes and validates every Configuration in one file. defaultNamespace
 // fills in a missing metadata.namespace. A file is all or nothing: any error rejects the file.
 func ParseConfigurations(file string, data []byte, defaultNamespace string) ([]*ParsedConfiguration, ErrorList) {
@@ -101,8 +111,30 @@ func parseConfiguration(d *Document, defaultNamespace string) (*ParsedConfigurat
 		if p.Name == "" {
 			add(f+".name", "required")
 		}
+		if p.Value != nil && p.ValueFrom != nil {
+			add(f+".valueFrom", "set only one of value and valueFrom")
+		}
 		if p.ValueFrom != nil && p.ValueFrom.SecretKeyRef != nil && p.ValueFrom.ConfigMapKeyRef != nil {
 			add(f+".valueFrom", "set only one of secretKeyRef and configMapKeyRef")
+		}
+		for _, r := range []struct {
+			field string
+			ref   *DiscoveryPropertyKeySelector
+		}{{"secretKeyRef", valueFromRef(p, true)}, {"configMapKeyRef", valueFromRef(p, false)}} {
+			field, ref := r.field, r.ref
+			if ref == nil {
+				continue
+			}
+			rf := f + ".valueFrom." + field
+			if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
+				add(rf+".name", "%q is not a valid name: %s", ref.Name, strings.Join(msgs, "; "))
+			}
+			if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
+				add(rf+".key", "%q is not a valid key: %s", ref.Key, strings.Join(msgs, "; "))
+			}
+			if msgs := validation.IsDNS1123Label(ref.Namespace); ref.Namespace != "" && len(msgs) > 0 {
+				add(rf+".namespace", "%q is not a valid namespace: %s", ref.Namespace, strings.Join(msgs, "; "))
+			}
 		}
 	}
 

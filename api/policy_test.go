@@ -101,3 +101,27 @@ spec:
 		require.Contains(t, errs.Error(), "c.yaml:5: metadata.annotations.gitbroker.dev/allowed-host-paths: "+msg)
 	}
 }
+
+// A valueFrom names a Secret or ConfigMap key as Kubernetes names them: the agent reads it from a
+// file named after it, so a reference that could leave its folder is refused at review.
+func TestDiscoveryPropertyReferences(t *testing.T) {
+	parse := func(props string) ErrorList {
+		_, errs := ParseConfigurations("c.yaml", []byte(`apiVersion: akri.sh/v0
+kind: Configuration
+metadata: {name: c}
+spec:
+  discoveryHandler:
+    name: onvif
+    discoveryProperties:
+`+props), "default")
+		return errs
+	}
+	require.Empty(t, parse("    - {name: USER, valueFrom: {secretKeyRef: {name: onvif-auth, namespace: cams, key: user.name}}}\n    - {name: EMPTY}\n"))
+	errs := parse("    - {name: P, valueFrom: {secretKeyRef: {name: ../../etc, key: ../shadow}}}\n    - {name: Q, value: x, valueFrom: {configMapKeyRef: {name: m, namespace: A_B, key: k}}}\n")
+	require.Len(t, errs, 4)
+	msg := errs.Error()
+	require.Contains(t, msg, `c.yaml:8: spec.discoveryHandler.discoveryProperties[0].valueFrom.secretKeyRef.name: "../../etc" is not a valid name`)
+	require.Contains(t, msg, `spec.discoveryHandler.discoveryProperties[0].valueFrom.secretKeyRef.key: "../shadow" is not a valid key`)
+	require.Contains(t, msg, `spec.discoveryHandler.discoveryProperties[1].valueFrom: set only one of value and valueFrom`)
+	require.Contains(t, msg, `spec.discoveryHandler.discoveryProperties[1].valueFrom.configMapKeyRef.namespace: "A_B" is not a valid namespace`)
+}

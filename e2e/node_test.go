@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ const (
 	// brokers reach them through their supplementalGroups, never as root.
 	deviceGroup = 4242
 	plcHandler  = "e2e-plc"
+	// plcPassword is the discovery property the plc Configuration takes from a Secret: it must
+	// reach the handler and nothing else.
+	plcPassword = "e2e-s3cret-plc-password"
 )
 
 // startRealNode builds the node's images and starts it; the node stops when the test ends.
@@ -118,6 +122,9 @@ spec:
   discoveryHandler:
     name: ` + plcHandler + `
     discoveryDetails: "bus: e2e"
+    discoveryProperties:
+    - name: PASSWORD
+      valueFrom: {secretKeyRef: {name: plc-auth, namespace: ` + deviceNamespace + `, key: password}}
   brokerSpec:
     brokerPodSpec:
       securityContext:
@@ -193,14 +200,31 @@ func TestRealNodeDevices(t *testing.T) {
 	require.Equal(t, "2", ptr.To(node.Status.Allocatable[corev1.ResourceName("akri.sh/"+camInstance)]).String())
 	require.Equal(t, "2", ptr.To(node.Status.Allocatable["akri.sh/cam"]).String())
 
-	// The Akri-style handler's device reaches its broker too.
-	waitBrokerOpened(t, n, "plc", "/dev/gitbroker-e2e-plc")
+	// The Akri-style handler's device reaches its broker too, found with the credential the
+	// agent read from its Secret; the credential is nowhere in git.
+	plc := waitBrokerOpened(t, n, "plc", "/dev/gitbroker-e2e-plc")
+	p, err := cluster.Client.CoreV1().Pods(deviceNamespace).Get(ctx, plc, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "ok", envOf(p.Spec.Containers[0], "PLC_AUTH"))
+	history, err := exec.Command("git", "-C", srv.Bare(), "log", "--all", "-p", "--format=%H %s").CombinedOutput()
+	require.NoError(t, err, "%s", history)
+	require.Contains(t, string(history), "PLC_AUTH: ok")
+	require.NotContains(t, string(history), plcPassword)
 
 	// Akri's discovery-only pattern: a user's Deployment asks for any cam device and gets one,
 	// with its properties, through Allocate; that takes the device's second slot.
 	userDeployment(t, "cam-reader", "akri.sh/cam", "UDEV_DEVNODE")
 	waitOpened(t, n, "app=cam-reader", "/dev/gitbroker-e2e0")
-	// Both slots are in use (one through each resource): one more broker stays Pending.
+	// Both slots are in use (one through each resource): the slot the reader took is withheld
+	// from the instance's resource, and one more user stays Pending.
+	eventually(t, time.Minute, "the node to offer one slot of akri.sh/"+camInstance, func() (bool, string) {
+		node, err := cluster.Client.CoreV1().Nodes().Get(ctx, realNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := node.Status.Allocatable[corev1.ResourceName("akri.sh/"+camInstance)]
+		return q.String() == "1", "allocatable " + q.String()
+	})
 	extra := userDeployment(t, "cam-extra", corev1.ResourceName("akri.sh/"+camInstance), "UDEV_DEVNODE")
 	eventually(t, time.Minute, "the third user of a capacity-2 device to stay unscheduled", func() (bool, string) {
 		pods, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + extra})
@@ -248,6 +272,9 @@ func deployAgent(t *testing.T, url, rendererLine, sysRoot string, interval time.
 		Data: map[string]string{"allowed_signers": rendererLine + "\n"}})
 	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-agent-git", Namespace: systemNamespace},
 		StringData: map[string]string{"username": "git", "password": "e2e-agent-token"}})
+	// The plc Configuration's valueFrom, mounted as deploy/agent's comment says.
+	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "plc-auth", Namespace: systemNamespace},
+		StringData: map[string]string{"password": plcPassword}})
 	metrics, err := freePort()
 	require.NoError(t, err)
 	health, err := freePort()
@@ -276,6 +303,8 @@ func deployAgent(t *testing.T, url, rendererLine, sysRoot string, interval time.
 				pr.HTTPGet.Host = "127.0.0.1"
 			}
 			c.Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(metrics)}, {Name: "health", ContainerPort: int32(health)}}
+			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "plc-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "plc-auth"}}})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "plc-auth", MountPath: "/etc/gitbroker/discovery/secrets/" + deviceNamespace + "/plc-auth", ReadOnly: true})
 			for i, v := range ps.Volumes {
 				switch v.Name {
 				case "sys":
@@ -322,7 +351,8 @@ func startHandler(t *testing.T, device string) {
 					Containers: []corev1.Container{{
 						Name: "handler", Image: handlerImage,
 						Env: []corev1.EnvVar{{Name: "DISCOVERY_HANDLERS_DIRECTORY", Value: "/var/lib/akri"},
-							{Name: "HANDLER_NAME", Value: plcHandler}, {Name: "DEVICE_NODE", Value: device}},
+							{Name: "HANDLER_NAME", Value: plcHandler}, {Name: "DEVICE_NODE", Value: device},
+							{Name: "EXPECT_PASSWORD", Value: plcPassword}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "akri", MountPath: "/var/lib/akri"}},
 					}},
 					Volumes: []corev1.Volume{{Name: "akri", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/akri"}}}},

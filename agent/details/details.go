@@ -63,6 +63,9 @@ type UdevDetails struct {
 	// GroupRecursive groups matched devices under their top-most matched ancestor, as Akri's
 	// groupRecursive does.
 	GroupRecursive bool
+	// Permissions are the cgroup permissions of the device nodes given to a broker: r, w and m,
+	// "rwm" unless set (Akri's permissions, which its Helm chart always sets).
+	Permissions string
 }
 
 // UdevMatch is one match key of a udev rule, such as KERNEL=="video*" or ATTRS{idVendor}!="046d".
@@ -74,8 +77,10 @@ type UdevMatch struct {
 }
 
 type udevDetails struct {
-	UdevRules      []string `json:"udevRules"`
-	GroupRecursive bool     `json:"groupRecursive,omitempty"`
+	UdevRules       []string `json:"udevRules"`
+	GroupRecursive  bool     `json:"groupRecursive,omitempty"`
+	Permissions     *string  `json:"permissions,omitempty"`
+	VFIOPassthrough bool     `json:"vfioPassthrough,omitempty"`
 }
 
 // ParseUdev reads udev's discoveryDetails: udevRules, each a udev rule of match keys (KERNEL,
@@ -89,7 +94,19 @@ func ParseUdev(details string) (*UdevDetails, error) {
 	if raw.UdevRules == nil {
 		return nil, errors.New("udev discoveryDetails: udevRules is required")
 	}
-	d := &UdevDetails{Rules: make([][]UdevMatch, len(raw.UdevRules)), GroupRecursive: raw.GroupRecursive}
+	if raw.VFIOPassthrough {
+		return nil, errors.New("udev discoveryDetails: vfioPassthrough is not supported by gitbroker's built-in udev handler " +
+			"(a VFIO device needs its IOMMU group's /dev/vfio nodes, which it does not compute); " +
+			"run Akri's udev discovery handler container for such devices, with a discoveryHandler name of its own")
+	}
+	d := &UdevDetails{Rules: make([][]UdevMatch, len(raw.UdevRules)), GroupRecursive: raw.GroupRecursive, Permissions: "rwm"}
+	if raw.Permissions != nil {
+		p := *raw.Permissions
+		if p == "" || strings.Trim(p, "rwm") != "" || len(p) > 3 {
+			return nil, fmt.Errorf("udev discoveryDetails: permissions %q: want one or more of r, w and m (such as \"rw\" or \"rwm\")", p)
+		}
+		d.Permissions = p
+	}
 	for i, r := range raw.UdevRules {
 		m, err := parseUdevRule(r)
 		if err != nil {

@@ -45,6 +45,7 @@ const (
 	FlagRendererKey            = "renderer-key"
 	flagDevicePluginDir        = "device-plugin-dir"
 	flagPodResourcesSocket     = "pod-resources-socket"
+	flagPropertiesDir          = "discovery-properties-dir"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
 
@@ -72,6 +73,7 @@ type agentOptions struct {
 	RendererKey           string
 	DevicePluginDir       string
 	PodResourcesSocket    string
+	PropertiesDir         string
 }
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
@@ -100,6 +102,7 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+verify.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Give it whenever .gitbroker/allowed_signers exists.")
 	fs.StringVar(&o.DevicePluginDir, flagDevicePluginDir, deviceplugin.DefaultDir, "kubelet's device-plugin folder: the agent serves akri.sh/<instance> (capacity slots per device) and akri.sh/<configuration> there, as Akri's agent does, so a broker gets its device node. Empty disables it.")
 	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
+	fs.StringVar(&o.PropertiesDir, flagPropertiesDir, agent.DefaultPropertiesDir, "Folder of the values discoveryProperties[].valueFrom refer to, as the agent's Pod mounts them: secrets/<namespace>/<name>/<key> and configmaps/<namespace>/<name>/<key> (a reference without a namespace is in default, as in Akri). A reference that is missing and not optional keeps its Configuration's devices undiscovered and the agent not ready; values are never logged or written to git.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 }
 
@@ -276,6 +279,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		Metrics:           agent.NewMetrics(reg),
 		ShutdownGrace:     o.ShutdownGrace,
 		Devices:           sink(plugin),
+		PropertiesDir:     o.PropertiesDir,
 	})
 	if err != nil {
 		return Exitf(ExitInvalid, "%v", err)
@@ -310,6 +314,9 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return nil
 		},
 		Ready: func() error {
+			if !a.PropertiesResolved() {
+				return errors.New("a Configuration's discovery property cannot be resolved (see the log and gitbroker_agent_discovery_properties_unresolved)")
+			}
 			if !a.Ready() {
 				return errors.New("the inventory on the branch is not in step yet")
 			}

@@ -2,7 +2,8 @@
 // Akri's handler containers are: it runs as root, serves Akri's DiscoveryHandler service on a unix
 // socket it creates in $DISCOVERY_HANDLERS_DIRECTORY (mode 0755, as root's umask leaves it),
 // registers that endpoint with the agent's registration socket there, and reports one device
-// whose node is the host path in $DEVICE_NODE, re-registering whenever the agent goes away.
+// whose node is the host path in $DEVICE_NODE, re-registering whenever the agent goes away. Its
+// PLC_AUTH property says whether the discovery property PASSWORD was $EXPECT_PASSWORD.
 package main
 
 import (
@@ -28,9 +29,14 @@ type handler struct {
 
 func (h *handler) Discover(req *akripb.DiscoverRequest, stream grpc.ServerStreamingServer[akripb.DiscoverResponse]) error {
 	fmt.Printf("handler: discover %q (%d properties)\n", req.GetDiscoveryDetails(), len(req.GetDiscoveryProperties()))
+	// As an authenticated handler would, it checks the credential it was given (never echoing it).
+	auth := "denied"
+	if want := os.Getenv("EXPECT_PASSWORD"); want != "" && string(req.GetDiscoveryProperties()["PASSWORD"].GetVec()) == want {
+		auth = "ok"
+	}
 	dev := &akripb.Device{
 		Id:          h.name + "-" + filepath.Base(h.node),
-		Properties:  map[string]string{"PLC_NODE": h.node},
+		Properties:  map[string]string{"PLC_NODE": h.node, "PLC_AUTH": auth},
 		DeviceSpecs: []*akripb.DeviceSpec{{ContainerPath: h.node, HostPath: h.node, Permissions: "rw"}},
 	}
 	if err := stream.Send(&akripb.DiscoverResponse{Devices: []*akripb.Device{dev}}); err != nil {
