@@ -38,10 +38,12 @@ type Node struct {
 	// Dir holds the node's state; Sock holds its sockets (short paths).
 	Dir, Sock string
 
-	bin        string
-	containerd *process
-	kubelet    *process
-	cluster    *Cluster
+	bin         string
+	containerd  *process
+	kubelet     *process
+	kubeletArgs []string
+	restarts    int
+	cluster     *Cluster
 }
 
 // StartNode starts containerd and kubelet for node name, imports the images in the OCI archives
@@ -96,16 +98,29 @@ func StartNode(ctx context.Context, c *Cluster, bin, name string, tars []string)
 		return nil, err
 	}
 	pid := strconv.Itoa(n.containerd.cmd.Process.Pid)
-	if n.kubelet, err = startProcess(c.LogDir, "node-"+name+"-kubelet", "nsenter", []string{"--target", pid, "--mount", "--",
+	n.kubeletArgs = []string{"--target", pid, "--mount", "--",
 		filepath.Join(bin, "kubelet"),
 		"--config=" + filepath.Join(dir, "kubelet.yaml"),
 		"--kubeconfig=" + c.Kubeconfig,
 		"--hostname-override=" + name,
 		"--v=2",
-	}, nil); err != nil {
+	}
+	if n.kubelet, err = startProcess(c.LogDir, "node-"+name+"-kubelet", "nsenter", n.kubeletArgs, nil); err != nil {
 		return nil, err
 	}
 	return n, n.waitReady(ctx)
+}
+
+// RestartKubelet stops kubelet and starts it again, as an upgrade or a crash does; containers
+// keep running. kubelet removes every device plugin's socket when it starts.
+func (n *Node) RestartKubelet(ctx context.Context) error {
+	n.kubelet.Stop(20 * time.Second)
+	n.restarts++
+	var err error
+	if n.kubelet, err = startProcess(n.cluster.LogDir, fmt.Sprintf("node-%s-kubelet-%d", n.Name, n.restarts), "nsenter", n.kubeletArgs, nil); err != nil {
+		return err
+	}
+	return n.waitReady(ctx)
 }
 
 // nodeNamespaceScript runs in the node's new mount namespace: it gives the node a /dev of its

@@ -240,6 +240,12 @@ func TestRealNodeDevices(t *testing.T) {
 		return false, fmt.Sprintf("%s %v", p.Status.Phase, p.Status.Conditions)
 	})
 
+	// kubelet restarts and removes the plugin's sockets: the agent serves and registers again,
+	// and the device is offered again (a new user gets the slot the reader gives back).
+	require.NoError(t, n.RestartKubelet(ctx))
+	require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, "cam-reader", metav1.DeleteOptions{}))
+	waitOpened(t, n, "app="+extra, "/dev/gitbroker-e2e0")
+
 	// Without the resource the same container cannot open the device: it is not in its /dev.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-device", Namespace: deviceNamespace},
