@@ -2,8 +2,11 @@
 // Configurations at the branch head, runs the discovery handlers they name
 // (the built-in debugEcho and udev, and any handler that registers over
 // Akri's gRPC discovery protocol), keeps vanished devices for a grace
-// period, and writes inventory/<node>.yaml through a gitsync.Store when,
-// and only when, what the node sees has changed.
+// period, writes inventory/<node>.yaml through a gitsync.Store when,
+// and only when, what the node sees has changed, and gives what it sees now
+// to the node's device plugin (agent/deviceplugin), which serves it to
+// kubelet. discoveryProperties[].valueFrom are resolved from files the
+// agent's Pod mounts, never from git.
 //
 // The inventory is a function of the agent's state alone: sorted, without
 // timestamps, so a flapping device or a restart writes nothing.

@@ -7,7 +7,10 @@
 // kustomize-controller, all built from their Go modules by
 // e2e/tools/build.sh, started as processes on loopback and stopped when the
 // suite ends. The git server, the agents, the renderer and the recorder are
-// started by the tests.
+// started by the tests. It also owns the real node (node.go): kubelet and
+// containerd, built the same way, with Debian's runc, in a mount namespace of
+// their own, running the images images.go builds (make image's, and
+// testimages') imported with no registry.
 //
 // The tests carry the e2e build tag; run them with `make e2e`, which builds
 // (or reuses) the programs and points GITBROKER_E2E_BIN at them.

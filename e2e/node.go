@@ -285,8 +285,13 @@ func (n *Node) Stop() {
 	if n.kubelet != nil {
 		n.kubelet.Stop(20 * time.Second)
 	}
-	// Containers outlive kubelet and containerd (their shims are daemons): end them all.
+	// Containers outlive kubelet and containerd (their shims are daemons): end them all, and
+	// remove the node's cgroups from every hierarchy.
 	killCgroup("/sys/fs/cgroup/pids/kubepods")
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	for _, h := range hierarchies {
+		killCgroup(h)
+	}
 	if n.containerd != nil {
 		killShims(filepath.Join(n.Sock, "containerd.sock"))
 		n.containerd.Stop(20 * time.Second)
