@@ -177,11 +177,21 @@ func TestRealNodeDevices(t *testing.T) {
 	rendererKey := filepath.Join(t.TempDir(), "renderer")
 	renderer, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
 	require.NoError(t, err)
-	applyFlux(t, deviceFlux, srv.URL(), rendererKey+".pub", deviceNamespace)
+	// The shortest sensible intervals by default; GITBROKER_E2E_DEVICE_INTERVALS=deploy measures
+	// the time to a running broker with deploy/'s (agent 30s, renderer 30s, GitRepository 1m).
+	agentEvery, renderEvery, fetchEvery := 2*time.Second, rendererInterval, sourceInterval
+	if os.Getenv("GITBROKER_E2E_DEVICE_INTERVALS") == "deploy" {
+		agentEvery, renderEvery, fetchEvery = 30*time.Second, 30*time.Second, time.Minute
+	}
+	applyFluxFrom(t, "../deploy/flux", deviceFlux, srv.URL(), rendererKey+".pub", func(obj *unstructured.Unstructured) {
+		if obj.GetKind() == "GitRepository" {
+			obj.Object["spec"].(map[string]any)["interval"] = fetchEvery.String()
+		}
+	}, deviceNamespace)
 	startGitbroker(t, "renderer-devices", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", rendererKey,
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", renderEvery.String(), "--signing-key", rendererKey,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
-	deployAgent(t, srv.URL(), renderer.AllowedSignersLine("renderer"), sysRoot, 2*time.Second)
+	deployAgent(t, srv.URL(), renderer.AllowedSignersLine("renderer"), sysRoot, agentEvery)
 	startHandler(t, "/dev/gitbroker-e2e-plc")
 	require.NoError(t, n.Mknod(ctx, "/dev/gitbroker-e2e-plc", 1, 5, 0o660, deviceGroup))
 
@@ -191,8 +201,8 @@ func TestRealNodeDevices(t *testing.T) {
 	deviceNode(t, n, sysRoot, "gitbroker-e2e0")
 	camInstance := instance("cam", "/devices/virtual/misc/gitbroker-e2e0", realNode)
 	broker := waitBrokerOpened(t, n, "cam", "/dev/gitbroker-e2e0")
-	t.Logf("device to broker running and holding it: %s (agent interval 2s, renderer %s, Flux source %s)",
-		time.Since(appeared).Round(100*time.Millisecond), rendererInterval, sourceInterval)
+	t.Logf("device to broker running and holding it: %s (agent interval %s, renderer %s, Flux source %s)",
+		time.Since(appeared).Round(100*time.Millisecond), agentEvery, renderEvery, fetchEvery)
 	require.Contains(t, n.Logs(t, deviceNamespace, broker, "broker"), "uid=1000 gid=1000")
 
 	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, realNode, metav1.GetOptions{})
