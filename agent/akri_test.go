@@ -112,12 +112,14 @@ spec:
         image: ghcr.io/project-akri/akri/onvif-video-broker:latest
 `
 
-func TestAkriDiscoveryHandlerProtocol(t *testing.T) {
+// serveRegistry serves an AkriRegistry on a registration socket in a short temporary folder; it
+// returns the folder, the socket and a channel that receives the registry's notifications.
+func serveRegistry(t *testing.T) (*agent.AkriRegistry, string, string, chan struct{}) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gb-akri-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	registration := filepath.Join(dir, agent.RegistrationSocketName)
-
 	notified := make(chan struct{}, 100)
 	reg := agent.NewAkriRegistry(logr.Discard(), func() {
 		select {
@@ -132,6 +134,11 @@ func TestAkriDiscoveryHandlerProtocol(t *testing.T) {
 		cancel()
 		require.NoError(t, <-served)
 	})
+	return reg, dir, registration, notified
+}
+
+func TestAkriDiscoveryHandlerProtocol(t *testing.T) {
+	reg, dir, registration, notified := serveRegistry(t)
 
 	f := newDirFixture(t, map[string]string{"configurations/onvif.yaml": onvifConfig})
 	a := f.agent(t, "edge-a", func(o *agent.Options) { o.Handlers = agent.Sources{reg, agent.Builtin{}} })
@@ -253,22 +260,7 @@ func drain(c chan struct{}) {
 // merged, and one going away leaves the others'. Changed discoveryProperties open a new stream
 // with them, and the old one is closed.
 func TestAkriEndpointsMergeAndPropertiesRestartStreams(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gb-akri-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	registration := filepath.Join(dir, agent.RegistrationSocketName)
-	notified := make(chan struct{}, 100)
-	reg := agent.NewAkriRegistry(logr.Discard(), func() {
-		select {
-		case notified <- struct{}{}:
-		default:
-		}
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- reg.Serve(ctx, registration) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-served) })
-
+	reg, dir, registration, _ := serveRegistry(t)
 	f := newDirFixture(t, map[string]string{"configurations/onvif.yaml": onvifConfig})
 	a := f.agent(t, "edge-a", func(o *agent.Options) { o.Handlers = agent.Sources{reg, agent.Builtin{}} })
 	devices := func() int {

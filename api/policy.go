@@ -240,41 +240,39 @@ func intSetting(get func(*Configuration) *int32, dst func(*Policy) *int, min, ma
 }
 
 func resolveAllowedDeviceProperties(r *policyReader, _ *configurationSetting) {
-	allowed, allowedField := r.c.Spec.AllowedDeviceProperties, "spec.allowedDeviceProperties"
-	if a, ok := r.c.Annotations[AnnotationAllowedDeviceProperties]; ok {
-		allowedField = "metadata.annotations." + AnnotationAllowedDeviceProperties
-		if allowed != nil {
-			r.add(allowedField, "conflicts with spec.allowedDeviceProperties; set one of them")
-		}
-		allowed = nil
-		for _, n := range strings.Split(a, ",") {
-			allowed = append(allowed, strings.TrimSpace(n))
-		}
-	}
+	allowed, field := listSetting(r, r.c.Spec.AllowedDeviceProperties, "allowedDeviceProperties", AnnotationAllowedDeviceProperties)
 	for _, n := range allowed {
 		if msgs := validation.IsCIdentifier(n); len(msgs) > 0 {
-			r.add(allowedField, "%q is not a valid environment variable name", n)
+			r.add(field, "%q is not a valid environment variable name", n)
 		}
 	}
 	r.pol.AllowedDeviceProperties = allowed
 }
 
+// listSetting reads a list setting given as spec.<name> or as its comma-separated annotation
+// (an empty annotation is an empty list), and the field to name in its errors.
+func listSetting(r *policyReader, spec []string, name, annotation string) ([]string, string) {
+	a, ok := r.c.Annotations[annotation]
+	if !ok {
+		return spec, "spec." + name
+	}
+	field := "metadata.annotations." + annotation
+	if spec != nil {
+		r.add(field, "conflicts with spec.%s; set one of them", name)
+	}
+	var out []string
+	if strings.TrimSpace(a) != "" {
+		for _, v := range strings.Split(a, ",") {
+			out = append(out, strings.TrimSpace(v))
+		}
+	}
+	return out, field
+}
+
 // resolveAllowedHostPaths reads the host path prefixes outside /dev the agent may serve: absolute,
 // clean, and never the root itself.
 func resolveAllowedHostPaths(r *policyReader, _ *configurationSetting) {
-	allowed, field := r.c.Spec.AllowedHostPaths, "spec.allowedHostPaths"
-	if a, ok := r.c.Annotations[AnnotationAllowedHostPaths]; ok {
-		field = "metadata.annotations." + AnnotationAllowedHostPaths
-		if allowed != nil {
-			r.add(field, "conflicts with spec.allowedHostPaths; set one of them")
-		}
-		allowed = nil
-		if strings.TrimSpace(a) != "" {
-			for _, p := range strings.Split(a, ",") {
-				allowed = append(allowed, strings.TrimSpace(p))
-			}
-		}
-	}
+	allowed, field := listSetting(r, r.c.Spec.AllowedHostPaths, "allowedHostPaths", AnnotationAllowedHostPaths)
 	for _, p := range allowed {
 		switch {
 		case !strings.HasPrefix(p, "/"):
