@@ -221,8 +221,23 @@ func TestRealNodeDevices(t *testing.T) {
 	require.Contains(t, string(history), "PLC_AUTH: ok")
 	require.NotContains(t, string(history), plcPassword)
 
-	// Akri's discovery-only pattern: a user's Deployment asks for any cam device and gets one,
-	// with its properties, through Allocate; that takes the device's second slot.
+	extra := sharedCapacity(t, n, camInstance)
+
+	// kubelet restarts and removes the plugin's sockets: the agent serves and registers again,
+	// and the device is offered again (a new user gets the slot the reader gives back).
+	require.NoError(t, n.RestartKubelet(ctx))
+	require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, "cam-reader", metav1.DeleteOptions{}))
+	waitOpened(t, n, "app="+extra, "/dev/gitbroker-e2e0")
+
+	noDeviceWithoutTheResource(t, n)
+}
+
+// sharedCapacity shows Akri's discovery-only pattern and the device's capacity across both
+// resources: a user's Deployment asks for any cam device and gets one, with its properties,
+// through Allocate, which takes the device's second slot; it returns the Deployment left Pending.
+func sharedCapacity(t *testing.T, n *Node, camInstance string) string {
+	t.Helper()
+	ctx := context.Background()
 	userDeployment(t, "cam-reader", "akri.sh/cam", "UDEV_DEVNODE")
 	waitOpened(t, n, "app=cam-reader", "/dev/gitbroker-e2e0")
 	// Both slots are in use (one through each resource): the slot the reader took is withheld
@@ -250,13 +265,14 @@ func TestRealNodeDevices(t *testing.T) {
 		return false, fmt.Sprintf("%s %v", p.Status.Phase, p.Status.Conditions)
 	})
 
-	// kubelet restarts and removes the plugin's sockets: the agent serves and registers again,
-	// and the device is offered again (a new user gets the slot the reader gives back).
-	require.NoError(t, n.RestartKubelet(ctx))
-	require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, "cam-reader", metav1.DeleteOptions{}))
-	waitOpened(t, n, "app="+extra, "/dev/gitbroker-e2e0")
+	return extra
+}
 
-	// Without the resource the same container cannot open the device: it is not in its /dev.
+// noDeviceWithoutTheResource: the same container without the resource cannot open the device.
+func noDeviceWithoutTheResource(t *testing.T, n *Node) {
+	t.Helper()
+	ctx := context.Background()
+	// The device is not in its /dev.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-device", Namespace: deviceNamespace},
 		Spec: corev1.PodSpec{
@@ -266,7 +282,7 @@ func TestRealNodeDevices(t *testing.T) {
 				Env: []corev1.EnvVar{{Name: "DEV", Value: "/dev/gitbroker-e2e0"}}}},
 		},
 	}
-	_, err = cluster.Client.CoreV1().Pods(deviceNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := cluster.Client.CoreV1().Pods(deviceNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	eventually(t, 2*time.Minute, "the Pod without the device to fail", func() (bool, string) {
 		p, err := cluster.Client.CoreV1().Pods(deviceNamespace).Get(ctx, "no-device", metav1.GetOptions{})

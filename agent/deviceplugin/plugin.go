@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,9 +30,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -330,25 +327,30 @@ func (p *Plugin) reconcile(ctx context.Context) {
 		return
 	}
 	p.waiting = false
+	p.startAndStop()
+	p.reregister(ctx)
+}
+
+// startAndStop serves every wanted resource, and stops one that has been unwanted (serving no
+// slots) for removeAfter.
+func (p *Plugin) startAndStop() {
 	p.mu.Lock()
 	wanted := p.wanted()
 	now := p.opts.Now()
 	var start, stop []string
 	for r := range wanted {
-		s := p.servers[r]
-		if s == nil {
+		if s := p.servers[r]; s != nil {
+			s.emptySince = time.Time{}
+		} else {
 			start = append(start, r)
-			continue
 		}
-		s.emptySince = time.Time{}
 	}
 	for r, s := range p.servers {
-		if wanted[r] {
-			continue
-		}
-		if s.emptySince.IsZero() {
+		switch {
+		case wanted[r]:
+		case s.emptySince.IsZero():
 			s.emptySince = now
-		} else if now.Sub(s.emptySince) >= removeAfter {
+		case now.Sub(s.emptySince) >= removeAfter:
 			stop = append(stop, r)
 		}
 	}
@@ -371,13 +373,18 @@ func (p *Plugin) reconcile(ctx context.Context) {
 		p.servers[r] = s
 		p.mu.Unlock()
 	}
+}
+
+// reregister serves anew every resource whose socket kubelet removed (it clears its folder when
+// it starts), and registers every resource kubelet has not seen: new ones, and all of them after
+// kubelet's own socket changed.
+func (p *Plugin) reregister(ctx context.Context) {
 	kubelet, up := p.kubeletID()
 	p.mu.Lock()
 	servers := slices.Collect(maps.Values(p.servers))
 	p.mu.Unlock()
 	for _, s := range servers {
 		if _, err := os.Stat(s.socket); errors.Is(err, fs.ErrNotExist) {
-			// kubelet removes every socket in its folder when it starts: serve anew.
 			s.stop()
 			ns, err := p.start(s.resource)
 			if err != nil {
@@ -393,11 +400,9 @@ func (p *Plugin) reconcile(ctx context.Context) {
 			s = ns
 		}
 		if up && (!s.registered || s.kubelet != kubelet) {
-			if err := s.register(ctx, kubelet); err != nil {
-				if s.reported != err.Error() {
-					s.reported = err.Error()
-					p.opts.Log.Error(err, "cannot register with kubelet; will retry", "resource", s.resource)
-				}
+			if err := s.register(ctx, kubelet); err != nil && s.reported != err.Error() {
+				s.reported = err.Error()
+				p.opts.Log.Error(err, "cannot register with kubelet; will retry", "resource", s.resource)
 			}
 		}
 	}
@@ -411,121 +416,4 @@ func (p *Plugin) stopAll() {
 	for _, s := range servers {
 		s.stop()
 	}
-}
-
-// start serves resource on a socket of its own in the device-plugin folder.
-func (p *Plugin) start(resource string) (*server, error) {
-	s := &server{p: p, resource: resource, socket: filepath.Join(p.opts.Dir, socketName(resource))}
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	lis, err := net.Listen("unix", s.socket)
-	if err != nil {
-		return nil, err
-	}
-	s.grpc = grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(s.grpc, s)
-	go func() { _ = s.grpc.Serve(lis) }()
-	return s, nil
-}
-
-// socketName is the resource's socket: short and fixed, so a restart serves the same path.
-func socketName(resource string) string {
-	return "gitbroker-" + api.AkriDigest(api.DeviceKey{ID: resource, Shared: true}, 8) + ".sock"
-}
-
-// server is one resource's device-plugin endpoint.
-type server struct {
-	pluginapi.UnimplementedDevicePluginServer
-	p          *Plugin
-	resource   string
-	socket     string
-	grpc       *grpc.Server
-	registered bool
-	kubelet    uint64
-	reported   string
-	emptySince time.Time
-}
-
-func (s *server) register(ctx context.Context, kubelet uint64) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(s.p.opts.Dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
-		Endpoint:     filepath.Base(s.socket),
-		ResourceName: s.resource,
-		Options:      &pluginapi.DevicePluginOptions{},
-	})
-	if err != nil {
-		return fmt.Errorf("registering %s with kubelet: %w", s.resource, err)
-	}
-	s.registered, s.kubelet, s.reported = true, kubelet, ""
-	s.p.opts.Log.Info("device plugin registered with kubelet", "resource", s.resource, "socket", s.socket)
-	return nil
-}
-
-func (s *server) stop() {
-	s.grpc.Stop()
-	_ = os.Remove(s.socket)
-}
-
-// GetDevicePluginOptions implements pluginapi.DevicePluginServer.
-func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
-}
-
-// ListAndWatch implements pluginapi.DevicePluginServer: the resource's slots, again at every change.
-func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	var last []*pluginapi.Device
-	for {
-		devs, changed := s.p.devices(s.resource)
-		if last == nil || !sameDevices(last, devs) {
-			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
-				return err
-			}
-			last = devs
-			if last == nil {
-				last = []*pluginapi.Device{}
-			}
-		}
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case <-changed:
-		}
-	}
-}
-
-func sameDevices(a, b []*pluginapi.Device) bool {
-	return slices.EqualFunc(a, b, func(x, y *pluginapi.Device) bool { return x.ID == y.ID && x.Health == y.Health })
-}
-
-// Allocate implements pluginapi.DevicePluginServer.
-func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	out := &pluginapi.AllocateResponse{}
-	for _, c := range req.GetContainerRequests() {
-		r, err := s.p.allocate(s.resource, c.GetDevicesIds(), s.p.opts.PodResources != "")
-		if err != nil {
-			s.p.opts.Log.Error(err, "refused an allocation", "resource", s.resource)
-			return nil, err
-		}
-		s.p.opts.Log.Info("allocated", "resource", s.resource, "devices", c.GetDevicesIds(), "deviceNodes", len(r.Devices), "mounts", len(r.Mounts))
-		out.ContainerResponses = append(out.ContainerResponses, r)
-	}
-	return out, nil
-}
-
-// GetPreferredAllocation implements pluginapi.DevicePluginServer; the plugin does not ask for it.
-func (s *server) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	return &pluginapi.PreferredAllocationResponse{}, nil
-}
-
-// PreStartContainer implements pluginapi.DevicePluginServer; the plugin does not ask for it.
-func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	return &pluginapi.PreStartContainerResponse{}, nil
 }
