@@ -350,6 +350,7 @@ func deployAgent(t *testing.T, url, rendererLine, sysRoot string, interval time.
 			obj = &unstructured.Unstructured{Object: m}
 		}
 		require.NoError(t, cluster.ApplyObject(ctx, obj))
+		t.Cleanup(func() { deleteObject(obj) })
 	}
 	eventually(t, 3*time.Minute, "the agent DaemonSet's Pod to be Ready on "+realNode, func() (bool, string) {
 		pods, err := cluster.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gitbroker-agent"})
@@ -422,6 +423,8 @@ func userDeployment(t *testing.T, name string, res corev1.ResourceName, env stri
 	return name
 }
 
+// mustCreate applies obj and deletes it when the test ends, so the suite's later tests find the
+// shared namespaces as they were.
 func mustCreate(t *testing.T, obj runtime.Object) {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
@@ -440,6 +443,15 @@ func mustCreate(t *testing.T, obj runtime.Object) {
 		delete(u.Object, "stringData")
 	}
 	require.NoError(t, cluster.ApplyObject(context.Background(), u))
+	t.Cleanup(func() { deleteObject(u) })
+}
+
+func deleteObject(u *unstructured.Unstructured) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ri, err := cluster.resource(u); err == nil {
+		_ = ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{})
+	}
 }
 
 // waitBrokerOpened waits for a rendered broker of a Configuration to run on the real node and
