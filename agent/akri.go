@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
@@ -71,13 +73,17 @@ func (r *AkriRegistry) Serve(ctx context.Context, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing stale socket %s: %w", path, err)
+	if err := claimSocket(path); err != nil {
+		return err
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", path, err)
 	}
+	// On exit the socket is removed only while it is still this listener's: one another agent
+	// made after this one stopped listening is left alone.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	ours := inode(path)
 	srv := grpc.NewServer()
 	akripb.RegisterRegistrationServer(srv, r)
 	done := make(chan struct{})
@@ -89,11 +95,49 @@ func (r *AkriRegistry) Serve(ctx context.Context, path string) error {
 	err = srv.Serve(lis)
 	<-done
 	r.closeAll()
-	_ = os.Remove(path)
+	if ino := inode(path); ino != 0 && ino == ours {
+		_ = os.Remove(path)
+	}
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
 	return err
+}
+
+// claimSocket makes way for the registration socket at path: a stale socket (nothing answers) is
+// removed, but one another process serves, Akri's own agent say, is never taken over: handlers
+// would register with one agent or the other at random.
+func claimSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("%s exists and is not a socket; not removing it", path)
+	}
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		_ = conn.Close()
+		return fmt.Errorf("another process serves %s (Akri's agent?): gitbroker's agent does not take over a registration socket in use; "+
+			"stop the other agent (see the README on replacing Akri) or give --discovery-handlers-dir another folder", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// inode identifies the file at path, 0 when there is none.
+func inode(path string) uint64 {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // RegisterDiscoveryHandler implements Akri's Registration service.

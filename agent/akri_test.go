@@ -295,3 +295,43 @@ func TestAkriEndpointsMergeAndPropertiesRestartStreams(t *testing.T) {
 		return north.ended == 1
 	}, 10*time.Second, 5*time.Millisecond, "the stream with the old properties is closed")
 }
+
+// Akri's own agent serving the registration socket is never taken over (it was removed and
+// replaced, so handlers registered with one agent or the other); a stale socket is; a file that
+// is not a socket is left alone. On exit the agent removes only its own socket.
+func TestRegistrySocketIsNotTakenOver(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gb-akri-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, agent.RegistrationSocketName)
+	reg := agent.NewAkriRegistry(logr.Discard(), nil)
+
+	akri, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	err = reg.Serve(context.Background(), path)
+	require.ErrorContains(t, err, "another process serves "+path)
+	conn, err := net.Dial("unix", path)
+	require.NoError(t, err, "Akri's socket still answers")
+	conn.Close()
+
+	// Akri's agent died without removing its socket: the gitbroker agent takes the path.
+	akri.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, akri.Close())
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- reg.Serve(ctx, path) }()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-served)
+	_, err = os.Lstat(path)
+	require.True(t, os.IsNotExist(err), "its own socket is removed on exit")
+
+	require.NoError(t, os.WriteFile(path, []byte("x"), 0o600))
+	require.ErrorContains(t, reg.Serve(context.Background(), path), "is not a socket; not removing it")
+}
