@@ -62,6 +62,8 @@ type Cluster struct {
 	bin   string
 	pki   *pki
 	procs []*process
+	// stopAdvertising ends advertiseDevices.
+	stopAdvertising context.CancelFunc
 }
 
 // StartCluster starts etcd, the API server, the controller manager, the
@@ -255,6 +257,9 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	adv, cancel := context.WithCancel(context.Background())
+	c.stopAdvertising = cancel
+	go c.advertiseDevices(adv)
 	// The default ServiceAccount is made by the controller manager; Pods
 	// cannot be created in a namespace before it exists.
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -341,6 +346,9 @@ func (c *Cluster) Process(name string) *process {
 
 // Stop stops every process, the last started first.
 func (c *Cluster) Stop() {
+	if c.stopAdvertising != nil {
+		c.stopAdvertising()
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].Stop(10 * time.Second)
 	}
