@@ -219,7 +219,9 @@ func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*plug
 		if c, ok := p.claims[id]; ok && c.resource != resource {
 			return nil, status.Errorf(codes.ResourceExhausted, "%s: slot %s is in use through %s", resource, id, c.resource)
 		}
-		used = append(used, in)
+		if !slices.ContainsFunc(used, func(u Instance) bool { return u.Name == in.Name }) {
+			used = append(used, in)
+		}
 		for _, d := range in.DeviceSpecs {
 			if seenDev[d.ContainerPath] || !p.allowed(in, d.HostPath) {
 				continue

@@ -163,6 +163,12 @@ func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
 	k.mu.Unlock()
 	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Healthy"}, nextCfg())
 
+	// Two slots of one device in one container are still one device: its plain names are set.
+	resp, err = inst.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe-0", "cam-8120fe-1"}}}})
+	require.NoError(t, err)
+	require.Equal(t, "/dev/video0", resp.ContainerResponses[0].Envs["UDEV_DEVNODE"])
+	require.Len(t, resp.ContainerResponses[0].Devices, 1)
+
 	// A device not seen in the latest discovery turns Unhealthy and is not allocated.
 	p.Update([]deviceplugin.Instance{camera("cam-8120fe", false)})
 	require.Equal(t, map[string]string{"cam-8120fe-0": "Unhealthy", "cam-8120fe-1": "Unhealthy"}, nextInst())

@@ -87,16 +87,13 @@ func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 // ListAndWatch implements pluginapi.DevicePluginServer: the resource's slots, again at every change.
 func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	var last []*pluginapi.Device
-	for {
+	for sent := false; ; sent = true {
 		devs, changed := s.p.devices(s.resource)
-		if last == nil || !sameDevices(last, devs) {
+		if !sent || !sameDevices(last, devs) {
 			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 				return err
 			}
 			last = devs
-			if last == nil {
-				last = []*pluginapi.Device{}
-			}
 		}
 		select {
 		case <-stream.Context().Done():
