@@ -258,6 +258,15 @@ func (r *AkriRegistry) Registered() []string {
 	return slices.Sorted(maps.Keys(r.handlers))
 }
 
+// Endpoints lists the endpoints registered under name, in order.
+func (r *AkriRegistry) Endpoints(name string) []string {
+	var out []string
+	for _, h := range r.endpoints(name) {
+		out = append(out, h.endpoint)
+	}
+	return out
+}
+
 // all lists every registered endpoint.
 func (r *AkriRegistry) all() []*akriHandler {
 	r.mu.Lock()

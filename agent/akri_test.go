@@ -281,7 +281,9 @@ func TestAkriEndpointsMergeAndPropertiesRestartStreams(t *testing.T) {
 	require.Eventually(t, func() bool { return devices() == 3 }, 10*time.Second, 10*time.Millisecond, "both endpoints' devices, once each")
 
 	south.srv.Stop()
-	require.Eventually(t, func() bool { return devices() == 3 && len(reg.Registered()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(reg.Endpoints("onvif")) == 1 }, 10*time.Second, 5*time.Millisecond, "south is deregistered")
+	require.Equal(t, []string{"onvif"}, reg.Registered())
+	require.Equal(t, 3, devices(), "south's device stays for its grace period")
 	f.clock.Advance(5 * time.Minute)
 	require.Equal(t, 2, devices(), "south's device aged out; north's stay")
 
