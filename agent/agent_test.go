@@ -625,14 +625,14 @@ spec:
 	require.Empty(t, res.Errors)
 	pods := 0
 	for _, p := range res.Files.Paths() {
-		if strings.Contains(p, "/pod-") {
+		if strings.Contains(p, "/deployment-") {
 			pods++
 		}
 	}
 	require.Equal(t, 4, pods, "one broker Pod per device")
 	var udevPod string
 	for _, p := range res.Files.Paths() {
-		if strings.Contains(p, "akri-udev-video/pod-") {
+		if strings.Contains(p, "akri-udev-video/deployment-") {
 			udevPod = string(res.Files[p])
 		}
 	}

@@ -62,7 +62,7 @@ func TestDevicePluginServesTheRenderersInstances(t *testing.T) {
 	require.Empty(t, res.Errors)
 	rendered := map[string]bool{}
 	for _, p := range res.Files.Paths() {
-		if !strings.Contains(p, "/pod-") {
+		if !strings.Contains(p, "/deployment-") {
 			continue
 		}
 		var pod struct {

@@ -66,6 +66,12 @@ func (c *specChecker) pod(ps *corev1.PodSpec) {
 	if c.job && ps.RestartPolicy != corev1.RestartPolicyNever && ps.RestartPolicy != corev1.RestartPolicyOnFailure {
 		c.add(f+".restartPolicy", "a Job's Pods need restartPolicy Never or OnFailure, got %q", ps.RestartPolicy)
 	}
+	if !c.job && ps.RestartPolicy != "" && ps.RestartPolicy != corev1.RestartPolicyAlways {
+		c.add(f+".restartPolicy", "a Pod broker runs as a Deployment, whose Pods need restartPolicy Always, got %q", ps.RestartPolicy)
+	}
+	if !c.job && ps.ActiveDeadlineSeconds != nil {
+		c.add(f+".activeDeadlineSeconds", "not allowed for a Pod broker: it runs as a Deployment, which refuses it (a broker that should end is a Job broker)")
+	}
 	if ps.NodeName != "" {
 		c.add(f+".nodeName", "not allowed: gitbroker pins brokers to the nodes that see the device")
 	}

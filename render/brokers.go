@@ -11,7 +11,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-// renderBrokers writes the Pods and Services of every valid Configuration.
+// renderBrokers writes the broker Deployments and Services of every valid Configuration.
 func (p *pass) renderBrokers() {
 	for _, k := range sortedKeys(p.configs) {
 		cfg := p.configs[k]
@@ -55,23 +55,23 @@ func (p *pass) warnBrokerSettings(k string, cfg *api.ParsedConfiguration) {
 	}
 }
 
-// renderPodBrokers writes the broker Pods and instance Services of a Pod broker Configuration
+// renderPodBrokers writes the broker Deployments and instance Services of a Pod broker Configuration
 // and counts the instances that have brokers.
 func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
-	phash := podHash(cfg)
+	dhash := deploymentHash(cfg)
 	ishash := serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
 	// What each instance's objects are keyed and named by, worked out on every CPU: the
 	// loop after it only looks them up.
 	list := p.instances[k]
 	var todo []*instance
 	for _, in := range list {
-		if in.pod == nil {
+		if in.broker == nil {
 			todo = append(todo, in)
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], phash, ishash, p.prev)
-		todo[i].pod = &pi
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev)
+		todo[i].broker = &pi
 	})
 	withBrokers := 0
 	for _, in := range list {
@@ -79,18 +79,18 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 			continue
 		}
 		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
-		pre := in.pod
+		pre := in.broker
 		if reason := p.afterHeld(cfg, in); reason != "" {
 			for _, n := range pre.nodes {
-				p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Pod", Name: podName(in.name, n, in.shared), Reason: reason})
+				p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Deployment", Name: brokerName(in.name, n, in.shared), Reason: reason})
 			}
 			continue
 		}
 		env := pre.env
 		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 		for j, n := range pre.nodes {
-			ih := pre.podHashes[j]
-			p.build(pre.podKeys[j], pre.podPaths[j], m, func() []byte { return buildPod(in, n, env, ih) })
+			ih := pre.hashes[j]
+			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih) })
 		}
 		withBrokers++
 		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
@@ -144,24 +144,27 @@ func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 
 // podBrokerInputs is what a Pod broker instance's objects are keyed and named by.
 type podBrokerInputs struct {
-	nodes               []string // the nodes that get a Pod, at most the capacity
-	env                 []corev1.EnvVar
-	podHashes, podPaths []string
-	// podKeys are the Pods' keys in the memo of built objects: the inputs hash and what the
+	nodes         []string // the nodes that get a broker, at most the capacity
+	env           []corev1.EnvVar
+	hashes, paths []string // of the Deployments, by node
+	// keys are the Deployments' keys in the memo of built objects: the inputs hash and what the
 	// builder reads besides that the hash does not name.
-	podKeys     []string
+	keys        []string
 	serviceHash string
 }
 
 // Placement is sticky: of the nodes that report a shared instance, those that held its broker in
-// the previous render keep it, and free places go to the others in name order, so a node that
-// newly reports a device (or claims another node's) never displaces a broker.
-func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte, prev Tree) podBrokerInputs {
+// the previous render keep it (a Deployment, or the bare Pod of renders before Deployments), and
+// free places go to the others in name order, so a node that newly reports a device (or claims
+// another node's) never displaces a broker.
+func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree) podBrokerInputs {
 	nodes := in.nodes
 	if len(nodes) > cfg.Policy.Capacity {
 		var holders, others []string
 		for _, n := range nodes {
-			if _, held := prev[in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml"]; held {
+			_, held := prev[in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml"]
+			_, heldPod := prev[in.folder+"/pod-"+legacyPodName(in.name, n, in.shared)+".yaml"]
+			if held || heldPod {
 				holders = append(holders, n)
 			} else {
 				others = append(others, n)
@@ -173,10 +176,10 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte,
 	pi := podBrokerInputs{nodes: nodes, env: in.env()}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
-		ih := hashHex(16, phash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
-		pi.podHashes = append(pi.podHashes, ih)
-		pi.podKeys = append(pi.podKeys, podKey(ih, in.shared))
-		pi.podPaths = append(pi.podPaths, in.folder+"/pod-"+podName(in.name, n, in.shared)+".yaml")
+		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
+		pi.hashes = append(pi.hashes, ih)
+		pi.keys = append(pi.keys, deploymentKey(ih, in.shared))
+		pi.paths = append(pi.paths, in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml")
 	}
 	if cfg.Spec.InstanceServiceSpec != nil {
 		pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
@@ -184,13 +187,14 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, phash, ishash []byte,
 	return pi
 }
 
-// podKey is a Pod's key in the memo of built objects. Whether its device is shared names the
-// Pod; the digest in the inputs hash differs with it too, but the key does not rely on that.
-func podKey(inputsHash string, shared bool) string {
+// deploymentKey is a broker Deployment's key in the memo of built objects. Whether its device is
+// shared names the Deployment; the digest in the inputs hash differs with it too, but the key
+// does not rely on that.
+func deploymentKey(inputsHash string, shared bool) string {
 	if shared {
-		return "pod/" + inputsHash + "/shared"
+		return "deployment/" + inputsHash + "/shared"
 	}
-	return "pod/" + inputsHash
+	return "deployment/" + inputsHash
 }
 
 // pendingBuild is an object whose inputs are new to the Renderer's memo.
@@ -219,7 +223,7 @@ func (p *pass) flushBuilds() {
 	p.pending = nil
 }
 
-// afterHeld says why an instance's broker Pods must wait for a Job, or "" when they may start.
+// afterHeld says why an instance's brokers must wait for a Job, or "" when they may start.
 func (p *pass) afterHeld(cfg *api.ParsedConfiguration, in *instance) string {
 	after := cfg.Policy.After
 	if after == "" {
@@ -250,7 +254,7 @@ func (p *pass) afterHeld(cfg *api.ParsedConfiguration, in *instance) string {
 		if failed.Spec.Message != "" {
 			why += ": " + failed.Spec.Message
 		}
-		return fmt.Sprintf("after: Job %s of Configuration %s %s; the Pod starts only after a Job of %s on this device succeeds (change its runID to run it again)", failed.Name, after, why, after)
+		return fmt.Sprintf("after: Job %s of Configuration %s %s; the broker starts only after a Job of %s on this device succeeds (change its runID to run it again)", failed.Name, after, why, after)
 	}
 	return fmt.Sprintf("after: waiting for a Job of Configuration %s on device %q to be recorded Succeeded", after, in.deviceID)
 }

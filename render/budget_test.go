@@ -32,7 +32,7 @@ func TestDeletionBudgetAndEmptyOutputGuard(t *testing.T) {
 
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Nil(t, res.Refused)
-	require.Empty(t, filesUnder(res.Files, "rendered/default/", "/pod-"))
+	require.Empty(t, filesUnder(res.Files, "rendered/default/", "/deployment-"))
 }
 
 // The budget counts per node: when a render would break it, a node whose inventory alone would
@@ -47,7 +47,7 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "b1")),
 	})
 	tree = apply(tree, renderOK(t, tree))
-	before := filesUnder(tree, "rendered/default/cam/", "/pod-")
+	before := filesUnder(tree, "rendered/default/cam/", "/deployment-")
 	require.Len(t, before, 5)
 
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
@@ -58,7 +58,7 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	require.Len(t, res.Held, 1)
 	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 4 of its 4 broker objects (100%)")
 	require.Contains(t, planText(res.Plan), "node edge-a: its inventory would remove 4")
-	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
 	require.Len(t, pods, 6, "edge-a's four Pods kept, edge-b's new device rendered")
 	for _, f := range before {
 		require.Equal(t, tree[f], res.Files[f], "%s kept as it was", f)
@@ -68,11 +68,11 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "a1", "a2", "a3")))
 	res = render.Render(render.Request{Files: tree})
 	require.Empty(t, res.Held)
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 5)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 5)
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Empty(t, res.Held)
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 2)
 
 	// A node that is a small part of the fleet losing all its devices breaks no budget.
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "a1", "a2", "a3", "a4")))
@@ -80,7 +80,7 @@ func TestDeletionBudgetCountsPerNode(t *testing.T) {
 	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b"))
 	res = renderOK(t, tree)
 	require.Empty(t, res.Held)
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 4)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 4)
 }
 
 const strictBudget = "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deletionAllowance: 0\n"
@@ -94,12 +94,12 @@ func TestDeletionAllowance(t *testing.T) {
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "a1")),
 	})
 	tree = apply(tree, renderOK(t, tree))
-	require.Len(t, filesUnder(tree, "rendered/default/cam/", "/pod-"), 1)
+	require.Len(t, filesUnder(tree, "rendered/default/cam/", "/deployment-"), 1)
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a"))
 	res := render.Render(render.Request{Files: tree})
 	require.Nil(t, res.Refused, "one unplugged device in a one-node fleet")
 	require.Empty(t, res.Held)
-	require.Empty(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"))
+	require.Empty(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"))
 
 	// With deletionAllowance: 0 the node is held, its Pod kept until someone renders with
 	// --allow-deletions, as before the setting.
@@ -108,7 +108,7 @@ func TestDeletionAllowance(t *testing.T) {
 	res = render.Render(render.Request{Files: strict})
 	require.Len(t, res.Held, 1)
 	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 1 of its 1 broker objects")
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 1)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 1)
 
 	// Six devices on one node of two: losing all of them is over the allowance of five
 	// objects, and over the node's share, so that node is held.
@@ -123,5 +123,5 @@ func TestDeletionAllowance(t *testing.T) {
 	require.Nil(t, res.Refused)
 	require.Len(t, res.Held, 1)
 	require.Contains(t, res.Held[0], "node edge-a: its inventory would remove 6 of its 6 broker objects")
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 7)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 7)
 }

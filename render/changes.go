@@ -106,7 +106,7 @@ func (p *pass) planMovedObject(ref objectRef, oldF, newF string) {
 }
 
 // objectKinds are the kinds of a broker's objects, by the kind in their file name.
-var objectKinds = map[string]string{"pod": "Pod", "service": "Service"}
+var objectKinds = map[string]string{"deployment": "Deployment", "pod": "Pod", "service": "Service"}
 
 // planObject plans a broker object created, changed or removed in place.
 func (p *pass) planObject(f string, ref objectRef) {
@@ -131,6 +131,9 @@ func (p *pass) planObject(f string, ref objectRef) {
 		if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
 			p.plan.config(ref.namespace, ref.configuration, "deleted")
 			reason = "its Configuration was deleted"
+		} else if nf := p.upgradedPod(ref.key()); nf != "" {
+			r, _ := parseObjectPath(nf)
+			reason = "replaced by Deployment " + r.name + ": Pod brokers are Deployments now, which Kubernetes heals and rolls"
 		} else if inst != "" && p.instance(ref.namespace+"/"+ref.configuration+"/"+inst) == nil {
 			reason = "its device is no longer reported"
 		}
@@ -141,16 +144,13 @@ func (p *pass) planObject(f string, ref objectRef) {
 	}
 }
 
-func startedVerb(kind string) string {
-	if kind == "Pod" {
-		return Started
-	}
-	return Created
-}
+func startedVerb(string) string { return Created }
 
+// replacedVerb is what Kubernetes does with a changed object: a Deployment rolls out its new
+// Pod (the old one gone first), a Service is updated in place.
 func replacedVerb(kind string) string {
-	if kind == "Pod" {
-		return Replaced
+	if kind == "Deployment" {
+		return RolledOut
 	}
 	return Updated
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/render"
@@ -32,12 +32,12 @@ func sortedMapKeys(m map[string]string) []string {
 
 func podEnv(t *testing.T, tree render.Tree) map[string]string {
 	t.Helper()
-	files := filesUnder(tree, "rendered/default/cam/", "/pod-")
+	files := filesUnder(tree, "rendered/default/cam/", "/deployment-")
 	require.Len(t, files, 1)
-	var pod corev1.Pod
-	require.NoError(t, yaml.UnmarshalStrict(tree[files[0]], &pod))
+	var d appsv1.Deployment
+	require.NoError(t, yaml.UnmarshalStrict(tree[files[0]], &d))
 	env := map[string]string{}
-	for _, e := range pod.Spec.Containers[0].Env {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
 	return env

@@ -18,9 +18,9 @@ func propsJSON(m map[string]string) []byte {
 // what its builder reads: a change elsewhere in the Configuration (discoveryDetails, capacity,
 // another kind's spec) leaves the object, and its file, as they were.
 
-// podHash covers buildPod: the PodSpec and the broker properties (the environment).
-func podHash(c *api.ParsedConfiguration) []byte {
-	return specHash("pod", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties)
+// deploymentHash covers buildDeployment: the PodSpec and the broker properties (the environment).
+func deploymentHash(c *api.ParsedConfiguration) []byte {
+	return specHash("deployment", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties)
 }
 
 // jobHash covers buildJob: the JobSpec, the broker properties and the run policy and runID

@@ -96,8 +96,8 @@ type builder struct {
 
 // The keys are worked out as the render works them out: podInputs and instanceJobHash.
 var hashBuilders = []builder{
-	{"Pod", func(in *instance) []byte { return buildPod(in, "edge-a", in.env(), "ih") },
-		func(in *instance) string { return podBuildInputs(in).podKeys[0] }},
+	{"Deployment", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih") },
+		func(in *instance) string { return podBuildInputs(in).keys[0] }},
 	{"instance Service", func(in *instance) []byte {
 		return buildService(in.cfg, in.cfg.Spec.InstanceServiceSpec, instanceServiceName(in.name), in.labels(), nil, "ih")
 	}, func(in *instance) string { return "svc/" + podBuildInputs(in).serviceHash }},
@@ -109,10 +109,10 @@ var hashJobBuilders = []builder{
 }
 
 // podBuildInputs is what renderPodBrokers keys a Pod broker instance's objects by; its first
-// Pod is on edge-a.
+// Deployment is on edge-a.
 func podBuildInputs(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, podHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil)
+	return podInputs(cfg, in, deploymentHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil)
 }
 
 func TestBuildersReadOnlyWhatTheirHashCovers(t *testing.T) {
@@ -163,7 +163,7 @@ func TestInstanceFieldsAreKeyed(t *testing.T) {
 		"properties": func(in *instance) { in.properties = map[string]string{"SERIAL": "43"} },
 		"collided":   func(in *instance) { in.collided = !in.collided },
 		"folder":     func(in *instance) { in.folder += "x" },
-		"pod":        func(in *instance) { in.pod = &podBrokerInputs{} },
+		"broker":     func(in *instance) { in.broker = &podBrokerInputs{} },
 		"jobHash":    func(in *instance) { in.jobHash = "x" },
 		"disputed":   func(in *instance) { in.disputed = "x" },
 	}

@@ -94,7 +94,7 @@ func TestIndexesFollowTheFiles(t *testing.T) {
 	var planted string
 	s.step("a Pod planted in the other shard", func(files Tree) {
 		for _, f := range files.Paths() {
-			if strings.Contains(f, "/shard-0/pod-") {
+			if strings.Contains(f, "/shard-0/deployment-") {
 				planted = strings.Replace(f, "/shard-0/", "/shard-1/", 1)
 				files[planted] = files[f]
 				return

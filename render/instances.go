@@ -263,8 +263,8 @@ func (p *pass) findFrozenInstances() {
 		if len(p.frozenNodes) == 0 {
 			continue
 		}
-		if cur := p.instance(k); cur != nil && cur.shared && ref.kind != "pod" {
-			continue // reported by valid nodes: only a Pod on the frozen node freezes it
+		if cur := p.instance(k); cur != nil && cur.shared && ref.kind != "deployment" && ref.kind != "pod" {
+			continue // reported by valid nodes: only a broker on the frozen node freezes it
 		}
 		for _, n := range h.nodes() {
 			if p.frozenNodes[n] {

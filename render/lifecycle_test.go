@@ -196,18 +196,18 @@ func TestAfterWaitsForSucceededJob(t *testing.T) {
 	})
 	res := renderOK(t, tree)
 	tree = apply(tree, res)
-	require.Empty(t, filesUnder(tree, "rendered/default/reader/", "/pod-"))
-	require.Equal(t, 1, res.Plan.Summary.PodsHeld)
+	require.Empty(t, filesUnder(tree, "rendered/default/reader/", "/deployment-"))
+	require.Equal(t, 1, res.Plan.Summary.DeploymentsHeld)
 
 	failed := recordJob(t, tree, jobs(tree, "default/fmt")[0], "Failed")
 	res = renderOK(t, failed)
 	after := apply(failed, res)
-	require.Empty(t, filesUnder(after, "rendered/default/reader/", "/pod-"))
+	require.Empty(t, filesUnder(after, "rendered/default/reader/", "/deployment-"))
 	require.Contains(t, planText(res.Plan), "failed")
 
 	ok := recordJob(t, tree, jobs(tree, "default/fmt")[0], "Succeeded")
 	ok = apply(ok, renderOK(t, ok))
-	require.Len(t, filesUnder(ok, "rendered/default/reader/", "/pod-"), 1)
+	require.Len(t, filesUnder(ok, "rendered/default/reader/", "/deployment-"), 1)
 	// The Pod stays once its Job is in history.
 	res = renderOK(t, ok)
 	require.False(t, res.Changed())

@@ -19,8 +19,20 @@ func instanceName(configuration, digest string) string {
 	return api.InstanceName(configuration, digest)
 }
 
-// podName is Akri's broker Pod name: "<node>-<instance>-pod" for shared devices, else "<instance>-pod".
-func podName(instance, node string, shared bool) string {
+// brokerName is a Pod broker's Deployment name: "<node>-<instance>" for shared devices, else
+// "<instance>".
+func brokerName(instance, node string, shared bool) string {
+	inst := strings.ReplaceAll(instance, ".", "-")
+	if shared {
+		return shorten(node + "-" + inst)
+	}
+	return shorten(inst)
+}
+
+// legacyPodName is the name of the bare broker Pod renders before Deployments wrote (Akri's:
+// "<node>-<instance>-pod" for shared devices, else "<instance>-pod"), read to keep placement
+// when a repository is upgraded.
+func legacyPodName(instance, node string, shared bool) string {
 	inst := strings.ReplaceAll(instance, ".", "-")
 	if shared {
 		return shorten(node + "-" + inst + "-pod")

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // akriPlaceholder is the resource name Akri's controller replaces with the instance's device
-// plugin resource. gitbroker pins with node affinity instead, so it is removed.
+// plugin resource, akri.sh/<instance>, which the node's agent serves; so does the renderer.
 const akriPlaceholder = api.AkriPlaceholder
 
 // jobAnnotations keep Flux and Argo CD from patching a rendered Job or deleting a finished one:
@@ -26,20 +27,12 @@ var jobAnnotations = map[string]string{
 	"argocd.argoproj.io/compare-options": "IgnoreExtraneous",
 }
 
-// AnnotationFluxForce lets Flux re-create a rendered Pod when its spec changes: a Pod's
-// containers, env and affinity cannot be changed in place, so without it a changed Configuration
-// or device property would stop its Flux Kustomization at an "immutable field" error. Flux acts
-// on it only when the change is immutable.
-const AnnotationFluxForce = "kustomize.toolkit.fluxcd.io/force"
+// AnnotationArgoSyncOptions is Argo CD's sync options annotation.
+const AnnotationArgoSyncOptions = "argocd.argoproj.io/sync-options"
 
-// AnnotationArgoSyncOptions set to argoReplacePod does the same for Argo CD: a rendered Pod that
-// changed is deleted and created again (kubectl replace --force) instead of patched, which the
-// API server would refuse. Argo CD syncs only out-of-sync resources (ApplyOutOfSyncOnly in
-// deploy/argocd), so an unchanged Pod is left alone.
-const (
-	AnnotationArgoSyncOptions = "argocd.argoproj.io/sync-options"
-	argoReplacePod            = "Force=true,Replace=true"
-)
+// brokerRevisionHistory is how many old ReplicaSets a broker Deployment keeps: enough to see
+// what the last rollout replaced, few enough that a fleet of brokers does not fill etcd.
+const brokerRevisionHistory = 2
 
 // manifest is how every object is written: no status, no server-side fields.
 type manifest struct {
@@ -62,7 +55,7 @@ type instance struct {
 	folder     string
 	// What its objects are keyed and named by, worked out once: an instance is made again only
 	// when its Configuration or a reporting inventory changes (instanceSet).
-	pod     *podBrokerInputs
+	broker  *podBrokerInputs
 	jobHash string
 	// disputed, for a shared device whose reporting nodes disagree on its properties, says so;
 	// the instance is then held as it was.
@@ -199,22 +192,35 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 	na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: terms}
 }
 
-func buildPod(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {
+// buildDeployment writes a Pod broker: a Deployment of one Pod pinned to node, rolled out by
+// Recreate so that the old Pod is gone before the new one starts and a device never has two
+// brokers. Kubernetes' own controller recreates a Pod that is evicted, fails or is deleted.
+func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {
 	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
 	applyDevice(ps, env, in.name)
 	pin(ps, []string{node})
 	labels := in.labels()
 	labels[api.LabelTargetNode] = node
+	replicas, history := int32(1), int32(brokerRevisionHistory)
 	return yamlcodec.Marshal(manifest{
-		APIVersion: "v1",
-		Kind:       "Pod",
+		APIVersion: "apps/v1",
+		Kind:       "Deployment",
 		Metadata: metav1.ObjectMeta{
-			Name:        podName(in.name, node, in.shared),
+			Name:        brokerName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
 			Labels:      labels,
-			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID, AnnotationFluxForce: "enabled", AnnotationArgoSyncOptions: argoReplacePod},
+			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID},
 		},
-		Spec: ps,
+		Spec: &appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			// The selector is immutable: it names only what never changes for this Deployment.
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				api.LabelInstance: in.name, api.LabelTargetNode: node, api.LabelController: api.ControllerAkri,
+			}},
+			Strategy:             appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			RevisionHistoryLimit: &history,
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: *ps},
+		},
 	})
 }
 

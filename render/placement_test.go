@@ -18,7 +18,7 @@ func TestPlacementIsSticky(t *testing.T) {
 		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "shared:c1")),
 	})
 	tree = apply(tree, renderOK(t, tree))
-	require.Len(t, filesUnder(tree, "rendered/default/cam/", "/pod-edge-b-"), 1)
+	require.Len(t, filesUnder(tree, "rendered/default/cam/", "/deployment-edge-b-"), 1)
 
 	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam", "shared:c1")))
 	res := renderOK(t, tree)
@@ -29,8 +29,8 @@ func TestPlacementIsSticky(t *testing.T) {
 	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b", entry("cam")))
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Empty(t, res.Errors)
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-edge-a-"), 1)
-	require.Empty(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-edge-b-"))
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-edge-a-"), 1)
+	require.Empty(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-edge-b-"))
 }
 
 // Nodes that report a shared device with different properties hold its instance as it was,
@@ -48,13 +48,13 @@ func TestDisagreeingNodesHoldASharedInstance(t *testing.T) {
 	res := renderOK(t, tree)
 	plan := planText(res.Plan)
 	require.Contains(t, plan, `nodes edge-a and edge-b report shared device "c1" with different properties`)
-	for _, p := range filesUnder(before, "rendered/default/cam/", "/pod-") {
+	for _, p := range filesUnder(before, "rendered/default/cam/", "/deployment-") {
 		require.Equal(t, before[p], res.Files[p], "%s is held as it was", p)
 	}
 	for p, b := range res.Files {
 		require.NotContains(t, string(b), "attacker.example", p)
 	}
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2, "c1 on edge-b, and edge-a's own c2")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 2, "c1 on edge-b, and edge-a's own c2")
 
 	// A new shared device they disagree on from the start is not rendered at all.
 	tree = apply(tree, res)
@@ -62,7 +62,7 @@ func TestDisagreeingNodesHoldASharedInstance(t *testing.T) {
 	tree["inventory/edge-b.yaml"] = []byte(strings.Replace(inventory("edge-b", entry("cam", "shared:c1", "shared:c3")), "DEVICE: c3", "DEVICE: other", 1))
 	res = renderOK(t, tree)
 	require.Contains(t, planText(res.Plan), `report shared device "c3" with different properties`)
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2, "nothing for c3")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 2, "nothing for c3")
 
 	// Once they agree, the instance renders from what they report.
 	tree = apply(tree, res)
@@ -70,5 +70,5 @@ func TestDisagreeingNodesHoldASharedInstance(t *testing.T) {
 	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b", entry("cam", "shared:c1")))
 	res = renderOK(t, tree)
 	require.NotContains(t, planText(res.Plan), "different properties")
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 2)
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 2)
 }

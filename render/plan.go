@@ -16,6 +16,8 @@ const (
 	Kept     = "kept"
 	Created  = "created"
 	Updated  = "updated"
+	// RolledOut is a changed broker Deployment: Kubernetes replaces its Pod, the old one first.
+	RolledOut = "rolled out"
 	// Rendered and Unrendered are for broker namespaces: a rendered Namespace may exist
 	// already (Flux creates it only if missing), and one no longer rendered stays.
 	Rendered   = "rendered"
@@ -45,7 +47,8 @@ type Plan struct {
 type ConfigurationPlan struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Broker is "Pod", "Job", "none", "deleted" or "invalid".
+	// Broker is "Pod" (Pod brokers, rendered as Deployments), "Job", "none", "deleted" or
+	// "invalid".
 	Broker    string          `json:"broker"`
 	Notes     []string        `json:"notes,omitempty"`
 	Changes   []Change        `json:"changes,omitempty"`
@@ -74,10 +77,12 @@ type Change struct {
 
 // Summary counts the changes.
 type Summary struct {
-	PodsStarted           int `json:"podsStarted"`
-	PodsReplaced          int `json:"podsReplaced"`
+	DeploymentsCreated   int `json:"deploymentsCreated"`
+	DeploymentsRolledOut int `json:"deploymentsRolledOut"`
+	DeploymentsRemoved   int `json:"deploymentsRemoved"`
+	DeploymentsHeld      int `json:"deploymentsHeld"`
+	// PodsRemoved are bare broker Pods of renders before Deployments, removed by the upgrade.
 	PodsRemoved           int `json:"podsRemoved"`
-	PodsHeld              int `json:"podsHeld"`
 	JobsStarted           int `json:"jobsStarted"`
 	JobsHeld              int `json:"jobsHeld"`
 	JobsRetired           int `json:"jobsRetired"`
@@ -96,7 +101,7 @@ type Summary struct {
 
 // Empty reports whether the plan changes nothing.
 func (s Summary) Empty() bool {
-	return s.PodsStarted+s.PodsReplaced+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
+	return s.DeploymentsCreated+s.DeploymentsRolledOut+s.DeploymentsRemoved+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
 		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxCreated+s.FluxUpdated+s.FluxRemoved+
 		s.ConfigurationsAdded+s.ConfigurationsRemoved+s.NamespacesRendered+s.NamespacesUnrendered == 0
 }
@@ -104,14 +109,16 @@ func (s Summary) Empty() bool {
 func (p *Plan) count(kind, action string) {
 	s := &p.Summary
 	switch kind + " " + action {
-	case "Pod " + Started:
-		s.PodsStarted++
-	case "Pod " + Replaced:
-		s.PodsReplaced++
+	case "Deployment " + Created:
+		s.DeploymentsCreated++
+	case "Deployment " + RolledOut:
+		s.DeploymentsRolledOut++
+	case "Deployment " + Removed:
+		s.DeploymentsRemoved++
+	case "Deployment " + Held:
+		s.DeploymentsHeld++
 	case "Pod " + Removed:
 		s.PodsRemoved++
-	case "Pod " + Held:
-		s.PodsHeld++
 	case "Job " + Started:
 		s.JobsStarted++
 	case "Job " + Held:
@@ -228,8 +235,8 @@ func (b *planBuilder) finish() *Plan {
 	return p
 }
 
-var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Replaced: 3, Updated: 3, Held: 4, Kept: 5}
-var kindOrder = map[string]int{"Configuration": -1, "Job": 0, "Pod": 1, "Service": 2, "Kustomization": 3}
+var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Replaced: 3, Updated: 3, RolledOut: 3, Held: 4, Kept: 5}
+var kindOrder = map[string]int{"Configuration": -1, "Job": 0, "Pod": 1, "Deployment": 1, "Service": 2, "Kustomization": 3}
 
 func sortChanges(cs []Change) {
 	sort.Slice(cs, func(i, j int) bool {
@@ -250,8 +257,9 @@ func (s Summary) text() string {
 		kind, verb string
 	}
 	items := []item{
-		{s.PodsStarted, "Pod", "started"}, {s.PodsReplaced, "Pod", "replaced"}, {s.PodsRemoved, "Pod", "removed"},
-		{s.PodsHeld, "Pod", "held"}, {s.JobsStarted, "Job", "started"}, {s.JobsHeld, "Job", "held"},
+		{s.DeploymentsCreated, "Deployment", "created"}, {s.DeploymentsRolledOut, "Deployment", "rolled out"},
+		{s.DeploymentsRemoved, "Deployment", "removed"}, {s.DeploymentsHeld, "Deployment", "held"},
+		{s.PodsRemoved, "bare Pod", "removed"}, {s.JobsStarted, "Job", "started"}, {s.JobsHeld, "Job", "held"},
 		{s.JobsRetired, "Job", "retired to history"}, {s.JobsKept, "Job", "kept until recorded"},
 		{s.ServicesCreated, "Service", "created"}, {s.ServicesUpdated, "Service", "updated"},
 		{s.ServicesRemove, "Service", "removed"}, {s.FluxCreated, "Flux Kustomization", "created"},
@@ -273,5 +281,5 @@ func (s Summary) text() string {
 	return strings.Join(parts, ", ")
 }
 
-// String is the summary as one line, such as "2 Pods started, 1 Job held".
+// String is the summary as one line, such as "2 Deployments created, 1 Job held".
 func (s Summary) String() string { return s.text() }

@@ -22,7 +22,7 @@ const (
 	MaxMarkdown = 60000
 )
 
-var actionSigns = map[string]string{Started: "+", Created: "+", Rendered: "+", Replaced: "~", Updated: "~", Removed: "-", Unrendered: "-", Retired: ">", Held: "=", Kept: "="}
+var actionSigns = map[string]string{Started: "+", Created: "+", Rendered: "+", Replaced: "~", Updated: "~", RolledOut: "~", Removed: "-", Unrendered: "-", Retired: ">", Held: "=", Kept: "="}
 
 // instanceGroup is instances whose changes are the same but for the objects' names.
 type instanceGroup struct {
@@ -309,7 +309,17 @@ func tally(c *ConfigurationPlan) map[string]map[string]int {
 	return t
 }
 
-var tallyActions = []string{Started, Created, Rendered, Replaced, Updated, Removed, Unrendered, Retired, Held, Kept}
+var tallyActions = []string{Started, Created, Rendered, Replaced, Updated, RolledOut, Removed, Unrendered, Retired, Held, Kept}
+
+// brokerCell is kindCell of the broker Deployments, with the bare Pods of older renders that an
+// upgrade removes.
+func brokerCell(t map[string]map[string]int) string {
+	cell := kindCell(t, "Deployment")
+	if pods := kindCell(t, "Pod"); pods != "–" {
+		cell += "; bare Pods: " + pods
+	}
+	return cell
+}
 
 // kindCell says what happens to one kind, such as "2 started, 1 replaced", or "–".
 func kindCell(t map[string]map[string]int, kind string) string {
@@ -326,11 +336,11 @@ func kindCell(t map[string]map[string]int, kind string) string {
 }
 
 // tallyText is a Configuration's changes in one line, for its section's title, such as
-// "3 Pods started, 1 Kustomization created".
+// "3 Deployments created, 1 Kustomization created".
 func tallyText(c *ConfigurationPlan) string {
 	t := tally(c)
 	var parts []string
-	for _, kind := range []string{"Configuration", "Job", "Pod", "Service", "Kustomization"} {
+	for _, kind := range []string{"Configuration", "Job", "Deployment", "Pod", "Service", "Kustomization"} {
 		for _, a := range tallyActions {
 			switch n := t[kind][a]; {
 			case n == 1:
@@ -353,12 +363,12 @@ func writeConfigurationTable(w io.Writer, configurations []*ConfigurationPlan, l
 		return
 	}
 	var b bytes.Buffer
-	fmt.Fprintln(&b, "| Configuration | Broker | Pods | Jobs | Services | Flux Kustomizations |")
+	fmt.Fprintln(&b, "| Configuration | Broker | Deployments | Jobs | Services | Flux Kustomizations |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
 	for i, c := range configurations {
 		t := tally(c)
 		row := fmt.Sprintf("| `%s/%s` | %s | %s | %s | %s | %s |\n", c.Namespace, c.Name, brokerText(c.Broker),
-			kindCell(t, "Pod"), kindCell(t, "Job"), kindCell(t, "Service"), kindCell(t, "Kustomization"))
+			brokerCell(t), kindCell(t, "Job"), kindCell(t, "Service"), kindCell(t, "Kustomization"))
 		if b.Len()+len(row) > limit {
 			fmt.Fprintf(&b, "| … and %d more | | | | | |\n", len(configurations)-i)
 			break

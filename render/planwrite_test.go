@@ -28,7 +28,7 @@ func fleetImageChange(t *testing.T, devices int) *render.Result {
 	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "onvif-video-broker:latest", "onvif-video-broker:v2", 1))
 	res := render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Empty(t, res.Errors)
-	require.Equal(t, devices, res.Plan.Summary.PodsReplaced)
+	require.Equal(t, devices, res.Plan.Summary.DeploymentsRolledOut)
 	return res
 }
 
@@ -40,16 +40,16 @@ func TestPlanGroupsIdenticalChanges(t *testing.T) {
 	var text bytes.Buffer
 	res.Plan.WriteText(&text)
 	require.Contains(t, text.String(), "2000 instances (e.g. cam-")
-	require.Contains(t, text.String(), "~ Pod replaced: spec.containers[name=broker].image: ghcr.io/project-akri/akri/onvif-video-broker:latest → ghcr.io/project-akri/akri/onvif-video-broker:v2")
+	require.Contains(t, text.String(), "~ Deployment rolled out: spec.template.spec.containers[name=broker].image: ghcr.io/project-akri/akri/onvif-video-broker:latest → ghcr.io/project-akri/akri/onvif-video-broker:v2")
 	require.Less(t, text.Len(), 2000, "one group, not 2,000 lines:\n%s", text.String())
 
 	var md bytes.Buffer
 	res.Plan.WriteMarkdown(&md)
 	require.Contains(t, md.String(), "**2000 instances**")
-	require.Contains(t, md.String(), "<details><summary><code>default/cam</code>: 2000 Pods replaced</summary>")
+	require.Contains(t, md.String(), "<details><summary><code>default/cam</code>: 2000 Deployments rolled out</summary>")
 	require.Less(t, md.Len(), 4000)
 	require.Len(t, res.Plan.Configurations[0].Instances, 2000, "JSON lists them all")
-	require.Equal(t, []render.FieldChange{{Path: "spec.containers[name=broker].image", Op: "changed",
+	require.Equal(t, []render.FieldChange{{Path: "spec.template.spec.containers[name=broker].image", Op: "changed",
 		Before: "ghcr.io/project-akri/akri/onvif-video-broker:latest", After: "ghcr.io/project-akri/akri/onvif-video-broker:v2"}},
 		res.Plan.Configurations[0].Instances[0].Changes[0].Fields, "and each change's fields, structured")
 
@@ -87,9 +87,9 @@ func TestMarkdownPlanIsBounded(t *testing.T) {
 	res.Plan.WriteText(&text)
 	require.Greater(t, text.Len(), 4*render.MaxMarkdown, "unbounded, the plan would be this long")
 	require.LessOrEqual(t, md.Len(), render.MaxMarkdown)
-	require.Contains(t, md.String(), "**Summary:** 2000 Pods replaced")
+	require.Contains(t, md.String(), "**Summary:** 2000 Deployments rolled out")
 	require.Contains(t, md.String(), "more Configuration(s) are left out to keep this comment under 60000 characters; `gitbroker plan -o json` lists every change.")
-	require.Contains(t, md.String(), "| `default/cam39` | Pod broker | 50 replaced | – | – | – |", "the table still has every Configuration")
+	require.Contains(t, md.String(), "| `default/cam39` | Pod broker | 50 rolled out | – | – | – |", "the table still has every Configuration")
 }
 
 // TestSummaryCountsKindsAndProblems: the summary counts each kind and action apart (two
@@ -145,7 +145,7 @@ func TestPlanJSONSchema(t *testing.T) {
 		"writer": "node:edge-b", "ref": "gitbroker/inventory/edge-b", "commit": "0123456789abcdef0123456789abcdef01234567",
 		"message": "signed by node:edge-a, not by node:edge-b", "text": "gitbroker/inventory/edge-b: signed by node:edge-a, not by node:edge-b",
 	}, got.Untrusted[0])
-	for _, k := range []string{"podsStarted", "fluxKustomizationsCreated", "fluxKustomizationsUpdated", "fluxKustomizationsRemoved", "namespacesRendered", "jobsKept"} {
+	for _, k := range []string{"deploymentsCreated", "fluxKustomizationsCreated", "fluxKustomizationsUpdated", "fluxKustomizationsRemoved", "namespacesRendered", "jobsKept"} {
 		require.Contains(t, got.Summary, k)
 	}
 }

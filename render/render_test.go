@@ -7,10 +7,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -29,21 +32,31 @@ func TestAkriInstanceNamesAndEnvironment(t *testing.T) {
 	// foo0 is shared: Akri names its instance akri-debug-echo-8120fe on every node (BLAKE2b-24 of
 	// the id); bar0 is not shared, so the node name is part of the digest.
 	folder := "rendered/default/akri-debug-echo/"
-	pod := res.Files[folder+"pod-edge-a-akri-debug-echo-8120fe-pod.yaml"]
-	require.NotNil(t, pod, "files: %v", res.Files.Paths())
-	require.Nil(t, res.Files[folder+"pod-edge-b-akri-debug-echo-8120fe-pod.yaml"], "capacity 1 caps the shared device to one node")
-	unshared := filesUnder(res.Files, folder, "pod-akri-debug-echo-")
+	broker := res.Files[folder+"deployment-edge-a-akri-debug-echo-8120fe.yaml"]
+	require.NotNil(t, broker, "files: %v", res.Files.Paths())
+	require.Nil(t, res.Files[folder+"deployment-edge-b-akri-debug-echo-8120fe.yaml"], "capacity 1 caps the shared device to one node")
+	unshared := filesUnder(res.Files, folder, "deployment-akri-debug-echo-")
 	require.Len(t, unshared, 1)
 
-	var p corev1.Pod
-	require.NoError(t, yaml.UnmarshalStrict(pod, &p))
-	require.Equal(t, map[string]string{
+	var d appsv1.Deployment
+	require.NoError(t, yaml.UnmarshalStrict(broker, &d))
+	labels := map[string]string{
 		"akri.sh/configuration":        "akri-debug-echo",
 		"akri.sh/instance":             "akri-debug-echo-8120fe",
 		"akri.sh/target-node":          "edge-a",
 		"controller":                   "akri.sh",
 		"app.kubernetes.io/managed-by": "gitbroker",
-	}, p.Labels)
+	}
+	require.Equal(t, labels, d.Labels)
+	require.Equal(t, labels, d.Spec.Template.Labels, "Akri's labels are on the broker Pods")
+	// One Pod, the old one gone before the new one starts: never two brokers on a device.
+	require.Equal(t, int32(1), *d.Spec.Replicas)
+	require.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type)
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	require.NoError(t, err)
+	require.True(t, sel.Matches(k8slabels.Set(d.Spec.Template.Labels)), "the selector selects the template")
+	require.Equal(t, "akri-debug-echo-8120fe", d.Spec.Selector.MatchLabels["akri.sh/instance"])
+	p := d.Spec.Template
 	c := p.Spec.Containers[0]
 	require.Equal(t, []corev1.EnvVar{{Name: "DEVICE", Value: "foo0"}, {Name: "DEVICE_8120FE", Value: "foo0"}}, c.Env)
 	// Akri's placeholder becomes the instance's device plugin resource, served by the node's agent.
@@ -75,12 +88,13 @@ func TestPlaceholderBecomesTheInstanceResource(t *testing.T) {
 		"configurations/cam.yaml": cfg,
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
 	}))
-	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
 	require.Len(t, pods, 1)
-	var pod corev1.Pod
-	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &pod))
-	instance := pod.Labels["akri.sh/instance"]
+	var d appsv1.Deployment
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &d))
+	instance := d.Labels["akri.sh/instance"]
 	want := corev1.ResourceList{corev1.ResourceName("akri.sh/" + instance): resource.MustParse("1")}
+	pod := d.Spec.Template
 	probe, setup := pod.Spec.InitContainers[0], pod.Spec.InitContainers[1]
 	require.Equal(t, want, probe.Resources.Limits)
 	require.Equal(t, want, probe.Resources.Requests)
@@ -111,12 +125,12 @@ func TestDigestCollisionUsesLongerDigests(t *testing.T) {
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:"+a, "shared:"+b, "shared:other")),
 	})
 	res := renderOK(t, tree)
-	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
 	require.Len(t, pods, 3, "two devices must never share a name")
 	long := 0
 	for _, p := range pods {
-		// edge-a-cam-<12 hex>-pod for the colliding pair, 6 hex for the other device.
-		name := strings.TrimSuffix(strings.TrimPrefix(p, "rendered/default/cam/pod-edge-a-cam-"), "-pod.yaml")
+		// edge-a-cam-<12 hex> for the colliding pair, 6 hex for the other device.
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "rendered/default/cam/deployment-edge-a-cam-"), ".yaml")
 		if len(name) == 12 {
 			long++
 		} else {
@@ -162,7 +176,7 @@ func TestDeterministic(t *testing.T) {
 	tree["gitbroker.yaml"] = []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: edge\n")
 	fresh := render.Render(render.Request{Files: tree, SourceCommit: "abc", AllowDeletions: true})
 	kept := r.Render(render.Request{Files: tree, SourceCommit: "abc", AllowDeletions: true})
-	require.NotEmpty(t, filesUnder(fresh.Files, "rendered/edge/", "/pod-"))
+	require.NotEmpty(t, filesUnder(fresh.Files, "rendered/edge/", "/deployment-"))
 	require.True(t, render.Equal(fresh.Files, kept.Files))
 }
 
@@ -190,7 +204,7 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 	m, err := k.Run(fs, "/repo/rendered")
 	require.NoError(t, err)
 	objects := 0
-	for _, kind := range []string{"/pod-", "/job-", "/service-", "/namespace-", "/rolebinding-", "/recorder-rolebinding-"} {
+	for _, kind := range []string{"/deployment-", "/job-", "/service-", "/namespace-", "/rolebinding-", "/recorder-rolebinding-"} {
 		objects += len(filesUnder(res.Files, "rendered/", kind))
 	}
 	require.Equal(t, objects, m.Size(), "every rendered object is built exactly once")
@@ -200,8 +214,8 @@ func TestRenderedTreeBuildsWithKustomize(t *testing.T) {
 		require.NoError(t, err)
 		var target any
 		switch r.GetKind() {
-		case "Pod":
-			target = &corev1.Pod{}
+		case "Deployment":
+			target = &appsv1.Deployment{}
 		case "Job":
 			target = &batchv1.Job{}
 		case "Service":
@@ -252,7 +266,7 @@ func TestShardsSplitFoldersAndFluxKustomizations(t *testing.T) {
 	tree["configurations/cam.yaml"] = []byte(strings.Replace(cfg, "shards: 4", "shards: 1", 1))
 	res = renderOK(t, tree)
 	require.Contains(t, planText(res.Plan), "move between Flux Kustomizations")
-	require.Equal(t, 0, res.Plan.Summary.PodsRemoved)
+	require.Equal(t, 0, res.Plan.Summary.DeploymentsRemoved)
 }
 
 func TestFolderSizeWarning(t *testing.T) {
@@ -311,17 +325,17 @@ func TestInvalidInventoryKeepsItsInstances(t *testing.T) {
 	require.Len(t, res.Errors, 1)
 	require.Contains(t, res.Errors[0].Error(), "inventory/edge-b.yaml:4: metadata.name")
 	for _, p := range before.Paths() {
-		if strings.Contains(p, "/pod-") || strings.Contains(p, "/service-") {
+		if strings.Contains(p, "/deployment-") || strings.Contains(p, "/service-") {
 			require.Equal(t, before[p], res.Files[p], "%s is kept", p)
 		}
 	}
-	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/pod-"), 5, "the new device a2 renders")
+	require.Len(t, filesUnder(res.Files, "rendered/default/cam/", "/deployment-"), 5, "the new device a2 renders")
 }
 
 func TestCheckDetectsHandEdits(t *testing.T) {
 	tree := generateFleet(fleetSpec{nodes: 3, configurations: 2, devices: 6, seed: 2})
 	tree = apply(tree, renderOK(t, tree))
-	pods := filesUnder(tree, "rendered/", "/pod-")
+	pods := filesUnder(tree, "rendered/", "/deployment-")
 	require.NotEmpty(t, pods)
 	tree[pods[0]] = bytes.Replace(tree[pods[0]], []byte("image:"), []byte("image: evil\n    x:"), 1)
 	res := renderOK(t, tree)
@@ -419,11 +433,11 @@ func TestMergeKeysMayBeOverridden(t *testing.T) {
 		"configurations/cam.yaml": cfg,
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
 	}))
-	pods := filesUnder(res.Files, "rendered/default/cam/", "/pod-")
+	pods := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
 	require.Len(t, pods, 1)
-	var pod corev1.Pod
-	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &pod))
-	limits := pod.Spec.Containers[0].Resources.Limits
+	var d appsv1.Deployment
+	require.NoError(t, yaml.UnmarshalStrict(res.Files[pods[0]], &d))
+	limits := d.Spec.Template.Spec.Containers[0].Resources.Limits
 	require.Equal(t, "24Mi", limits.Memory().String())
 	require.Equal(t, "10m", limits.Cpu().String())
 
@@ -443,7 +457,7 @@ func TestUnrelatedConfigurationChangesLeavePodsAlone(t *testing.T) {
 		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "shared:c1")),
 	})
 	tree = apply(tree, renderOK(t, tree))
-	pods := filesUnder(tree, "rendered/default/cam/", "/pod-")
+	pods := filesUnder(tree, "rendered/default/cam/", "/deployment-")
 	require.Len(t, pods, 2)
 	for _, change := range []struct{ name, old, new string }{
 		{"discoveryDetails", "[10.0.0.1]", "[10.0.0.1, 10.0.0.2]"},
@@ -461,10 +475,10 @@ func TestUnrelatedConfigurationChangesLeavePodsAlone(t *testing.T) {
 			for _, p := range pods {
 				require.Equal(t, string(tree[p]), string(res.Files[p]), "%s unchanged", p)
 			}
-			require.Zero(t, res.Plan.Summary.PodsReplaced)
+			require.Zero(t, res.Plan.Summary.DeploymentsRolledOut)
 		})
 	}
 	// The PodSpec itself does.
 	tree["configurations/cam.yaml"] = []byte(strings.Replace(cfg, "onvif-video-broker:latest", "onvif-video-broker:v2", 1))
-	require.Equal(t, 2, renderOK(t, tree).Plan.Summary.PodsReplaced)
+	require.Equal(t, 2, renderOK(t, tree).Plan.Summary.DeploymentsRolledOut)
 }

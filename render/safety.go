@@ -7,12 +7,13 @@ import (
 )
 
 // checkSafety refuses renders that would remove too much: more than maxDeletionPercent of the
-// broker objects, or all of them. Jobs retired to history are not deletions.
+// broker objects, or all of them. Jobs retired to history are not deletions, and neither is a
+// bare broker Pod of an older render whose Deployment replaces it.
 func (p *pass) checkSafety() string {
 	newIDs := p.outIndex()
 	removed := 0
 	gone := func(id objectKey) {
-		if _, kept := newIDs[id]; !kept && !p.retired[id] {
+		if _, kept := newIDs[id]; !kept && !p.retired[id] && p.upgradedPod(id) == "" {
 			removed++
 		}
 	}
@@ -62,7 +63,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 		h := p.head(f, p.prev[f])
 		nodes := h.nodes()
 		_, kept := newIDs[ref.key()]
-		gone := !kept && !p.retired[ref.key()]
+		gone := !kept && !p.retired[ref.key()] && p.upgradedPod(ref.key()) == ""
 		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
 		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[api.LabelInstance]); in != nil {
@@ -87,4 +88,32 @@ func (p *pass) overBudgetNodes() map[string]string {
 		}
 	}
 	return held
+}
+
+// upgradedPod is, for a bare broker Pod that renders before Deployments wrote, the Deployment
+// that now runs its broker on the same node: the file of the broker's new form, or "" when the
+// object is not such a Pod or its broker is gone. The Pod's own labels say its instance and
+// node; the Deployment is found by the name the renderer gives it, shared or not.
+func (p *pass) upgradedPod(id objectKey) string {
+	if id.kind != "pod" {
+		return ""
+	}
+	f, ok := p.prevID(id)
+	if !ok {
+		return ""
+	}
+	h := p.head(f, p.prev[f])
+	inst, node := h.Metadata.Labels[api.LabelInstance], h.Metadata.Labels[api.LabelTargetNode]
+	if inst == "" || node == "" {
+		return ""
+	}
+	out := p.outIndex()
+	for _, shared := range []bool{true, false} {
+		if nf, ok := out[objectKey{"deployment", id.namespace, brokerName(inst, node, shared)}]; ok {
+			if nh := p.head(nf, p.out[nf]); nh.Metadata.Labels[api.LabelInstance] == inst && nh.Metadata.Labels[api.LabelTargetNode] == node {
+				return nf
+			}
+		}
+	}
+	return ""
 }

@@ -99,7 +99,7 @@ func parseObjectPath(p string) (objectRef, bool) {
 		return objectRef{}, false
 	}
 	switch kind {
-	case "pod", "job", "service":
+	case "deployment", "job", "service", "pod": // pod: the bare broker Pods of older renders
 	default:
 		return objectRef{}, false
 	}

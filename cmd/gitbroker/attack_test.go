@@ -576,7 +576,7 @@ func TestAttackDecompressionBomb(t *testing.T) {
 func (s *signedLoop) podsOn(node string) []string {
 	var out []string
 	for _, p := range s.rendered().Files() {
-		if strings.Contains(p, "/pod-"+node+"-") {
+		if strings.Contains(p, "/deployment-"+node+"-") {
 			out = append(out, p)
 		}
 	}

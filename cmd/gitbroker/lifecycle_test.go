@@ -262,7 +262,7 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	require.True(t, l.has("journal-reader-"), "disk-7's reader Pod is rendered after its Job succeeded")
 	readers := 0
 	for _, p := range rendered.Files() {
-		if strings.Contains(p, "/journal-reader/pod-") {
+		if strings.Contains(p, "/journal-reader/deployment-") {
 			readers++
 		}
 	}
@@ -285,7 +285,7 @@ func TestLifecycleAcrossWriters(t *testing.T) {
 	l.discover()
 	l.render(false)
 	require.Len(t, l.jobs(render.RenderedDir, "journal-format"), 2, "disk-7's running Job stays rendered")
-	require.False(t, l.has("/journal-reader/pod-"), "disk-7's reader Pod is removed")
+	require.False(t, l.has("/journal-reader/deployment-"), "disk-7's reader Pod is removed")
 	for _, j := range second {
 		l.finish("plant", strings.TrimSuffix(j, ".yaml"), true)
 	}

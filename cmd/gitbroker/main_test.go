@@ -172,13 +172,13 @@ func TestCheck(t *testing.T) {
 	code, stdout, _ := gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stdout)
 
-	pod := filepath.Join(dir, "rendered/default/akri-debug-echo/pod-edge-a-akri-debug-echo-8120fe-pod.yaml")
+	pod := filepath.Join(dir, "rendered/default/akri-debug-echo/deployment-edge-a-akri-debug-echo-8120fe.yaml")
 	data, err := os.ReadFile(pod)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(pod, bytes.Replace(data, []byte("nginx:stable-alpine"), []byte("nginx:latest"), 1), 0o644))
 	code, stdout, _ = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitRefused, code)
-	require.Contains(t, stdout, "differs: rendered/default/akri-debug-echo/pod-edge-a-akri-debug-echo-8120fe-pod.yaml")
+	require.Contains(t, stdout, "differs: rendered/default/akri-debug-echo/deployment-edge-a-akri-debug-echo-8120fe.yaml")
 
 	code, _, _ = gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitOK, code)
@@ -245,9 +245,9 @@ func TestPlanFormats(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	var plan render.Plan
 	require.NoError(t, json.Unmarshal([]byte(stdout), &plan))
-	require.Equal(t, 3, plan.Summary.PodsStarted)
+	require.Equal(t, 3, plan.Summary.DeploymentsCreated)
 	require.Equal(t, 2, plan.Summary.JobsStarted)
-	require.Contains(t, stdout, `"podsStarted": 3`)
+	require.Contains(t, stdout, `"deploymentsCreated": 3`)
 	require.Len(t, plan.Configurations, 4)
 	code, stdout, _ = gitbroker(t, "plan", "--dir", dir, "-o", "yaml")
 	require.Equal(t, exitOK, code)

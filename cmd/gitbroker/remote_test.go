@@ -170,7 +170,7 @@ func TestRemoteRenderRecomputesOnConflict(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	pod := ""
 	for _, p := range owned(t, dir).Paths() {
-		if strings.Contains(p, "akri-debug-echo/pod-") {
+		if strings.Contains(p, "akri-debug-echo/deployment-") {
 			pod = p
 		}
 	}

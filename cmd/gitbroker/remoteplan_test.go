@@ -64,7 +64,7 @@ func TestPlanPullRequest(t *testing.T) {
 	files := rendered.Files()
 	var pod string
 	for _, f := range files {
-		if strings.Contains(f, "/pod-") {
+		if strings.Contains(f, "/deployment-") {
 			pod = f
 			break
 		}
