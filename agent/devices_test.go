@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/agent"
@@ -65,18 +66,10 @@ func TestDevicePluginServesTheRenderersInstances(t *testing.T) {
 		if !strings.Contains(p, "/deployment-") {
 			continue
 		}
-		var pod struct {
-			Spec struct {
-				Containers []struct {
-					Resources struct {
-						Limits map[string]string `json:"limits"`
-					} `json:"resources"`
-				} `json:"containers"`
-			} `json:"spec"`
-		}
-		require.NoError(t, yaml.Unmarshal(res.Files[p], &pod))
-		for r := range pod.Spec.Containers[0].Resources.Limits {
-			rendered[strings.TrimPrefix(r, "akri.sh/")] = true
+		var d appsv1.Deployment
+		require.NoError(t, yaml.Unmarshal(res.Files[p], &d))
+		for r := range d.Spec.Template.Spec.Containers[0].Resources.Limits {
+			rendered[strings.TrimPrefix(string(r), "akri.sh/")] = true
 		}
 	}
 	served := s.byName()

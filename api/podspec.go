@@ -12,7 +12,7 @@ import (
 // Checks of a broker's Pod spec as the API server makes them (k8s.io/kubernetes
 // pkg/apis/core/validation, ValidatePodSpec and what it calls), for the fields people write in a
 // Configuration, so that review refuses what apply would. testdata/mistakes/ holds a row for the
-// mistakes people make most (92 of them, not one per rule), which e2e's TestMistakesCorpus
+// mistakes people make most (93 of them, not one per rule), which e2e's TestMistakesCorpus
 // submits to a real API server so the corpus and these rules stay true to it. Where
 // Kubernetes versions differ, the rule is the strictest of the versions gitbroker supports
 // (1.30 and later), so what passes here is accepted by all of them. Image references are checked

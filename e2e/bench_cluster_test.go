@@ -366,23 +366,25 @@ func (cb *clusterBench) change(what string) changed {
 	cb.inventories[node] = inv
 	renderTook := cb.renderOnce()
 	requestFetch(b, fluxNS)
-	var pod *unstructured.Unstructured
+	var broker *unstructured.Unstructured
 	for p, data := range renderedFiles(b, cb.srv) {
-		if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "pod-") {
+		if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "deployment-") {
 			o, err := Objects(data)
 			require.NoError(b, err)
-			pod = o[0]
+			broker = o[0]
 		}
 	}
-	require.NotNil(b, pod, "the new device's Pod is rendered")
+	require.NotNil(b, broker, "the new device's broker Deployment is rendered")
+	selector := api.LabelInstance + "=" + broker.GetLabels()[api.LabelInstance]
 	// Where the time goes: the one-shot render and push (a render daemon's is a fraction of
 	// it), Flux (the sources' fetch, the folder's build, dry run and apply), the scheduler.
 	var created, scheduled time.Duration
 	eventually(b, 10*time.Minute, "the new device's Pod to run", func() (bool, string) {
-		p, err := cluster.Client.CoreV1().Pods(fleetNS).Get(cb.ctx, pod.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+		list, err := cluster.Client.CoreV1().Pods(fleetNS).List(cb.ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprintf("no Pod yet (%v)", err)
 		}
+		p := list.Items[0]
 		if created == 0 {
 			created = time.Since(start)
 		}
@@ -551,7 +553,7 @@ func announcePushes(t testing.TB, ns string, interval time.Duration) (stop func(
 }
 
 func isBroker(file string) bool {
-	for _, k := range []string{"pod-", "job-", "service-"} {
+	for _, k := range []string{"deployment-", "job-", "service-"} {
 		if strings.HasPrefix(file, k) {
 			return true
 		}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,17 +106,24 @@ func TestLoop(t *testing.T) {
 			require.Equal(t, node, p.Spec.NodeName, "Pod %s runs on its target node", p.Name)
 			dev := p.Annotations["gitbroker.dev/device-id"]
 			inst := instance(echoConfig, dev, node)
-			require.Equal(t, inst+"-pod", p.Name)
-			require.Equal(t, map[string]string{
+			require.True(t, strings.HasPrefix(p.Name, inst+"-"), "%s is a Pod of Deployment %s", p.Name, inst)
+			akri := map[string]string{
 				"akri.sh/configuration":        echoConfig,
 				"akri.sh/instance":             inst,
 				"akri.sh/target-node":          node,
 				"app.kubernetes.io/managed-by": "gitbroker",
 				"controller":                   "akri.sh",
-				// Flux's: the per-configuration Kustomization applied it.
-				"kustomize.toolkit.fluxcd.io/name":      "gitbroker-default-" + echoConfig,
-				"kustomize.toolkit.fluxcd.io/namespace": FluxNamespace,
-			}, p.Labels)
+			}
+			podLabels := maps.Clone(p.Labels)
+			delete(podLabels, appsv1.DefaultDeploymentUniqueLabelKey)
+			require.Equal(t, akri, podLabels, "Akri's labels on the broker Pod")
+			d, err := cluster.Client.AppsV1().Deployments("default").Get(ctx, inst, metav1.GetOptions{})
+			require.NoError(t, err)
+			// Flux's: the per-configuration Kustomization applied it.
+			akri["kustomize.toolkit.fluxcd.io/name"] = "gitbroker-default-" + echoConfig
+			akri["kustomize.toolkit.fluxcd.io/namespace"] = FluxNamespace
+			require.Equal(t, akri, d.Labels)
+			require.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type)
 			terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 			require.Len(t, terms, 1)
 			require.Equal(t, []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}, terms[0].MatchFields)
@@ -324,7 +333,7 @@ func TestLoop(t *testing.T) {
 					inInventory = time.Since(start)
 				}
 			}
-			if rendered == 0 && l.renderedFile(instance(echoConfig, "foo0", "edge-3")+"-pod") != "" {
+			if rendered == 0 && l.renderedFile("deployment-"+instance(echoConfig, "foo0", "edge-3")) != "" {
 				rendered = time.Since(start)
 			}
 			n := 0

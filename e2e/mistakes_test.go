@@ -15,9 +15,10 @@ import (
 	"github.com/gitbroker/gitbroker/internal/mistakes"
 )
 
-// TestMistakesCorpus keeps api/testdata/mistakes true: each Configuration's Pod, Job and Services,
-// built from it as Akri's controller would build them (the placeholder in containers' resources
-// becomes akri.sh/<configuration>), are submitted to the API server as a server-side dry run with
+// TestMistakesCorpus keeps api/testdata/mistakes true: each Configuration's broker Deployment
+// (a Pod broker as gitbroker renders it), Job and Services, built from it as Akri's controller
+// would build them otherwise (the placeholder in containers' resources becomes
+// akri.sh/<configuration>), are submitted to the API server as a server-side dry run with
 // strict field validation. The object the mistake is in must be refused with the message the
 // corpus gives (or accepted, where only the kubelet refuses), and every other object accepted, so
 // that each file has the one mistake it says. api's TestMistakesAreRefused checks gitbroker
@@ -59,7 +60,8 @@ type akriObject struct {
 	obj   *unstructured.Unstructured
 }
 
-// akriObjects builds from a Configuration the objects Akri's controller makes for one instance.
+// akriObjects builds from a Configuration the objects made for one instance: Akri's, except that
+// a Pod broker is a Deployment of one Pod, as gitbroker renders it.
 func akriObjects(t *testing.T, data []byte, ns, name string) []akriObject {
 	var cfg struct {
 		Metadata struct {
@@ -86,7 +88,12 @@ func akriObjects(t *testing.T, data []byte, ns, name string) []akriObject {
 	var out []akriObject
 	if s := cfg.Spec.BrokerSpec.Pod; s != nil {
 		placeholder(s, resource)
-		out = append(out, akriObject{"spec.brokerSpec.brokerPodSpec", object("v1", "Pod", s)})
+		labels := map[string]any{"akri.sh/instance": name}
+		out = append(out, akriObject{"spec.brokerSpec.brokerPodSpec", object("apps/v1", "Deployment", map[string]any{
+			"replicas": int64(1), "strategy": map[string]any{"type": "Recreate"},
+			"selector": map[string]any{"matchLabels": labels},
+			"template": map[string]any{"metadata": map[string]any{"labels": labels}, "spec": s},
+		})})
 	}
 	if s := cfg.Spec.BrokerSpec.Job; s != nil {
 		if tmpl, ok := s["template"].(map[string]any); ok {

@@ -156,8 +156,9 @@ func deviceNode(t *testing.T, n *Node, sysRoot, name string) {
 // TestRealNodeDevices runs the agent from deploy/ on a real node, as its device plugin: an
 // unprivileged broker opens its device node, the node enforces a device's capacity across the
 // instance's and the Configuration's resources, a user's Deployment gets a device through
-// akri.sh/<configuration>, and an Akri-style handler container (root, 0755 socket) registers and
-// its device reaches a broker.
+// akri.sh/<configuration>, an Akri-style handler container (root, 0755 socket) registers and
+// its device reaches a broker, and a broker deleted, evicted or changed comes back by its
+// Deployment alone (brokersHeal).
 func TestRealNodeDevices(t *testing.T) {
 	n := startRealNode(t)
 	ctx := context.Background()
@@ -220,6 +221,8 @@ func TestRealNodeDevices(t *testing.T) {
 	require.NoError(t, err, "%s", history)
 	require.Contains(t, string(history), "PLC_AUTH: ok")
 	require.NotContains(t, string(history), plcPassword)
+
+	brokersHeal(t, n, srv, "plc", "/dev/gitbroker-e2e-plc", plc)
 
 	extra := sharedCapacity(t, n, camInstance)
 

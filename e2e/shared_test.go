@@ -163,7 +163,7 @@ spec:
 			var running []string
 			for _, p := range list.Items {
 				if p.Status.Phase == corev1.PodRunning {
-					require.Equal(t, p.Spec.NodeName+"-"+inst+"-pod", p.Name)
+					require.True(t, strings.HasPrefix(p.Name, p.Spec.NodeName+"-"+inst+"-"), "%s is a Pod of Deployment %s-%s", p.Name, p.Spec.NodeName, inst)
 					require.Equal(t, p.Labels["akri.sh/target-node"], p.Spec.NodeName)
 					running = append(running, p.Spec.NodeName)
 				}

@@ -214,7 +214,7 @@ func TestFolderSources(t *testing.T) {
 		for c, n := range want {
 			pods := 0
 			for _, f := range srv.On(verify.RenderedBranch).Files() {
-				if strings.HasPrefix(f, "rendered/"+sourcesNamespace+"/"+c+"/pod-") {
+				if strings.HasPrefix(f, "rendered/"+sourcesNamespace+"/"+c+"/deployment-") {
 					pods++
 				}
 			}

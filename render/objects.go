@@ -219,7 +219,11 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 			}},
 			Strategy:             appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			RevisionHistoryLimit: &history,
-			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: *ps},
+			// The device the Pod serves, for whoever looks at the Pod (kubectl describe).
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{api.AnnotationDeviceID: in.deviceID}},
+				Spec:       *ps,
+			},
 		},
 	})
 }

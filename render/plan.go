@@ -8,14 +8,13 @@ import (
 
 // Actions a plan reports.
 const (
-	Started  = "started"
-	Replaced = "replaced"
-	Removed  = "removed"
-	Held     = "held"
-	Retired  = "retired"
-	Kept     = "kept"
-	Created  = "created"
-	Updated  = "updated"
+	Started = "started"
+	Removed = "removed"
+	Held    = "held"
+	Retired = "retired"
+	Kept    = "kept"
+	Created = "created"
+	Updated = "updated"
 	// RolledOut is a changed broker Deployment: Kubernetes replaces its Pod, the old one first.
 	RolledOut = "rolled out"
 	// Rendered and Unrendered are for broker namespaces: a rendered Namespace may exist
@@ -63,7 +62,7 @@ type InstancePlan struct {
 	Changes  []Change `json:"changes"`
 }
 
-// Change is one object started, replaced, removed, held, retired or kept.
+// Change is one object started, created, rolled out, updated, removed, held, retired or kept.
 type Change struct {
 	Action string `json:"action"`
 	Kind   string `json:"kind"`
@@ -71,7 +70,7 @@ type Change struct {
 	Reason string `json:"reason,omitempty"`
 	// History is where a retired Job went: its history/ entry, with its record.
 	History string `json:"history,omitempty"`
-	// Fields are the fields of a replaced or updated object that changed, as Reason says them.
+	// Fields are the fields of a rolled out or updated object that changed, as Reason says them.
 	Fields []FieldChange `json:"fields,omitempty"`
 }
 
@@ -235,7 +234,7 @@ func (b *planBuilder) finish() *Plan {
 	return p
 }
 
-var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Replaced: 3, Updated: 3, RolledOut: 3, Held: 4, Kept: 5}
+var actionOrder = map[string]int{Retired: 0, Removed: 1, Started: 2, Created: 2, Updated: 3, RolledOut: 3, Held: 4, Kept: 5}
 var kindOrder = map[string]int{"Configuration": -1, "Job": 0, "Pod": 1, "Deployment": 1, "Service": 2, "Kustomization": 3}
 
 func sortChanges(cs []Change) {

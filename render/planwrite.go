@@ -8,7 +8,7 @@ import (
 )
 
 // How a plan is written for people: a headline that counts what changes and what is wrong,
-// instances that change the same way grouped with a sample ("2,000 instances: Pod replaced:
+// instances that change the same way grouped with a sample ("2,000 instances: Deployment rolled out:
 // image a → b"), and in markdown, each Configuration's details collapsible and the whole bounded
 // for a pull-request comment. -o json keeps every instance.
 
@@ -22,7 +22,7 @@ const (
 	MaxMarkdown = 60000
 )
 
-var actionSigns = map[string]string{Started: "+", Created: "+", Rendered: "+", Replaced: "~", Updated: "~", RolledOut: "~", Removed: "-", Unrendered: "-", Retired: ">", Held: "=", Kept: "="}
+var actionSigns = map[string]string{Started: "+", Created: "+", Rendered: "+", Updated: "~", RolledOut: "~", Removed: "-", Unrendered: "-", Retired: ">", Held: "=", Kept: "="}
 
 // instanceGroup is instances whose changes are the same but for the objects' names.
 type instanceGroup struct {
@@ -291,7 +291,7 @@ func mdCodeText(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(printable(s))
 }
 
-// tally counts one Configuration's changes by kind and action, such as "Pod: 3 replaced".
+// tally counts one Configuration's changes by kind and action, such as "Deployment: 3 rolled out".
 func tally(c *ConfigurationPlan) map[string]map[string]int {
 	t := map[string]map[string]int{}
 	add := func(chs []Change) {
@@ -309,7 +309,7 @@ func tally(c *ConfigurationPlan) map[string]map[string]int {
 	return t
 }
 
-var tallyActions = []string{Started, Created, Rendered, Replaced, Updated, RolledOut, Removed, Unrendered, Retired, Held, Kept}
+var tallyActions = []string{Started, Created, Rendered, Updated, RolledOut, Removed, Unrendered, Retired, Held, Kept}
 
 // brokerCell is kindCell of the broker Deployments, with the bare Pods of older renders that an
 // upgrade removes.
@@ -321,7 +321,7 @@ func brokerCell(t map[string]map[string]int) string {
 	return cell
 }
 
-// kindCell says what happens to one kind, such as "2 started, 1 replaced", or "–".
+// kindCell says what happens to one kind, such as "2 created, 1 rolled out", or "–".
 func kindCell(t map[string]map[string]int, kind string) string {
 	var parts []string
 	for _, a := range tallyActions {

@@ -255,7 +255,7 @@ func TestAttackRestartedAgentDoesNotSignPlantedDevices(t *testing.T) {
 	require.NotContains(t, head, "evil0")
 	require.Contains(t, head, "baz1")
 	s.renderTrust()
-	require.NotContains(t, s.podsText(), "attacker.example")
+	require.NotContains(t, s.brokersText(), "attacker.example")
 	require.True(t, s.inventoryWith("edge-b", "baz1"))
 }
 
@@ -297,7 +297,7 @@ func TestAttackRecordsAreCheckedAgainstTheirJob(t *testing.T) {
 	require.Len(t, format, 1)
 	job := strings.TrimSuffix(firmware[0], ".yaml")
 	formatInstance := s.instanceOf(strings.TrimSuffix(format[0], ".yaml"))
-	require.NotContains(t, s.podsText(), "journal-reader", "the reader waits for the format Job")
+	require.NotContains(t, s.brokersText(), "journal-reader", "the reader waits for the format Job")
 
 	record := func(cfg, instance, device, counts string) []byte {
 		return []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + job + "\n  namespace: plant\nspec:\n  configuration: " + cfg + "\n  instance: " + instance + "\n  deviceID: " + device + "\n  outcome: Succeeded\n" + counts)
@@ -306,7 +306,7 @@ func TestAttackRecordsAreCheckedAgainstTheirJob(t *testing.T) {
 	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("journal-format", formatInstance, "disk-1", "  succeeded: 1\n  failed: 0\n")})
 	out = s.renderTrust()
 	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "it names Configuration journal-format and instance "+formatInstance+", but the Job plant/"+job+" was not rendered for them")
-	require.NotContains(t, s.podsText(), "journal-reader", "a record of another Job releases nothing")
+	require.NotContains(t, s.brokersText(), "journal-reader", "a record of another Job releases nothing")
 	require.Equal(t, firmware, s.jobs(render.RenderedDir, "plc-firmware"), "nor retires its own Job")
 
 	s.forge("recorder", verify.StatusBranch, map[string][]byte{path: record("plc-firmware", s.instanceOf(job), "plc-2", "  succeeded: 1\n  failed: 0\n")})
@@ -338,7 +338,7 @@ func TestAttackEveryCommitSinceTheAcceptedTipIsChecked(t *testing.T) {
 	out := s.renderTrust()
 	s.untrusted(out, ref, "is signed, but "+planted[:12]+" before it")
 	require.False(t, s.inventoryWith("edge-b", "evil0"))
-	require.NotContains(t, s.podsText(), "evil0")
+	require.NotContains(t, s.brokersText(), "evil0")
 }
 
 // Finding 11: a submodule entry (gitlink) beside a node's inventory, signed by the node, was
@@ -374,14 +374,14 @@ func TestAttackDeviceEnv(t *testing.T) {
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
 	s.discover()
 	s.renderTrust()
-	_, rest, _ := strings.Cut(s.podsText(), "akri.sh/instance: akri-debug-echo-")
+	_, rest, _ := strings.Cut(s.brokersText(), "akri.sh/instance: akri-debug-echo-")
 	digest := strings.ToUpper(rest[:6])
 
 	s.forgeInventory("edge-a", "        DEBUG_ECHO_DESCRIPTION: bar0\n",
 		"        DEBUG_ECHO_DESCRIPTION: bar0\n        DEBUG_ECHO_DESCRIPTION_"+digest+": forged\n        STREAM: rtsp://$(KUBERNETES_SERVICE_HOST)/x\n")
 	out := s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	pods := s.podsText()
+	pods := s.brokersText()
 	require.Equal(t, 1, strings.Count(pods, "name: DEBUG_ECHO_DESCRIPTION_"+digest+"\n"), pods)
 	require.Contains(t, pods, "value: bar0", "the digest form of the reported property wins over a property of that name")
 	require.Contains(t, pods, "rtsp://$$(KUBERNETES_SERVICE_HOST)/x", "escaped: the kubelet gives the broker the text")
@@ -399,7 +399,7 @@ func TestAttackDeviceEnv(t *testing.T) {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
 	require.Contains(t, out.Result.Errors.Error(), "a device may not set JAVA_OPTS")
-	require.NotContains(t, s.podsText(), "javaagent")
+	require.NotContains(t, s.brokersText(), "javaagent")
 
 	var big strings.Builder
 	for i := 0; i < 64; i++ {
@@ -446,7 +446,7 @@ func TestAttackRevokedNodeKey(t *testing.T) {
 	require.NoError(t, err)
 	out := s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	require.Contains(t, s.podsText(), "cam0")
+	require.Contains(t, s.brokersText(), "cam0")
 
 	nodePub, err := os.ReadFile(filepath.Join(dir, "edge-c.pub"))
 	require.NoError(t, err)
@@ -456,7 +456,7 @@ func TestAttackRevokedNodeKey(t *testing.T) {
 	require.NoError(t, err)
 	out = s.renderTrust()
 	s.untrusted(out, verify.InventoryBranch("edge-c"), "a key .gitbroker/revoked_keys revokes")
-	require.NotContains(t, s.podsText(), "cam1")
+	require.NotContains(t, s.brokersText(), "cam1")
 	tip := s.srv.On(verify.InventoryBranch("edge-c")).Head()
 	msg, err := s.srv.VerifyCommitRevoked(tip, s.allowed, string(nodePub))
 	require.Error(t, err, "git refuses it too: %s", msg)
@@ -495,7 +495,7 @@ func TestAttackUnsignedSourceCommitIsAcceptedByAPerson(t *testing.T) {
 	out := s.renderTrust()
 	s.untrusted(out, "main", "commit "+unsigned[:12]+" is not signed by a person")
 	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), `"Gitbroker-Accept: `+unsigned+`" accepts it`)
-	require.NotContains(t, s.podsText(), "nginx:1.27-alpine")
+	require.NotContains(t, s.brokersText(), "nginx:1.27-alpine")
 
 	// Someone without a person's key tries the trailer: nothing moves.
 	s.srv.Commit(map[string]string{"README.md": "x\n"}, nil, "accept\n\n"+verify.TrailerAccept+": "+unsigned)
@@ -517,7 +517,7 @@ func TestAttackUnsignedSourceCommitIsAcceptedByAPerson(t *testing.T) {
 	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"README.md": "reviewed\n"}, nil, "accept the host's merge\n\n"+strings.Join(accept, "\n"))
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+	require.Contains(t, s.brokersText(), "nginx:1.27-alpine")
 	require.Equal(t, s.srv.Head(), out.Source)
 }
 
@@ -607,7 +607,7 @@ func TestAttackSharedDeviceHijack(t *testing.T) {
 	require.Contains(t, s.plan(out), "report shared device \"cam-1\" with different properties")
 	require.Empty(t, s.podsOn("edge-a"), "the broker does not move to the claiming node")
 	require.Equal(t, before, s.renderedFile(pod), "the instance is held as it was")
-	require.NotContains(t, s.podsText(), "attacker.example")
+	require.NotContains(t, s.brokersText(), "attacker.example")
 
 	// A copies B's properties exactly: they agree, and B keeps the broker (capacity 1).
 	s.forgeInventory("edge-a", "rtsp://attacker.example/cam", "cam-1")
@@ -763,17 +763,17 @@ func TestAttackSignedWorkInProgressIsNotRendered(t *testing.T) {
 	s.srv.SetRef("main", wip)
 	out = s.renderTrust()
 	s.untrusted(out, "main", "1 commit(s) up to "+wip[:12]+" are signed but bound to no branch")
-	require.NotContains(t, s.podsText(), "nginx:wip")
+	require.NotContains(t, s.brokersText(), "nginx:wip")
 	// Bound to another branch, it still is not main's.
 	s.srv.CommitSigned(alice, map[string]string{"NOTES.md": "staging\n"}, nil, "for staging\n\n"+verify.TrailerBranch+": staging")
 	out = s.renderTrust()
 	s.untrusted(out, "main", "2 commit(s)")
-	require.NotContains(t, s.podsText(), "nginx:wip")
+	require.NotContains(t, s.brokersText(), "nginx:wip")
 
 	// A person binds what is on main now to main: everything up to that commit renders.
 	bound := s.srv.CommitSigned(alice, map[string]string{"NOTES.md": "reviewed\n"}, nil, "reviewed: the new image is for main\n\n"+verify.TrailerBranch+": main")
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Equal(t, bound, out.Source)
-	require.Contains(t, s.podsText(), "nginx:wip")
+	require.Contains(t, s.brokersText(), "nginx:wip")
 }

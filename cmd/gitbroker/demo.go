@@ -26,7 +26,7 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run the whole loop on an embedded repository, with no cluster and no network",
 		Long: `Demo renders an embedded GitOps repository step by step and prints the plan of each step:
 the first render; a Configuration change whose new Job is held behind the running one; Job
-records arriving, which retire Jobs to history/, start the next run and release a Pod waiting
+records arriving, which retire Jobs to history/, start the next run and release a Pod broker waiting
 with after:; and devices vanishing. The agent's and the recorder's writes are simulated by
 editing the repository's files between renders. The last step runs on a real repository in a
 temporary folder (git's file transport): every writer signs, and the renderer renders an
@@ -63,7 +63,7 @@ type demo struct {
 
 func (d *demo) run() error {
 	d.say("The repository: %s", strings.Join(inputPaths(d.repo), ", "))
-	if err := d.render("First render: Pod brokers for akri-debug-echo on edge-a and edge-b (foo0 is shared, bar0 is not), a firmware Job for plc-1, the Once journal-format Job for disk-7; the journal-reader Pod waits (after: journal-format)"); err != nil {
+	if err := d.render("First render: Pod brokers for akri-debug-echo on edge-a and edge-b (foo0 is shared, bar0 is not), a firmware Job for plc-1, the Once journal-format Job for disk-7; the journal-reader broker waits (after: journal-format)"); err != nil {
 		return err
 	}
 
@@ -77,7 +77,7 @@ func (d *demo) run() error {
 	if err := d.recordRunningJobs(); err != nil {
 		return err
 	}
-	if err := d.render("The recorder writes JobRecords for the finished Jobs: they move to history/, the 4.3.0 run starts, and the journal-reader Pod appears because journal-format succeeded on disk-7"); err != nil {
+	if err := d.render("The recorder writes JobRecords for the finished Jobs: they move to history/, the 4.3.0 run starts, and the journal-reader broker (a Deployment) appears because journal-format succeeded on disk-7"); err != nil {
 		return err
 	}
 	runs, _ := render.Runs(d.repo, render.RunFilter{DeviceID: "plc-1"})
@@ -91,7 +91,7 @@ func (d *demo) run() error {
 	if err := d.edit("inventory/edge-a.yaml", "  - name: plc-firmware\n    namespace: plant\n    devices:\n    - id: plc-1\n      shared: true\n      properties:\n        DEBUG_ECHO_DESCRIPTION: plc-1\n", ""); err != nil {
 		return err
 	}
-	if err := d.render("The agent on edge-a stops seeing bar0 and plc-1: bar0's Pod and Service go; the 4.3.0 Job stays, because it may still be running"); err != nil {
+	if err := d.render("The agent on edge-a stops seeing bar0 and plc-1: bar0's broker Deployment and Service go; the 4.3.0 Job stays, because it may still be running"); err != nil {
 		return err
 	}
 

@@ -232,7 +232,7 @@ func TestPlanFormats(t *testing.T) {
 	require.NoError(t, writeAll(dir, tree))
 	code, stdout, _ := gitbroker(t, "plan", "--dir", dir, "--format", "markdown")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker | 3 started | – | 3 created | 1 created |")
+	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker | 3 created | – | 3 created | 1 created |")
 	require.Contains(t, stdout, "- Job `plc-firmware-84beef-083a2d022a-job` **started**")
 	require.Empty(t, owned(t, dir), "plan writes nothing")
 
@@ -284,11 +284,11 @@ func TestDemo(t *testing.T) {
 		"== Step 1", "== Step 2", "== Step 3", "== Step 4",
 		"held: waiting for plc-firmware-84beef-083a2d022a-job to be recorded finished",
 		"retired: recorded Succeeded",
-		"+ Pod journal-reader-0542ca-pod started",
-		"- Pod akri-debug-echo-3f431e-pod removed",
+		"+ Deployment journal-reader-0542ca created",
+		"- Deployment akri-debug-echo-3f431e removed",
 		"kept: its device is gone",
 		"== Step 5: Trust",
-		"+ Pod edge-a-akri-debug-echo-8120fe-pod started",
+		"+ Deployment edge-a-akri-debug-echo-8120fe created",
 		"(node:edge-a), not by node:edge-b; nothing of this node is rendered",
 		"which .gitbroker/allowed_signers does not list as node:edge-x",
 		"Inputs: verified",

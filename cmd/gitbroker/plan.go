@@ -31,7 +31,7 @@ func newPlanCommand() *cobra.Command {
 		Use:   "plan",
 		Short: "Show what a render would change, per Configuration and instance, without writing",
 		Long: `Plan renders the work tree in memory and prints what would change, per Configuration and
-instance: Pods started, replaced, removed or held, Jobs started, held, retired or kept,
+instance: broker Deployments created, rolled out, removed or held, Jobs started, held, retired or kept,
 Services, Flux Kustomizations and Configurations added or removed, with the invalid inputs and
 warnings. -o markdown is ready to post as a pull-request comment; -o json and -o yaml are for
 scripts (the same fields, and a summary of counts).

@@ -16,10 +16,10 @@ import (
 func TestQuickStart(t *testing.T) {
 	text := runQuickStart(t, "")
 	require.Contains(t, text, "inventory/edge-a.yaml: 2 device(s), committed")
-	require.Contains(t, text, "+ Pod edge-a-akri-debug-echo-8120fe-pod started")
+	require.Contains(t, text, "+ Deployment edge-a-akri-debug-echo-8120fe created")
 	require.Contains(t, text, "Inputs: verified: every commit on main signed by a person")
 	require.Contains(t, text, "to gitbroker/rendered")
-	require.Contains(t, text, "**Summary:** 2 Pods replaced")
+	require.Contains(t, text, "**Summary:** 2 Deployments rolled out")
 	require.NotContains(t, text, "untrusted")
 }
 

@@ -119,7 +119,7 @@ func newRecordCommand() *cobra.Command {
 		Long: `The recorder runs in the cluster. It watches the Jobs gitbroker rendered (label
 app.kubernetes.io/managed-by=gitbroker) and, when one completes or fails, commits its JobRecord
 to status/jobs/<namespace>/<job>.yaml, once. That record is what lets the renderer retire the
-Job to history/, start the next run, or release a Pod waiting with after:.
+Job to history/, start the next run, or release a Pod broker waiting with after:.
 
 With each record it keeps what the Job's Pods say, for when they are gone: per Pod and
 container the node, exit code, reason and termination message, and, when the Configuration asks

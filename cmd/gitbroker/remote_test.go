@@ -333,7 +333,7 @@ func TestRemoteRenderReviewBranch(t *testing.T) {
 	md := string(b)
 	require.True(t, strings.HasPrefix(md, "## gitbroker render of "+source[:12]+"\n"), md)
 	require.Contains(t, md, "Rendered from `"+source+"` on `main`.")
-	require.Contains(t, md, "| Configuration | Broker | Pods | Jobs | Services | Flux Kustomizations |")
+	require.Contains(t, md, "| Configuration | Broker | Deployments | Jobs | Services | Flux Kustomizations |")
 	require.Contains(t, md, "**held**: after: waiting for a Job of Configuration journal-format")
 	require.Contains(t, md, "journal-reader")
 

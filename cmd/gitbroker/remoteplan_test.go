@@ -24,7 +24,7 @@ func TestPlanPullRequest(t *testing.T) {
 	// Nothing proposed and nothing new: nothing would change (the held Pod stays held).
 	code, stdout, stderr = gitbroker(t, "plan", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, stdout, "Summary: 1 Pod held\n")
+	require.Contains(t, stdout, "Summary: 1 Deployment held\n")
 
 	// A pull request bumps the broker image, on a branch of its own (GitHub's refs/pull/7/head).
 	cfg, _ := srv.File("configurations/akri-debug-echo.yaml")
@@ -39,11 +39,11 @@ func TestPlanPullRequest(t *testing.T) {
 	code, stdout, stderr = gitbroker(t, "plan", "--git", srv.URL(), "--ref", "refs/pull/7/head", "-o", "markdown")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "| `default/akri-debug-echo` | Pod broker |")
-	require.Contains(t, stdout, "**replaced**")
+	require.Contains(t, stdout, "**rolled out**")
 	require.Contains(t, stdout, "refs/pull/7/head ("+head[:12]+")")
-	// bar9's Pod is there already in what the renderer would render: the pull request replaces
+	// bar9's broker is there already in what the renderer would render: the pull request replaces
 	// it, and starts or removes nothing.
-	require.Contains(t, stdout, "**Summary:** 3 Pods replaced, 1 Pod held\n")
+	require.Contains(t, stdout, "**Summary:** 3 Deployments rolled out, 1 Deployment held\n")
 	require.NotContains(t, stdout, "plc-firmware", "other Configurations are untouched")
 
 	// Without --ref: what the renderer would do now, the node's change.

@@ -240,7 +240,7 @@ func TestStolenNodeCredential(t *testing.T) {
 	s.discover()
 	out = s.renderTrust()
 	s.untrusted(out, "main", "commit "+bad[:12]+" is not signed by a person")
-	require.False(t, s.has("miner") || strings.Contains(s.podsText(), "attacker/miner"), "the Configuration is not rendered")
+	require.False(t, s.has("miner") || strings.Contains(s.brokersText(), "attacker/miner"), "the Configuration is not rendered")
 	require.Contains(t, s.renderedFile(api.InventoryPath("edge-b")), "baz2", "nodes' changes still render on the trusted source")
 	require.NotEqual(t, bad, out.Source)
 
@@ -271,10 +271,10 @@ func (s *signedLoop) mustFile(p string) []byte {
 }
 
 // podsText is every rendered Pod's content.
-func (s *signedLoop) podsText() string {
+func (s *signedLoop) brokersText() string {
 	var b strings.Builder
 	for _, p := range s.rendered().Files() {
-		if strings.Contains(p, "/pod-") {
+		if strings.Contains(p, "/deployment-") {
 			c, _ := s.rendered().File(p)
 			b.WriteString(c)
 		}
@@ -305,15 +305,15 @@ func TestVerificationModes(t *testing.T) {
 	require.Len(t, out.Result.Untrusted, 1, s.plan(out))
 	require.Contains(t, out.Result.Untrusted[0], "gitbroker/inventory/edge-c: commit")
 	require.Contains(t, out.Result.Untrusted[0], "does not list")
-	require.NotContains(t, s.podsText(), "cam0")
-	require.Contains(t, s.podsText(), "bar0")
+	require.NotContains(t, s.brokersText(), "cam0")
+	require.Contains(t, s.brokersText(), "bar0")
 
 	// Enrolling it (a person's signed commit) renders it.
 	s.allowed += stranger.AllowedSignersLine("node:edge-c") + "\n"
 	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll edge-c")
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	require.Contains(t, s.podsText(), "cam0")
+	require.Contains(t, s.brokersText(), "cam0")
 
 	// Without its key the renderer refuses a verified repository.
 	unsigned := s.refs.renderer(nil)
@@ -331,7 +331,7 @@ func TestVerificationModes(t *testing.T) {
 	s.discover()
 	_, err = rotated.Once(context.Background())
 	require.NoError(t, err)
-	require.Contains(t, s.podsText(), "bar1")
+	require.Contains(t, s.brokersText(), "bar1")
 
 	// A person's unsigned commit stops the source, unless the branch is declared protected
 	// (by a signed commit).
@@ -342,7 +342,7 @@ func TestVerificationModes(t *testing.T) {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
 	}
 	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "main: commit "+unsignedCommit[:12]+" is not signed by a person")
-	require.NotContains(t, s.podsText(), "nginx:1.27-alpine")
+	require.NotContains(t, s.brokersText(), "nginx:1.27-alpine")
 	s.srv.SetRef("main", s.srv.Log()[1].Hash)
 	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.TrustPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Trust\nspec:\n  sourceBranch: protected\n"}, nil, "the host protects main")
 	s.srv.Commit(map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(cfg, "nginx:stable-alpine", "nginx:1.27-alpine", 1)}, nil, "a reviewed merge")
@@ -350,7 +350,7 @@ func TestVerificationModes(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	require.Contains(t, s.plan(out), "declares the branch protected by its host")
-	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+	require.Contains(t, s.brokersText(), "nginx:1.27-alpine")
 }
 
 // pgpSigner signs commits with an OpenPGP key, as a git host signs the merges it makes.
@@ -403,12 +403,12 @@ func TestOpenPGPMerges(t *testing.T) {
 	merge(host, "nginx:1.27-alpine")
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	require.Contains(t, s.podsText(), "nginx:1.27-alpine")
+	require.Contains(t, s.brokersText(), "nginx:1.27-alpine")
 
 	bad := merge(other, "attacker/miner:latest")
 	out = s.renderTrust()
 	require.Contains(t, strings.Join(out.Result.Untrusted, "\n"), "main: commit "+bad[:12]+" is not signed by a person: OpenPGP signature does not verify")
-	require.NotContains(t, s.podsText(), "attacker/miner")
+	require.NotContains(t, s.brokersText(), "attacker/miner")
 }
 
 // With --inventory-git the node refs live in a repository of their own: the agent needs no
@@ -429,7 +429,7 @@ func TestInventoryRepository(t *testing.T) {
 	code, stdout, stderr = gitbroker(t, "render", "--git", main.URL(), "--inventory-git", inv.URL(),
 		"--inventory-git-username", agentUser, "--inventory-git-password-file", pw)
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, stdout, "Pod edge-a-")
+	require.Contains(t, stdout, "Deployment edge-a-")
 	file, ok := main.On(verify.RenderedBranch).File(api.InventoryPath("edge-a"))
 	require.True(t, ok)
 	require.Contains(t, file, "foo0")
@@ -452,7 +452,7 @@ func TestUnmovedTipIsVerifiedAgain(t *testing.T) {
 	s.discover()
 	out = s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
-	require.Contains(t, s.podsText(), "foo1")
+	require.Contains(t, s.brokersText(), "foo1")
 	edgeA := s.srv.On(verify.InventoryBranch("edge-a")).Head()
 
 	// The person takes edge-a's key out (edge-a's tip stays where it is) and edge-b reports
@@ -472,5 +472,5 @@ func TestUnmovedTipIsVerifiedAgain(t *testing.T) {
 	require.NotNil(t, rec.changes[len(rec.changes)-1].Edits, "the render was made on the renderer's own commit, held in memory")
 	require.Len(t, out.Result.Untrusted, 1, s.plan(out))
 	require.Contains(t, out.Result.Untrusted[0], "gitbroker/inventory/edge-a: commit "+edgeA[:12])
-	require.Contains(t, s.podsText(), "foo2")
+	require.Contains(t, s.brokersText(), "foo2")
 }
