@@ -114,6 +114,12 @@ func TestClusterTrust(t *testing.T) {
 		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  namespace: " + trustNamespace +
 			"\n  labels:\n    app.kubernetes.io/managed-by: gitbroker\n    akri.sh/configuration: planted\nspec:\n  containers:\n  - name: x\n    image: attacker/root\n"
 	}
+	// What the applier may create: a broker Deployment (bare Pods it may only prune).
+	plantDeployment := func(name string) string {
+		return "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: " + name + "\n  namespace: " + trustNamespace +
+			"\nspec:\n  selector:\n    matchLabels: {app: " + name + "}\n  template:\n    metadata:\n      labels: {app: " + name +
+			"}\n    spec:\n      containers:\n      - name: x\n        image: attacker/root\n"
+	}
 	push := func(signer *trust.Signer, files map[string]string) string {
 		t.Helper()
 		r, err := gitsync.New(srv.URL(), verify.RenderedBranch, gitsync.WithSigner(signer))
@@ -167,8 +173,8 @@ func TestClusterTrust(t *testing.T) {
 		push(renderer, map[string]string{
 			folder("cam-a") + "clusterrolebinding.yaml": crb,
 			folder("cam-a") + "kustomization.yaml":      withResource(kustomization("cam-a"), "clusterrolebinding.yaml"),
-			folder("cam-b") + "pod-extra.yaml":          plantPod("extra"),
-			folder("cam-b") + "kustomization.yaml":      withResource(kustomization("cam-b"), "pod-extra.yaml"),
+			folder("cam-b") + "deployment-extra.yaml":   plantDeployment("extra"),
+			folder("cam-b") + "kustomization.yaml":      withResource(kustomization("cam-b"), "deployment-extra.yaml"),
 		})
 		head := rendered.Head()
 		eventually(t, 2*time.Minute, "cam-a's Kustomization refused, cam-b's applied", func() (bool, string) {
@@ -185,7 +191,7 @@ func TestClusterTrust(t *testing.T) {
 		})
 		_, err := cluster.Client.RbacV1().ClusterRoleBindings().Get(ctx, "gitbroker-takeover", metav1.GetOptions{})
 		require.True(t, apierrors.IsNotFound(err), "the ClusterRoleBinding was never created: %v", err)
-		_, err = cluster.Client.CoreV1().Pods(trustNamespace).Get(ctx, "extra", metav1.GetOptions{})
+		_, err = cluster.Client.AppsV1().Deployments(trustNamespace).Get(ctx, "extra", metav1.GetOptions{})
 		require.NoError(t, err, "the other folder kept applying")
 		require.Len(t, pods("cam-a"), 1, "cam-a's broker Pod stays")
 	})
