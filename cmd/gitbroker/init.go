@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 
@@ -45,10 +44,12 @@ until agents report devices), so that check passes at once.
 
 With --flux it adds flux/: a GitRepository named gitbroker (the source the rendered
 Kustomizations build from by default) and a Kustomization that applies rendered/flux/. With
---argocd it adds argocd/: the AppProject gitbroker (Pods, Services, Jobs and Namespaces only,
+--argocd it adds argocd/: the AppProject gitbroker (Deployments, Services, Jobs and Namespaces only,
 in the destinations it lists, from commits the renderer's OpenPGP key signed), an ApplicationSet
 with one Application per configuration folder, and a single Application for small fleets.
---repo-url and --repo-branch go into those objects. With --flux --folder-sources, gitbroker.yaml
+--repo-url (required with either) and --repo-branch go into those objects; git's scp-like
+git@host:path is written as ssh://git@host/path, the form Flux accepts, and a file:// URL is
+refused, since nothing in the cluster can reach this machine's paths. With --flux --folder-sources, gitbroker.yaml
 also sets spec.flux.folderSources to --repo-url, so every rendered folder gets a Flux source of
 its own and a device change reconciles one Kustomization, and flux-folder-sources/ (apply it
 instead of flux/) points the root at the branch that shows rendered/flux/ alone.
@@ -59,12 +60,19 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			if o.FolderSources && !o.Flux {
 				return exitf(exitInvalid, "--%s needs --%s: folder sources are Flux objects", flagFolderSources, flagFlux)
 			}
-			// The URL is written into files that are committed: a password in it would be in the
-			// repository's history for everyone who can read it.
-			if u, err := url.Parse(o.RepoURL); err == nil && (o.Flux || o.ArgoCD) {
-				if _, ok := u.User.Password(); ok {
-					return exitf(exitInvalid, "--%s holds a password, which init would write into the repository (flux/, argocd/); give it the URL alone, and the credentials to Flux in the Secret its GitRepository's spec.secretRef names, or to Argo CD as repository credentials", flagRepoURL)
+			// The URL is written into objects the cluster fetches with: it must be one they can
+			// reach and Flux's CRD accepts, and hold no password (the files are committed).
+			if o.Flux || o.ArgoCD {
+				u, err := clusterRepoURL(flagRepoURL, o.RepoURL)
+				if err != nil {
+					return exitf(exitInvalid, "%v", err)
 				}
+				o.RepoURL = u
+			} else if cmd.Flags().Changed(flagRepoURL) {
+				return exitf(exitInvalid, "--%s goes into the Flux or Argo CD objects: give --%s or --%s with it", flagRepoURL, flagFlux, flagArgoCD)
+			}
+			if err := validBranch(flagRepoBranch, o.RepoBranch); err != nil {
+				return exitf(exitInvalid, "%v", err)
 			}
 			files, err := o.files()
 			if err != nil {
@@ -110,7 +118,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.Flux, flagFlux, false, "add flux/: the Flux GitRepository and Kustomization for this repository")
 	cmd.Flags().BoolVar(&o.FolderSources, flagFolderSources, false, "with --flux: a Flux source per rendered folder (spec.flux.folderSources), and flux-folder-sources/")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
-	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, deploy.PlaceholderURL, "the repository's URL, as Flux or Argo CD will fetch it")
+	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }

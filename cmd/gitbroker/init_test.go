@@ -183,7 +183,7 @@ func TestInitWithFolderSources(t *testing.T) {
 	// A URL Flux cannot fetch, or one that carries a password, names the flag and is not echoed.
 	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "file:///srv/edge.git")
 	require.Equal(t, exitInvalid, code)
-	require.Contains(t, stderr, "--repo-url cannot be spec.flux.folderSources.url")
+	require.Contains(t, stderr, "a file:// URL names a path on this machine, which Flux and Argo CD, fetching in the cluster, cannot reach")
 	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--flux", "--folder-sources", "--repo-url", "https://git:s3cret@git.example.org/plant/edge.git")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--repo-url holds a password")
@@ -204,4 +204,38 @@ func TestInitWithFolderSources(t *testing.T) {
 	code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "x"), "--folder-sources")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--folder-sources needs --flux")
+}
+
+// The URL init writes is one Flux's GitRepository accepts (^(http|https|ssh)://): git's scp-like
+// form becomes the ssh:// URL it means; no URL, a path only this machine has, or a branch git
+// refuses is an error naming the flag, and nothing is written.
+func TestInitRepositoryURLs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--argocd", "--repo-url", "git@github.com:acme/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	for _, f := range []string{"flux/gitrepository.yaml", "argocd/applicationset.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.Contains(t, string(data), "ssh://git@github.com/acme/edge.git", f)
+		require.NotContains(t, string(data), "git@github.com:acme", f)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--flux"}, "--repo-url is required"},
+		{[]string{"--argocd"}, "--repo-url is required"},
+		{[]string{"--flux", "--repo-url", "file:///srv/edge.git"}, "a file:// URL names a path on this machine"},
+		{[]string{"--argocd", "--repo-url", "ftp://git.example.org/edge.git"}, `scheme "ftp"`},
+		{[]string{"--flux", "--repo-url", "edge.git"}, "not a URL"},
+		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "gitbroker/../main"}, "--repo-branch \"gitbroker/../main\": not a valid branch name"},
+		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "-x"}, "not beginning with -"},
+		{[]string{"--repo-url", "https://git.example.org/edge.git"}, "give --flux or --argocd with it"},
+	} {
+		dir := filepath.Join(t.TempDir(), "x")
+		code, _, stderr := gitbroker(t, append([]string{"init", "--dir", dir}, tc.args...)...)
+		require.Equal(t, exitInvalid, code, "%v", tc.args)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+		require.NoDirExists(t, dir, "%v", tc.args)
+	}
 }
