@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Two nodes that both see one device: a Job broker and a Pod broker on it.
@@ -42,7 +44,8 @@ func sharedInstance(configuration, deviceID string) string {
 // TestSharedDevices renders brokers for a device that two nodes see, on a
 // repository, agents, renderer and Flux objects of its own: the Job must be
 // accepted by the API server (one node selector term per node) and run on
-// one of the two nodes, and each node gets its broker Pod.
+// one of the two nodes, and each node gets its broker Pod. A node that is lost (deleted, as the
+// recorder records it) has its broker moved to a third node that sees the device.
 func TestSharedDevices(t *testing.T) {
 	ctx := context.Background()
 	for _, ns := range []string{sharedNamespace, sharedFluxNamespace} {
@@ -176,4 +179,73 @@ spec:
 		require.Equal(t, map[string]string{"controller": "akri.sh", "akri.sh/instance": inst}, svc.Spec.Selector)
 		waitFluxAppliedIn(t, srv, sharedFluxNamespace)
 	})
+
+	t.Run("a lost node's broker moves to a node that sees the device, and back when that one is lost", func(t *testing.T) {
+		startGitbroker(t, "recorder-shared", "recorder started", "record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig,
+			"--namespace", sharedNamespace, "--batch", "200ms", "--node-loss-grace", "3s",
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		// A third node sees the device too: the brokers stay where they are (capacity 2).
+		standby := "shared-3"
+		require.NoError(t, cluster.AddNode(ctx, standby))
+		startGitbroker(t, "agent-"+standby, "agent started", "agent",
+			"--git", srv.URL(), "--branch", "main", "--node", standby, "--interval", agentInterval.String(),
+			"--debug-echo-shared=true", "--discovery-handlers-dir", "",
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		rendered := srv.On(verify.RenderedBranch)
+		eventually(t, time.Minute, "the standby's inventory rendered", func() (bool, string) {
+			inv, _ := rendered.File("inventory/" + standby + ".yaml")
+			return strings.Contains(inv, "cam-9"), "not yet"
+		})
+		waitFluxAppliedIn(t, srv, sharedFluxNamespace)
+		require.Equal(t, sharedNodes, brokerNodes(t, ctx), "a newly reporting node displaces no broker")
+
+		lose := func(node string) {
+			t.Helper()
+			start := time.Now()
+			require.NoError(t, cluster.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
+			eventually(t, time.Minute, "the recorder to record "+node+" lost", func() (bool, string) {
+				loss, ok := srv.On(verify.StatusBranch).File("status/nodes/" + node + ".yaml")
+				return ok && strings.Contains(loss, "reason: Gone"), "not yet"
+			})
+			recorded := time.Since(start)
+			eventually(t, 2*time.Minute, "the broker to move off "+node, func() (bool, string) {
+				nodes := brokerNodes(t, ctx)
+				return len(nodes) == 2 && !slices.Contains(nodes, node), fmt.Sprintf("brokers on %v", nodes)
+			})
+			t.Logf("node %s deleted: recorded lost after %s (grace 3s), its broker running elsewhere after %s",
+				node, recorded.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+		}
+		lose("shared-1")
+		require.Equal(t, []string{"shared-2", standby}, brokerNodes(t, ctx))
+
+		// shared-1 comes back: its record goes, and the broker stays on the standby (sticky).
+		require.NoError(t, cluster.AddNode(ctx, "shared-1"))
+		eventually(t, time.Minute, "shared-1's loss removed and rendered", func() (bool, string) {
+			_, recorded := srv.On(verify.StatusBranch).File("status/nodes/shared-1.yaml")
+			_, inRender := rendered.File("status/nodes/shared-1.yaml")
+			return !recorded && !inRender, fmt.Sprintf("recorded %v, rendered %v", recorded, inRender)
+		})
+		waitFluxAppliedIn(t, srv, sharedFluxNamespace)
+		require.Equal(t, []string{"shared-2", standby}, brokerNodes(t, ctx), "a node that is back displaces no broker")
+
+		// Choosing to move it back: the standby is lost in its turn.
+		lose(standby)
+		require.Equal(t, sharedNodes, brokerNodes(t, ctx))
+	})
+}
+
+// brokerNodes are the nodes the shared device's broker Pods run on, sorted, once every broker
+// Pod runs.
+func brokerNodes(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	list, err := cluster.Client.CoreV1().Pods(sharedNamespace).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=" + sharedPodConfig})
+	require.NoError(t, err)
+	var nodes []string
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes
 }

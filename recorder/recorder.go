@@ -81,6 +81,10 @@ type Options struct {
 	Redact []*regexp.Regexp
 	// Secrets are the recorder's own credentials, replaced wherever they appear.
 	Secrets []string
+
+	// NodeLossGrace is how long a node is NotReady or gone before its NodeLoss is written
+	// (default DefaultNodeLossGrace); negative watches no nodes.
+	NodeLossGrace time.Duration
 }
 
 // Recorder writes the outcome of every finished broker Job once.
@@ -93,6 +97,12 @@ type Recorder struct {
 	pending map[string]*pending // by record path
 	wake    chan struct{}
 	ready   atomic.Bool
+
+	// writing serialises the writes to the Store: Job records and node losses are written
+	// from two loops.
+	writing  sync.Mutex
+	nodes    *nodes
+	nodeWake chan struct{}
 }
 
 // pending is a finished Job's record waiting to be written.
@@ -143,7 +153,11 @@ func New(opts Options) (*Recorder, error) {
 			red.secrets = append(red.secrets, []byte(s))
 		}
 	}
-	return &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1)}, nil
+	if opts.NodeLossGrace == 0 {
+		opts.NodeLossGrace = DefaultNodeLossGrace
+	}
+	return &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1),
+		nodes: newNodes(opts.NodeLossGrace, opts.Now), nodeWake: make(chan struct{}, 1)}, nil
 }
 
 // Ready reports whether the informer has synced and everything it found
@@ -179,6 +193,20 @@ func (r *Recorder) Run(ctx context.Context) error {
 		defer factory.Shutdown()
 		synced = append(synced, inf.HasSynced)
 	}
+	nodesDone := make(chan struct{})
+	if r.opts.NodeLossGrace > 0 {
+		nodesSynced, err := r.watchNodes(ctx)
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer close(nodesDone)
+			r.runNodes(ctx, nodesSynced)
+		}()
+	} else {
+		close(nodesDone)
+	}
+	defer func() { <-nodesDone }()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
@@ -230,6 +258,8 @@ func (r *Recorder) Restore(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
+	r.writing.Lock()
+	defer r.writing.Unlock()
 	res, err := rs.Restore(ctx)
 	switch {
 	case errors.Is(err, gitsync.ErrNoChanges):
@@ -288,6 +318,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
+	r.writing.Lock()
+	defer r.writing.Unlock()
 	var written []string
 	res, err := r.opts.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
 		written = written[:0]

@@ -65,12 +65,12 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 	list := p.instances[k]
 	var todo []*instance
 	for _, in := range list {
-		if in.broker == nil {
+		if in.broker == nil || in.broker.lost != lostKey(in, p.lost) {
 			todo = append(todo, in)
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev)
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.lost)
 		todo[i].broker = &pi
 	})
 	withBrokers := 0
@@ -151,14 +151,17 @@ type podBrokerInputs struct {
 	// builder reads besides that the hash does not name.
 	keys        []string
 	serviceHash string
+	// lost names the lost nodes among the instance's that the placement left out (lostKey).
+	lost string
 }
 
 // Placement is sticky: of the nodes that report a shared instance, those that held its broker in
 // the previous render keep it (a Deployment, or the bare Pod of renders before Deployments), and
 // free places go to the others in name order, so a node that newly reports a device (or claims
-// another node's) never displaces a broker.
-func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree) podBrokerInputs {
-	nodes := in.nodes
+// another node's) never displaces a broker. A lost node holds no broker of a shared device that
+// another node reports (liveNodes).
+func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss) podBrokerInputs {
+	nodes := liveNodes(in, lost)
 	if len(nodes) > cfg.Policy.Capacity {
 		var holders, others []string
 		for _, n := range nodes {
@@ -173,7 +176,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 		nodes = append(holders, others...)[:cfg.Policy.Capacity]
 		sort.Strings(nodes)
 	}
-	pi := podBrokerInputs{nodes: nodes, env: in.env()}
+	pi := podBrokerInputs{nodes: nodes, env: in.env(), lost: lostKey(in, lost)}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)

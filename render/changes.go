@@ -131,6 +131,8 @@ func (p *pass) planObject(f string, ref objectRef) {
 		if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
 			p.plan.config(ref.namespace, ref.configuration, "deleted")
 			reason = "its Configuration was deleted"
+		} else if why := p.lostReason(h); why != "" && ref.kind == "deployment" && p.movedBroker(ref.key()) {
+			reason = why
 		} else if nf := p.upgradedPod(ref.key()); nf != "" {
 			r, _ := parseObjectPath(nf)
 			reason = "replaced by Deployment " + r.name + ": Pod brokers are Deployments now, which Kubernetes heals and rolls"

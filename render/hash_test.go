@@ -112,7 +112,7 @@ var hashJobBuilders = []builder{
 // Deployment is on edge-a.
 func podBuildInputs(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, deploymentHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil)
+	return podInputs(cfg, in, deploymentHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil)
 }
 
 func TestBuildersReadOnlyWhatTheirHashCovers(t *testing.T) {

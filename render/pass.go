@@ -62,6 +62,8 @@ type loaded struct {
 	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
 	recordBytes map[string][]byte         // by namespace/job, status/ files only
 	byDevice    map[string][]*api.JobRecord
+	// lost are the nodes the recorder found lost (status/nodes/), by name.
+	lost map[string]*api.NodeLoss
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
 	ignoredRecords []Problem
 	// refused are this pass's checks of device properties, by inventory (kept for the next).
@@ -155,6 +157,7 @@ func (p *pass) run() *Result {
 	p.loadConfigurations()
 	p.loadInventories()
 	p.loadRecords()
+	p.loadNodeLosses()
 	p.buildInstances()
 	if p.scoped {
 		p.scope = p.scopeFor()

@@ -13,7 +13,7 @@ func (p *pass) checkSafety() string {
 	newIDs := p.outIndex()
 	removed := 0
 	gone := func(id objectKey) {
-		if _, kept := newIDs[id]; !kept && !p.retired[id] && p.upgradedPod(id) == "" {
+		if _, kept := newIDs[id]; !kept && !p.retired[id] && p.upgradedPod(id) == "" && !p.movedBroker(id) {
 			removed++
 		}
 	}
@@ -63,7 +63,7 @@ func (p *pass) overBudgetNodes() map[string]string {
 		h := p.head(f, p.prev[f])
 		nodes := h.nodes()
 		_, kept := newIDs[ref.key()]
-		gone := !kept && !p.retired[ref.key()] && p.upgradedPod(ref.key()) == ""
+		gone := !kept && !p.retired[ref.key()] && p.upgradedPod(ref.key()) == "" && !p.movedBroker(ref.key())
 		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
 		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[api.LabelInstance]); in != nil {

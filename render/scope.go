@@ -50,10 +50,12 @@ type standingChange struct {
 type lastScope struct {
 	settings         []byte
 	renderedJobsOnly bool
-	configs          map[string]*api.ParsedConfiguration
-	sets             map[string]*instanceSet
-	records          map[string]*api.JobRecord
-	slices           map[string]*configSlice
+	// lost are the lost nodes: a change to them moves brokers in any Configuration.
+	lost    map[string]*api.NodeLoss
+	configs map[string]*api.ParsedConfiguration
+	sets    map[string]*instanceSet
+	records map[string]*api.JobRecord
+	slices  map[string]*configSlice
 	// history are the history/ files of the output, sorted.
 	history []string
 	// standing are the plan's standing entries and brokers, by Configuration.
@@ -132,7 +134,8 @@ func (p *pass) scopeFor() map[string]bool {
 	// does not reach; a node frozen or thawed since reaches them all.
 	if !p.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || !maps.Equal(p.frozenNodes, last.frozen) ||
 		len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
-		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) {
+		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) ||
+		!maps.EqualFunc(p.lost, last.lost, func(a, b *api.NodeLoss) bool { return true }) {
 		return nil
 	}
 	scope := map[string]bool{}
@@ -346,6 +349,7 @@ func (p *pass) keepScope(res *Result) {
 	s := &lastScope{
 		settings:         p.req.Files[api.SettingsPath],
 		renderedJobsOnly: p.req.RenderedJobsOnly,
+		lost:             p.lost,
 		configs:          p.configs,
 		sets:             p.sets,
 		records:          p.records,

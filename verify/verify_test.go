@@ -249,6 +249,10 @@ func attacks() []attack {
 			attack: func(f *fixture) {
 				f.write("recorder", verify.StatusBranch, "inventory/edge-a.yaml", inventory("edge-a", "x"))
 			}},
+		{name: "a folder under status/nodes/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/ and status/nodes/<node>.yaml",
+			attack: func(f *fixture) {
+				f.write("recorder", verify.StatusBranch, "status/nodes/edge-a/x.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\n")
+			}},
 		{name: "an older render pushed back", writer: verify.WriterRenderer, ref: verify.RenderedBranch, why: "this renderer pushed",
 			attack: func(f *fixture) {
 				old := f.srv.On(verify.RenderedBranch).Head()

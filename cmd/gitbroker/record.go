@@ -28,9 +28,10 @@ import (
 
 // Flag names of the cluster-facing daemons.
 const (
-	flagKubeconfig = "kubeconfig"
-	flagNamespace  = "namespace"
-	flagBatch      = "batch"
+	flagKubeconfig    = "kubeconfig"
+	flagNamespace     = "namespace"
+	flagBatch         = "batch"
+	flagNodeLossGrace = "node-loss-grace"
 
 	flagLogTailMaxBytes = "log-tail-max-bytes"
 	flagLogRedact       = "log-redact"
@@ -94,6 +95,7 @@ type recordOptions struct {
 	AuthorEmail string
 	MaxTail     int
 	Redact      []string
+	NodeLoss    time.Duration
 }
 
 func (o *recordOptions) BindFlags(cmd *cobra.Command) {
@@ -104,6 +106,7 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
 	fs.StringSliceVar(&o.Namespaces, flagNamespace, nil, "Watch Jobs in these namespaces only (the broker namespaces; repeatable or comma-separated), so a Role in each replaces the ClusterRole; default all namespaces.")
+	fs.DurationVar(&o.NodeLoss, flagNodeLossGrace, recorder.DefaultNodeLossGrace, "Record a node lost in status/nodes/<node>.yaml once it has been NotReady, or gone from the cluster, for this long (the renderer then moves the brokers of the shared devices it saw); 0 watches no nodes.")
 	fs.DurationVar(&o.Batch, flagBatch, 2*time.Second, "After a Job finishes, wait this long for others, so Jobs finishing together land in one commit.")
 	fs.StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
 	fs.StringVar(&o.AuthorEmail, cli.FlagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
@@ -126,8 +129,13 @@ container the node, exit code, reason and termination message, and, when the Con
 for it (spec.jobPolicy.logs), the tail of the log, redacted (--log-redact, the Configuration's own
 patterns, and the recorder's credentials) and bounded (--log-tail-max-bytes).
 
-It needs get, list and watch on jobs (batch), and list on pods and get on pods/log in the broker
-namespaces. It serves /healthz and /readyz
+It also records node loss: a node NotReady (from its Ready condition's last transition) or
+deleted for longer than --node-loss-grace gets status/nodes/<node>.yaml, removed when the node is
+Ready again, and the renderer moves the brokers of the shared devices it saw to other nodes that
+report them.
+
+It needs get, list and watch on jobs (batch) and nodes, and list on pods and get on pods/log in the
+broker namespaces. It serves /healthz and /readyz
 (--health-addr) and Prometheus metrics (--metrics-addr), and stops on SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRecord(cmd, o) },
@@ -190,9 +198,10 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 		Log:        log,
 		Metrics:    recorder.NewMetrics(reg),
 		// The git credential, the ServiceAccount token and the patterns never reach a record.
-		Secrets:      secrets,
-		Redact:       redact,
-		MaxTailBytes: maxTail,
+		Secrets:       secrets,
+		Redact:        redact,
+		MaxTailBytes:  maxTail,
+		NodeLossGrace: nodeLossGrace(o.NodeLoss),
 	})
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
@@ -218,4 +227,13 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	}
 	log.Info("recorder stopped")
 	return nil
+}
+
+// nodeLossGrace is the recorder's option for --node-loss-grace: 0 (watch no nodes) is negative
+// there, its zero being the default.
+func nodeLossGrace(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

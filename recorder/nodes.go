@@ -1,0 +1,302 @@
+package recorder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+)
+
+// DefaultNodeLossGrace is how long a node is NotReady or gone before the recorder records it
+// lost (docs/DESIGN.md, "Nodes that are lost").
+const DefaultNodeLossGrace = 5 * time.Minute
+
+// nodeState is what the recorder knows of a node that is not Ready: since when and why.
+type nodeState struct {
+	since   time.Time
+	reason  string
+	message string
+}
+
+// nodes follows the cluster's nodes (get, list and watch on nodes; nothing else) and keeps
+// status/nodes/ on the recorder's ref: a node NotReady or gone for longer than the grace has a
+// NodeLoss there, removed when the node is Ready again.
+type nodes struct {
+	grace time.Duration
+	now   func() time.Time
+
+	mu      sync.Mutex
+	synced  bool
+	present map[string]bool      // nodes in the cluster
+	down    map[string]nodeState // nodes that are not Ready (or gone), by name
+}
+
+func newNodes(grace time.Duration, now func() time.Time) *nodes {
+	return &nodes{grace: grace, now: now, present: map[string]bool{}, down: map[string]nodeState{}}
+}
+
+// observe takes a node's state from its Ready condition.
+func (n *nodes) observe(node *corev1.Node) {
+	var ready *corev1.NodeCondition
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			ready = &node.Status.Conditions[i]
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.present[node.Name] = true
+	if ready != nil && ready.Status == corev1.ConditionTrue {
+		delete(n.down, node.Name)
+		return
+	}
+	old, known := n.down[node.Name]
+	st := nodeState{since: n.now(), reason: api.NodeLossNotReady}
+	if ready != nil {
+		st.message = ready.Message
+		if !ready.LastTransitionTime.IsZero() {
+			st.since = ready.LastTransitionTime.Time
+		}
+	}
+	if known && old.reason == api.NodeLossNotReady && ready != nil && ready.LastTransitionTime.IsZero() {
+		st.since = old.since // no transition time: keep the first time it was seen down
+	}
+	n.down[node.Name] = st
+}
+
+// gone records a node deleted from the cluster.
+func (n *nodes) gone(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.present, name)
+	n.down[name] = nodeState{since: n.now(), reason: api.NodeLossGone, message: "the Node was deleted from the cluster"}
+}
+
+// desired is status/nodes/ as it should be on a head that holds existing: a NodeLoss for every
+// node down for longer than the grace, those of nodes the recorder never saw kept (a node deleted
+// while it was not running), and the next time one becomes due.
+func (n *nodes) desired(existing map[string][]byte) (map[string][]byte, time.Time, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	out := map[string][]byte{}
+	for p, b := range existing {
+		node := strings.TrimSuffix(strings.TrimPrefix(p, api.NodeLossDir+"/"), ".yaml")
+		if _, down := n.down[node]; !n.present[node] && !down && api.IsNodeLossPath(p) {
+			out[p] = b
+		}
+	}
+	var next time.Time
+	for _, name := range slices.Sorted(maps.Keys(n.down)) {
+		st := n.down[name]
+		due := st.since.Add(n.grace)
+		if now.Before(due) {
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		p := api.NodeLossPath(name)
+		if b, ok := existing[p]; ok && sameLoss(b, st) {
+			out[p] = b // as written before: the file changes only when the loss does
+			continue
+		}
+		b, err := marshalNodeLoss(name, st)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		out[p] = b
+	}
+	return out, next, nil
+}
+
+// sameLoss reports whether a written NodeLoss says what st says (its reason and when).
+func sameLoss(b []byte, st nodeState) bool {
+	var old api.NodeLoss
+	if yaml.Unmarshal(b, &old) != nil {
+		return false
+	}
+	return old.Spec.Reason == st.reason && old.Spec.Since.Time.Equal(st.since.Truncate(time.Second))
+}
+
+func marshalNodeLoss(name string, st nodeState) ([]byte, error) {
+	msg := st.message
+	for len(msg) > api.MaxNodeLossMessageBytes || !utf8.ValidString(msg) {
+		msg = strings.ToValidUTF8(msg[:min(len(msg), api.MaxNodeLossMessageBytes)], "")
+	}
+	loss := api.NodeLoss{
+		TypeMeta:   metav1.TypeMeta{APIVersion: api.APIVersion, Kind: api.KindNodeLoss},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       api.NodeLossSpec{Since: metav1.NewTime(st.since.UTC().Truncate(time.Second)), Reason: st.reason, Message: msg},
+	}
+	b, err := yaml.Marshal(loss)
+	if err != nil {
+		return nil, err
+	}
+	b = []byte(strings.Replace(string(b), "  creationTimestamp: null\n", "", 1))
+	if _, errs := api.ParseNodeLossFile(api.NodeLossPath(name), b); len(errs) > 0 {
+		return nil, fmt.Errorf("refusing to write a NodeLoss the renderer would reject: %w", errs)
+	}
+	return b, nil
+}
+
+// watchNodes starts the node informer; synced reports when it has listed every node.
+func (r *Recorder) watchNodes(ctx context.Context) (func() bool, error) {
+	factory := informers.NewSharedInformerFactory(r.opts.Client, 0)
+	inf := factory.Core().V1().Nodes().Informer()
+	wake := func() {
+		select {
+		case r.nodeWake <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.observeNode(obj); wake() },
+		UpdateFunc: func(_, obj any) { r.observeNode(obj); wake() },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if node, ok := obj.(*corev1.Node); ok {
+				r.nodes.gone(node.Name)
+				wake()
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watching Nodes: %w", err)
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		factory.Shutdown()
+	}()
+	return inf.HasSynced, nil
+}
+
+func (r *Recorder) observeNode(obj any) {
+	if node, ok := obj.(*corev1.Node); ok {
+		r.nodes.observe(node)
+	}
+}
+
+// FlushNodes brings status/nodes/ on the recorder's ref up to the nodes it has seen, and returns
+// when it should look again (zero: on the next node event only).
+func (r *Recorder) FlushNodes(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	r.writing.Lock()
+	defer r.writing.Unlock()
+	var next time.Time
+	var lost, found []string
+	res, err := r.opts.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
+		existing, err := head.Files(api.NodeLossDir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		files, due, err := r.nodes.desired(existing)
+		if err != nil {
+			return nil, err
+		}
+		next = due
+		lost, found = lost[:0], found[:0]
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			if _, had := existing[p]; !had {
+				lost = append(lost, p)
+			}
+		}
+		for _, p := range slices.Sorted(maps.Keys(existing)) {
+			if _, keep := files[p]; !keep {
+				found = append(found, p)
+			}
+		}
+		if len(lost) == 0 && len(found) == 0 && maps.EqualFunc(files, existing, func(a, b []byte) bool { return string(a) == string(b) }) {
+			return nil, gitsync.ErrNoChanges
+		}
+		author := r.opts.Author
+		author.When = r.opts.Now()
+		return &gitsync.Change{
+			Owned:   []string{api.NodeLossDir + "/"},
+			Files:   files,
+			Message: nodesMessage(lost, found),
+			Author:  author,
+		}, nil
+	})
+	if errors.Is(err, gitsync.ErrNoChanges) {
+		return next, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	r.opts.Log.Info("node losses written", "lost", lost, "back", found, "commit", res.Commit)
+	return next, nil
+}
+
+func nodesMessage(lost, found []string) string {
+	name := func(p string) string { return strings.TrimSuffix(strings.TrimPrefix(p, api.NodeLossDir+"/"), ".yaml") }
+	var b strings.Builder
+	fmt.Fprintf(&b, "nodes: %d lost, %d back\n\n", len(lost), len(found))
+	for _, p := range lost {
+		fmt.Fprintf(&b, "- %s: lost\n", name(p))
+	}
+	for _, p := range found {
+		fmt.Fprintf(&b, "- %s: Ready again (or its record is no longer due)\n", name(p))
+	}
+	return b.String()
+}
+
+// runNodes writes node losses until ctx ends: once the informer has listed every node, then on
+// every node event and when a node's grace runs out. A recorder without the right to watch
+// nodes logs it and goes on recording Jobs.
+func (r *Recorder) runNodes(ctx context.Context, synced func() bool) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return
+	}
+	r.opts.Log.Info("watching nodes for loss", "grace", r.opts.NodeLossGrace)
+	for {
+		next, err := r.FlushNodes(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.opts.Log.Error(err, "writing node losses failed; will retry")
+			if !sleep(ctx, r.opts.Retry) {
+				return
+			}
+			continue
+		}
+		var due <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			// Looked at again within a minute whatever the clock did (a suspended machine).
+			t = time.NewTimer(min(max(next.Sub(r.opts.Now()), time.Second), time.Minute))
+			due = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.nodeWake:
+		case <-due:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		// Let the events of one change land in one commit.
+		if !sleep(ctx, r.opts.Batch) {
+			return
+		}
+	}
+}
