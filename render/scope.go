@@ -338,15 +338,9 @@ func (r *Renderer) takeSpare(last Tree) Tree {
 	return spare
 }
 
-// keepScope remembers what the next pass needs to be scoped, or nothing when this pass's output
-// cannot be its base.
-func (p *pass) keepScope(res *Result) {
-	r := p.r
-	if res.Refused != nil || len(p.held) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
-		r.scope = nil
-		return
-	}
-	s := &lastScope{
+// lastScope is what this pass's inputs were, for the next pass to compare with.
+func (p *pass) lastScope() *lastScope {
+	return &lastScope{
 		settings:         p.req.Files[api.SettingsPath],
 		renderedJobsOnly: p.req.RenderedJobsOnly,
 		lost:             p.lost,
@@ -359,6 +353,17 @@ func (p *pass) keepScope(res *Result) {
 		frozen:           p.frozenNodes,
 		notes:            p.frozenNotes,
 	}
+}
+
+// keepScope remembers what the next pass needs to be scoped, or nothing when this pass's output
+// cannot be its base.
+func (p *pass) keepScope(res *Result) {
+	r := p.r
+	if res.Refused != nil || len(p.held) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
+		r.scope = nil
+		return
+	}
+	s := p.lastScope()
 	if p.scope == nil {
 		s.slices = slicesOf(slices.Collect(maps.Keys(res.Files)))
 	} else {
