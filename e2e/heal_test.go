@@ -32,12 +32,12 @@ func brokersHeal(t *testing.T, n *Node, srv *gitsynctest.Server, configuration, 
 
 	start := time.Now()
 	require.NoError(t, pods.Delete(ctx, pod, metav1.DeleteOptions{}))
-	healed := waitReplaced(t, n, selector, device, pod)
+	healed := waitOpenedBy(t, n, selector, device, pod)
 	t.Logf("a deleted broker Pod is replaced and holds its device again after %s", time.Since(start).Round(100*time.Millisecond))
 
 	start = time.Now()
 	require.NoError(t, pods.EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: healed, Namespace: deviceNamespace}}))
-	healed = waitReplaced(t, n, selector, device, healed)
+	healed = waitOpenedBy(t, n, selector, device, healed)
 	t.Logf("an evicted broker Pod is replaced and holds its device again after %s", time.Since(start).Round(100*time.Millisecond))
 
 	// A change rolls out: watch every Pod of the broker while it does.
@@ -103,27 +103,4 @@ func brokersHeal(t *testing.T, n *Node, srv *gitsynctest.Server, configuration, 
 	t.Logf("a changed Configuration rolled its broker out in %s, never more than %d Pod of it running or starting at once", time.Since(start).Round(100*time.Millisecond), most)
 	require.Equal(t, 1, most, "two Pods of one broker ran or started at once during the rollout: %v", seen)
 	return rolled
-}
-
-// waitReplaced waits for a Pod of selector other than old to run and open device.
-func waitReplaced(t *testing.T, n *Node, selector, device, old string) string {
-	t.Helper()
-	var name string
-	eventually(t, 3*time.Minute, "a new Pod "+selector+" to open "+device, func() (bool, string) {
-		list, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range list.Items {
-			if p.Name == old || p.Status.Phase != corev1.PodRunning {
-				continue
-			}
-			if strings.Contains(n.Logs(t, deviceNamespace, p.Name, "broker"), "opened "+device+": wrote 4 bytes, read 4 bytes") {
-				name = p.Name
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d Pods", len(list.Items))
-	})
-	return name
 }

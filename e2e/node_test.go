@@ -466,21 +466,32 @@ func waitBrokerOpened(t *testing.T, n *Node, configuration, device string) strin
 
 func waitOpened(t *testing.T, n *Node, selector, device string) string {
 	t.Helper()
+	return waitOpenedBy(t, n, selector, device, "")
+}
+
+// waitOpenedBy waits for a running Pod of selector, other than except, to say it opened device;
+// it returns the Pod's name.
+func waitOpenedBy(t *testing.T, n *Node, selector, device, except string) string {
+	t.Helper()
 	var name string
 	eventually(t, 4*time.Minute, "a Pod "+selector+" to open "+device, func() (bool, string) {
-		pods, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		if err != nil || len(pods.Items) == 0 {
+		list, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(list.Items) == 0 {
 			return false, fmt.Sprint("no Pod yet ", err)
 		}
-		for _, p := range pods.Items {
+		var states []string
+		for _, p := range list.Items {
+			if p.Name == except {
+				continue
+			}
 			logs := n.Logs(t, deviceNamespace, p.Name, "broker")
-			if strings.Contains(logs, "opened "+device+": wrote 4 bytes, read 4 bytes") && p.Status.Phase == corev1.PodRunning {
+			if p.Status.Phase == corev1.PodRunning && strings.Contains(logs, "opened "+device+": wrote 4 bytes, read 4 bytes") {
 				name = p.Name
 				return true, ""
 			}
-			return false, fmt.Sprintf("%s %s: %q %v", p.Name, p.Status.Phase, logs, p.Status.Conditions)
+			states = append(states, fmt.Sprintf("%s %s: %q", p.Name, p.Status.Phase, logs))
 		}
-		return false, ""
+		return false, strings.Join(states, "; ")
 	})
 	return name
 }
