@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gitbroker/gitbroker/api"
-	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/recorder"
 )
@@ -36,32 +35,6 @@ func node(name string, ready corev1.ConditionStatus, since time.Time) *corev1.No
 	}}}}
 }
 
-func startNodes(t *testing.T, client *fake.Clientset, srv *gitsynctest.Server, c *clock) context.CancelFunc {
-	t.Helper()
-	repo, err := gitsync.New(srv.URL(), "main")
-	require.NoError(t, err)
-	r, err := recorder.New(recorder.Options{
-		Client: client, Store: repo, Batch: 10 * time.Millisecond, Retry: 20 * time.Millisecond, Log: testr.New(t),
-		Now: c.Now, NodeLossGrace: 5 * time.Minute,
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stop := func() {
-		cancel()
-		require.NoError(t, <-done)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-ctx.Done():
-		default:
-			stop()
-		}
-	})
-	return stop
-}
-
 // The recorder writes status/nodes/<node>.yaml for a node NotReady or gone for longer than the
 // grace, from the node's own Ready transition time, and removes it when the node is Ready again;
 // a record of a node it never saw (deleted while it was down) stays.
@@ -75,7 +48,7 @@ func TestRecorderRecordsLostNodes(t *testing.T) {
 		node("edge-b", corev1.ConditionUnknown, c.Now().Add(-time.Minute)),
 		node("edge-c", corev1.ConditionFalse, c.Now().Add(-10*time.Minute)),
 	)
-	startNodes(t, client, srv, c)
+	startWith(t, client, srv, func(o *recorder.Options) { o.Now, o.NodeLossGrace, o.Log = c.Now, 5*time.Minute, testr.New(t) })
 	ctx := context.Background()
 
 	got := waitFile(t, srv, api.NodeLossPath("edge-c"))

@@ -81,14 +81,22 @@ func failed(j *batchv1.Job) *batchv1.Job {
 
 func start(t *testing.T, client *fake.Clientset, srv *gitsynctest.Server) (*recorder.Recorder, context.CancelFunc) {
 	t.Helper()
+	return startWith(t, client, srv, func(*recorder.Options) {})
+}
+
+// startWith runs a recorder of the options start uses, as edit changes them.
+func startWith(t *testing.T, client *fake.Clientset, srv *gitsynctest.Server, edit func(*recorder.Options)) (*recorder.Recorder, context.CancelFunc) {
+	t.Helper()
 	repo, err := gitsync.New(srv.URL(), "main", gitsync.WithBackoff(gitsync.Backoff{
 		Initial: time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 50, MaxElapsed: time.Minute,
 	}))
 	require.NoError(t, err)
-	r, err := recorder.New(recorder.Options{
+	opts := recorder.Options{
 		Client: client, Store: repo, Batch: 20 * time.Millisecond, Retry: 20 * time.Millisecond, Log: logr.Discard(),
 		Now: func() time.Time { return finished.Time },
-	})
+	}
+	edit(&opts)
+	r, err := recorder.New(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
