@@ -219,6 +219,19 @@ func TestInitRepositoryURLs(t *testing.T) {
 		require.Contains(t, string(data), "ssh://git@github.com/acme/edge.git", f)
 		require.NotContains(t, string(data), "git@github.com:acme", f)
 	}
+	// Without a user, none is made up: ssh's own default applies.
+	dir = filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--repo-url", "git.example.org:plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	data, err := os.ReadFile(filepath.Join(dir, "flux/gitrepository.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(data), "ssh://git.example.org/plant/edge.git")
+
+	// The recorder's grace is a duration of at least 0.
+	code, _, stderr = gitbroker(t, "record", "--git", "https://git.example.org/plant/edge.git", "--node-loss-grace", "-1m")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--node-loss-grace must not be negative")
+
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -228,6 +241,7 @@ func TestInitRepositoryURLs(t *testing.T) {
 		{[]string{"--flux", "--repo-url", "file:///srv/edge.git"}, "a file:// URL names a path on this machine"},
 		{[]string{"--argocd", "--repo-url", "ftp://git.example.org/edge.git"}, `scheme "ftp"`},
 		{[]string{"--flux", "--repo-url", "edge.git"}, "not a URL"},
+		{[]string{"--flux", "--repo-url", "git.example.org:plant/edge.git", "--repo-branch", "a..b"}, "not a valid branch name"},
 		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "gitbroker/../main"}, "--repo-branch \"gitbroker/../main\": not a valid branch name"},
 		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "-x"}, "not beginning with -"},
 		{[]string{"--repo-url", "https://git.example.org/edge.git"}, "give --flux or --argocd with it"},

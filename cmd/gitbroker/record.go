@@ -145,6 +145,9 @@ broker namespaces. It serves /healthz and /readyz
 }
 
 func runRecord(cmd *cobra.Command, o *recordOptions) error {
+	if o.NodeLoss < 0 {
+		return exitf(exitInvalid, "--%s must not be negative (0 watches no nodes), got %s", flagNodeLossGrace, o.NodeLoss)
+	}
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's informers log through klog
 	signing, err := o.Signing.Options(log, trust.PrincipalRecorder, false)
@@ -232,7 +235,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 // nodeLossGrace is the recorder's option for --node-loss-grace: 0 (watch no nodes) is negative
 // there, its zero being the default.
 func nodeLossGrace(d time.Duration) time.Duration {
-	if d <= 0 {
+	if d == 0 {
 		return -1
 	}
 	return d

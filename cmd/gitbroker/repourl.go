@@ -26,11 +26,11 @@ func clusterRepoURL(flag, raw string) (string, error) {
 		if m == nil {
 			return "", fmt.Errorf("--%s %q: not a URL; give https://host/path, ssh://[user@]host/path or git's user@host:path", flag, raw)
 		}
-		user := m[1]
-		if user == "" {
-			user = "git"
+		user := ""
+		if m[1] != "" {
+			user = m[1] + "@"
 		}
-		raw = "ssh://" + user + "@" + m[2] + "/" + strings.TrimPrefix(m[3], "/")
+		raw = "ssh://" + user + m[2] + "/" + strings.TrimPrefix(m[3], "/")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
