@@ -115,7 +115,7 @@ func (p *pass) planObject(f string, ref objectRef) {
 	case p.out[f] != nil && p.prev[f] == nil:
 		m := p.meta[f]
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: startedVerb(kind), Kind: kind, Name: ref.name})
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name})
 	case p.out[f] != nil:
 		m := p.meta[f]
 		if m.cfg == "" { // carried over from a frozen Configuration: not a change
@@ -131,8 +131,8 @@ func (p *pass) planObject(f string, ref objectRef) {
 		if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
 			p.plan.config(ref.namespace, ref.configuration, "deleted")
 			reason = "its Configuration was deleted"
-		} else if why := p.lostReason(h); why != "" && ref.kind == "deployment" && p.movedBroker(ref.key()) {
-			reason = why
+		} else if p.movedBroker(ref.key()) {
+			reason = p.lostReason(h)
 		} else if nf := p.upgradedPod(ref.key()); nf != "" {
 			r, _ := parseObjectPath(nf)
 			reason = "replaced by Deployment " + r.name + ": Pod brokers are Deployments now, which Kubernetes heals and rolls"
@@ -145,8 +145,6 @@ func (p *pass) planObject(f string, ref objectRef) {
 		p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
 	}
 }
-
-func startedVerb(string) string { return Created }
 
 // replacedVerb is what Kubernetes does with a changed object: a Deployment rolls out its new
 // Pod (the old one gone first), a Service is updated in place.

@@ -8,7 +8,8 @@ import (
 
 // checkSafety refuses renders that would remove too much: more than maxDeletionPercent of the
 // broker objects, or all of them. Jobs retired to history are not deletions, and neither is a
-// bare broker Pod of an older render whose Deployment replaces it.
+// bare broker Pod of an older render whose Deployment replaces it, nor a broker moved off a lost
+// node.
 func (p *pass) checkSafety() string {
 	newIDs := p.outIndex()
 	removed := 0
