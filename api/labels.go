@@ -16,3 +16,11 @@ const (
 	AnnotationDeviceID     = "gitbroker.dev/device-id"
 	AnnotationRenderedFrom = "gitbroker.dev/rendered-from"
 )
+
+// LabelRollout marks a broker Deployment of a Configuration with a staged rollout, on the
+// Deployment only (never its Pod template, so turning staging on or off restarts nothing): the
+// recorder records the availability of the Deployments that carry it.
+const (
+	LabelRollout  = "gitbroker.dev/rollout"
+	RolloutStaged = "staged"
+)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"path"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ var configurationSettings = []*configurationSetting{{
 	field: "shards", annotations: []string{AnnotationShards}, def: strconv.Itoa(DefaultShards),
 	inSpec:  func(c *Configuration) bool { return c.Spec.Shards != nil },
 	resolve: intSetting(func(c *Configuration) *int32 { return c.Spec.Shards }, func(p *Policy) *int { return &p.Shards }, 1, 1000),
+}, {
+	field: "rollout.maxChanged", annotations: []string{AnnotationRolloutMaxChanged}, def: "all at once", broker: "Pod",
+	inSpec:  func(c *Configuration) bool { return c.Spec.Rollout != nil },
+	resolve: resolveRollout,
 }, {
 	field: "allowedDeviceProperties", annotations: []string{AnnotationAllowedDeviceProperties},
 	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedDeviceProperties != nil },
@@ -327,4 +332,51 @@ type Policy struct {
 	AllowedHostPaths []string `json:",omitempty"`
 	// Logs is the log capture the recorder applies to the Configuration's Jobs; nil is off.
 	Logs *LogPolicy `json:",omitempty"`
+	// RolloutMaxChanged stages changes of the broker Deployments: "3" or "30%"; "" changes
+	// them all at once.
+	RolloutMaxChanged string `json:",omitempty"`
+}
+
+// resolveRollout reads spec.rollout.maxChanged or its annotation: a whole number of brokers from
+// 1, or a percentage from 1% to 100%, for a Pod broker Configuration.
+func resolveRollout(r *policyReader, s *configurationSetting) {
+	var specVal string
+	if ro := r.c.Spec.Rollout; ro != nil {
+		if ro.MaxChanged == nil {
+			r.add("spec.rollout.maxChanged", "required: how many brokers (3) or which share of them (\"30%\") change per render")
+			return
+		}
+		specVal = ro.MaxChanged.String()
+	}
+	v := r.str(s, specVal)
+	if v == "" {
+		return
+	}
+	field := s.where(r.c)
+	if _, err := RolloutWave(v, 1); err != nil {
+		r.add(field, "%v", err)
+		return
+	}
+	if bs := r.c.Spec.BrokerSpec; bs == nil || bs.BrokerPodSpec == nil {
+		r.add(field, "a staged rollout needs spec.brokerSpec.brokerPodSpec; it stages changes of broker Deployments")
+		return
+	}
+	r.pol.RolloutMaxChanged = v
+}
+
+// RolloutWave is how many of total brokers may change in one render under maxChanged ("3" or
+// "30%"): a share is rounded down, and a wave is never empty while a broker is left to change.
+func RolloutWave(maxChanged string, total int) (int, error) {
+	if pct, ok := strings.CutSuffix(maxChanged, "%"); ok {
+		n, err := strconv.Atoi(pct)
+		if err != nil || n < 1 || n > 100 {
+			return 0, fmt.Errorf("expected a whole number of brokers from 1 or a percentage from 1%% to 100%%, got %q", maxChanged)
+		}
+		return max(1, total*n/100), nil
+	}
+	n, err := strconv.Atoi(maxChanged)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("expected a whole number of brokers from 1 or a percentage from 1%% to 100%%, got %q", maxChanged)
+	}
+	return n, nil
 }

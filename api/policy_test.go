@@ -21,6 +21,7 @@ func TestConfigurationSettingsTable(t *testing.T) {
 		"shards":                  {"3", "3"},
 		"allowedDeviceProperties": {"[LD_PRELOAD, HTTP_PROXY]", "LD_PRELOAD, HTTP_PROXY"},
 		"allowedHostPaths":        {"[/sys/class/gpio, /run/acme]", "/sys/class/gpio, /run/acme"},
+		"rollout.maxChanged":      {`"30%"`, "30%"},
 	}
 	docs, err := os.ReadFile("../docs/FORMATS.md")
 	require.NoError(t, err)
@@ -57,6 +58,36 @@ func TestConfigurationSettingsTable(t *testing.T) {
 		// On akri.sh/v0 the spec field is refused, naming the annotation to use.
 		_, errs = ParseConfigurations("c.yaml", []byte("apiVersion: "+AkriAPIVersion+"\n"+head+"spec:\n"+field+body), "default")
 		require.NotEmpty(t, errs, s.field)
+	}
+}
+
+// A staged rollout takes a whole number of brokers from 1 or a percentage from 1% to 100%, on a
+// Pod broker only, and names the field of a bad value; a share rounds down, to at least one.
+func TestRolloutMaxChanged(t *testing.T) {
+	parse := func(v, broker string) ErrorList {
+		_, errs := ParseConfigurations("c.yaml", []byte("apiVersion: "+AkriAPIVersion+"\nkind: Configuration\nmetadata:\n  name: c\n  annotations: {gitbroker.dev/rollout-max-changed: \""+v+
+			"\"}\nspec:\n  discoveryHandler: {name: debugEcho}\n  brokerSpec:\n    "+broker+"\n"), "default")
+		return errs
+	}
+	pod := "brokerPodSpec: {containers: [{name: b, image: busybox:1.36}]}"
+	for _, v := range []string{"1", "25", "1%", "100%"} {
+		require.Empty(t, parse(v, pod), v)
+	}
+	for _, v := range []string{"0", "-2", "0%", "101%", "x", "3.5", "%"} {
+		errs := parse(v, pod)
+		require.Len(t, errs, 1, v)
+		require.Contains(t, errs[0].Error(), "c.yaml:5: metadata.annotations.gitbroker.dev/rollout-max-changed: expected a whole number of brokers from 1 or a percentage from 1% to 100%", v)
+	}
+	errs := parse("3", "brokerJobSpec: {template: {spec: {restartPolicy: Never, containers: [{name: b, image: busybox:1.36}]}}}")
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0].Error(), "a staged rollout needs spec.brokerSpec.brokerPodSpec")
+	for _, c := range []struct {
+		v           string
+		total, want int
+	}{{"3", 10, 3}, {"30%", 10, 3}, {"5%", 10, 1}, {"100%", 7, 7}, {"50%", 5, 2}} {
+		got, err := RolloutWave(c.v, c.total)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "%s of %d", c.v, c.total)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // API versions and kinds gitbroker reads.
@@ -25,6 +26,11 @@ const (
 	AnnotationRunID        = "gitbroker.dev/run-id"
 	AnnotationAfter        = "gitbroker.dev/after"
 	AnnotationShards       = "gitbroker.dev/shards"
+	// AnnotationRolloutMaxChanged stages a change over a Pod broker Configuration's brokers: at
+	// most this many ("3") or this share ("30%") of them change per render, the next wave only
+	// once the recorder has recorded the last one Available (spec.rollout.maxChanged on
+	// gitbroker.dev/v1alpha1).
+	AnnotationRolloutMaxChanged = "gitbroker.dev/rollout-max-changed"
 
 	// AnnotationOfflineGracePeriod is how long the agent keeps a device in
 	// its inventory after it stopped being discovered (a Go duration such
@@ -113,6 +119,8 @@ type ConfigurationSpec struct {
 	JobPolicy *JobPolicy `json:"jobPolicy,omitempty"`
 	After     string     `json:"after,omitempty"`
 	Shards    *int32     `json:"shards,omitempty"`
+	// Rollout stages a change over the brokers of a Pod broker Configuration.
+	Rollout *RolloutPolicy `json:"rollout,omitempty"`
 	// AllowedDeviceProperties are the device properties that may become environment variables
 	// although api.RefusedDeviceProperty refuses them (an HTTP_PROXY a device reports, say).
 	AllowedDeviceProperties []string `json:"allowedDeviceProperties,omitempty"`
@@ -154,6 +162,13 @@ type DiscoveryPropertyKeySelector struct {
 type BrokerSpec struct {
 	BrokerPodSpec *corev1.PodSpec  `json:"brokerPodSpec,omitempty"`
 	BrokerJobSpec *batchv1.JobSpec `json:"brokerJobSpec,omitempty"`
+}
+
+// RolloutPolicy stages a change over many broker Deployments (docs/FORMATS.md, "Staged
+// rollouts").
+type RolloutPolicy struct {
+	// MaxChanged is how many brokers, or which share of them ("30%"), change in one render.
+	MaxChanged *intstr.IntOrString `json:"maxChanged,omitempty"`
 }
 
 // JobPolicy is gitbroker's lifecycle policy for Job brokers.

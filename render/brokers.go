@@ -73,6 +73,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.lost)
 		todo[i].broker = &pi
 	})
+	staged := p.stageRollout(cfg, list)
 	withBrokers := 0
 	for _, in := range list {
 		if _, frozen := p.frozenInstances[k+"/"+in.name]; frozen {
@@ -89,6 +90,10 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 		env := pre.env
 		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 		for j, n := range pre.nodes {
+			if why, held := staged[pre.paths[j]]; held {
+				p.keepBroker(cfg, in, n, pre.paths[j], m, why)
+				continue
+			}
 			ih := pre.hashes[j]
 			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih) })
 		}
@@ -136,7 +141,7 @@ func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 		if note != "" {
 			cp := p.plan.config(cfg.Namespace, cfg.Name, "")
 			cp.Notes = append(cp.Notes, note)
-			p.frozenNotes[k] = append(p.frozenNotes[k], note)
+			p.configNotes[k] = append(p.configNotes[k], note)
 		}
 	}
 	return withBrokers
@@ -181,7 +186,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
 		pi.hashes = append(pi.hashes, ih)
-		pi.keys = append(pi.keys, deploymentKey(ih, in.shared))
+		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != ""))
 		pi.paths = append(pi.paths, in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml")
 	}
 	if cfg.Spec.InstanceServiceSpec != nil {
@@ -192,12 +197,27 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 
 // deploymentKey is a broker Deployment's key in the memo of built objects. Whether its device is
 // shared names the Deployment; the digest in the inputs hash differs with it too, but the key
-// does not rely on that.
-func deploymentKey(inputsHash string, shared bool) string {
+// does not rely on that. Whether its rollout is staged labels the Deployment without changing
+// what it runs, so it is not in the inputs hash: turning staging on or off is not a change to
+// roll out in waves.
+func deploymentKey(inputsHash string, shared, staged bool) string {
+	key := "deployment/" + inputsHash
 	if shared {
-		return "deployment/" + inputsHash + "/shared"
+		key += "/shared"
 	}
-	return "deployment/" + inputsHash
+	if staged {
+		key += "/staged"
+	}
+	return key
+}
+
+// keepBroker keeps a broker Deployment of the previous render as it was, for why (a staged
+// rollout's later wave).
+func (p *pass) keepBroker(cfg *api.ParsedConfiguration, in *instance, node, f string, m objMeta, why string) {
+	name := brokerName(in.name, node, in.shared)
+	was, _ := p.prevID(objectKey{"deployment", cfg.Namespace, name})
+	p.put(f, p.prev[was], m)
+	p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Deployment", Name: name, Reason: why})
 }
 
 // pendingBuild is an object whose inputs are new to the Renderer's memo.

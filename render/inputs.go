@@ -24,7 +24,7 @@ type parsedRecordFile struct {
 
 // IsInput reports whether a path is an input of the renderer.
 func IsInput(p string) bool {
-	return p == "gitbroker.yaml" || isConfigurationPath(p) || isInventoryPath(p) || isRecordPath(p) || api.IsNodeLossPath(p)
+	return p == "gitbroker.yaml" || isConfigurationPath(p) || isInventoryPath(p) || isRecordPath(p) || api.IsNodeLossPath(p) || api.IsRolloutPath(p)
 }
 
 func isConfigurationPath(p string) bool { return api.IsConfigurationPath(p) }

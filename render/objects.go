@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/json"
+	"maps"
 	"sort"
 	"strings"
 
@@ -201,6 +202,10 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 	pin(ps, []string{node})
 	labels := in.labels()
 	labels[api.LabelTargetNode] = node
+	own := maps.Clone(labels)
+	if in.cfg.Policy.RolloutMaxChanged != "" {
+		own[api.LabelRollout] = api.RolloutStaged
+	}
 	replicas, history := int32(1), int32(brokerRevisionHistory)
 	return yamlcodec.Marshal(manifest{
 		APIVersion: "apps/v1",
@@ -208,7 +213,7 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 		Metadata: metav1.ObjectMeta{
 			Name:        brokerName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
-			Labels:      labels,
+			Labels:      own,
 			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID},
 		},
 		Spec: &appsv1.DeploymentSpec{

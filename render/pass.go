@@ -11,7 +11,7 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
 		scoping:       scoping{onLast: in.onLast},
 		objectIndexes: objectIndexes{filesSorted: in.inputs},
-		output:        output{layoutWarns: map[string][]string{}, frozenNotes: map[string][]string{}}}
+		output:        output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}}}
 	p.scoped = scoped && p.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoped {
@@ -24,7 +24,7 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 }
 
 // pass is the state of one render. Its stages run in order (run), each from what the stages
-// before it made: load (load.go, records.go) makes the loaded inputs; instances (instances.go)
+// before it made: load (load.go, records.go, lost.go, rollout.go) makes the loaded inputs; instances (instances.go)
 // the placement of devices into instances; brokers (brokers.go), jobs (jobs.go), history, layout
 // (layout.go, flux.go) and metadata (metadata.go) the output; safety (safety.go) judges it and
 // changes (changes.go) plans it. Each stage's data is a struct of its own below, embedded so the
@@ -64,6 +64,10 @@ type loaded struct {
 	byDevice    map[string][]*api.JobRecord
 	// lost are the nodes the recorder found lost (status/nodes/), by name.
 	lost map[string]*api.NodeLoss
+	// rollouts are the recorder's RolloutRecords (status/rollouts/), by namespace/deployment.
+	rollouts map[string]*api.RolloutRecord
+	// rolling are the Configurations in the middle of a staged rollout, by namespace/name.
+	rolling map[string]bool
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
 	ignoredRecords []Problem
 	// refused are this pass's checks of device properties, by inventory (kept for the next).
@@ -95,9 +99,10 @@ type output struct {
 	digest string
 	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
 	layoutWarns map[string][]string
-	// frozenNotes are the plan's notes about instances kept for nodes with an invalid
-	// inventory, by Configuration: a scoped pass carries the others' over.
-	frozenNotes map[string][]string
+	// configNotes are the plan's notes about a Configuration (instances kept for nodes with an
+	// invalid inventory, a staged rollout), by Configuration: a scoped pass carries the others'
+	// over.
+	configNotes map[string][]string
 }
 
 // objectIndexes are the sorted paths and the indexes of objects of prev and out (index.go).
@@ -158,6 +163,7 @@ func (p *pass) run() *Result {
 	p.loadInventories()
 	p.loadRecords()
 	p.loadNodeLosses()
+	p.loadRollouts()
 	p.buildInstances()
 	if p.scoped {
 		p.scope = p.scopeFor()

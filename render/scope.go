@@ -51,11 +51,15 @@ type lastScope struct {
 	settings         []byte
 	renderedJobsOnly bool
 	// lost are the lost nodes: a change to them moves brokers in any Configuration.
-	lost    map[string]*api.NodeLoss
-	configs map[string]*api.ParsedConfiguration
-	sets    map[string]*instanceSet
-	records map[string]*api.JobRecord
-	slices  map[string]*configSlice
+	lost map[string]*api.NodeLoss
+	// rollouts are the RolloutRecords: a change reaches the Configuration of its Deployment;
+	// rolling the Configurations in a staged rollout, which the next pass renders again.
+	rollouts map[string]*api.RolloutRecord
+	rolling  map[string]bool
+	configs  map[string]*api.ParsedConfiguration
+	sets     map[string]*instanceSet
+	records  map[string]*api.JobRecord
+	slices   map[string]*configSlice
 	// history are the history/ files of the output, sorted.
 	history []string
 	// standing are the plan's standing entries and brokers, by Configuration.
@@ -169,6 +173,7 @@ func (p *pass) scopeFor() map[string]bool {
 		}
 		return true
 	}
+	p.rolloutsReach(scope, last.rollouts, idx)
 	for id, rec := range p.records {
 		if old := last.records[id]; old != rec && !changed(id, rec) {
 			return nil
@@ -306,7 +311,7 @@ func (p *pass) carryPlans(last *lastScope) {
 			ns, name, _ := strings.Cut(k, "/")
 			cp := p.plan.config(ns, name, "")
 			cp.Notes = append(cp.Notes, notes...)
-			p.frozenNotes[k] = notes
+			p.configNotes[k] = notes
 		}
 	}
 	for k, warns := range last.layoutWarns {
@@ -344,6 +349,8 @@ func (p *pass) lastScope() *lastScope {
 		settings:         p.req.Files[api.SettingsPath],
 		renderedJobsOnly: p.req.RenderedJobsOnly,
 		lost:             p.lost,
+		rollouts:         p.rollouts,
+		rolling:          p.rolling,
 		configs:          p.configs,
 		sets:             p.sets,
 		records:          p.records,
@@ -351,7 +358,7 @@ func (p *pass) lastScope() *lastScope {
 		brokers:          map[string]string{},
 		layoutWarns:      p.layoutWarns,
 		frozen:           p.frozenNodes,
-		notes:            p.frozenNotes,
+		notes:            p.configNotes,
 	}
 }
 

@@ -1,0 +1,113 @@
+package render_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/render"
+)
+
+// stagedConfig is podConfig with a staged rollout of at most maxChanged brokers per wave.
+func stagedConfig(maxChanged, image string) string {
+	c := strings.Replace(podConfig, "  name: cam\n", "  name: cam\n  annotations:\n    gitbroker.dev/rollout-max-changed: \""+maxChanged+"\"\n", 1)
+	return strings.Replace(c, "onvif-video-broker:latest", "onvif-video-broker:"+image, 1)
+}
+
+func rolloutRecord(name, hash string, available bool) string {
+	return fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\nmetadata:\n  name: %s\n  namespace: default\nspec:\n  inputsHash: %s\n  available: %v\n", name, hash, available)
+}
+
+// brokersAt says which broker Deployments of cam run image, and records every broker as the
+// recorder would once its rollout is done: Available with the inputs it was rendered with.
+func brokersAt(t *testing.T, tree render.Tree, image string, record bool) []string {
+	t.Helper()
+	var at []string
+	for _, f := range filesUnder(tree, "rendered/default/cam/", "/deployment-") {
+		d := string(tree[f])
+		name := strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/"):], "/deployment-"), ".yaml")
+		if strings.Contains(d, "onvif-video-broker:"+image+"\n") {
+			at = append(at, name)
+		}
+		require.Contains(t, d, "gitbroker.dev/rollout: staged")
+		if record {
+			hash := d[strings.Index(d, "gitbroker.dev/inputs-hash: ")+len("gitbroker.dev/inputs-hash: "):]
+			tree["status/rollouts/default/"+name+".yaml"] = []byte(rolloutRecord(name, hash[:strings.IndexByte(hash, '\n')], true))
+		}
+	}
+	return at
+}
+
+// A change of a Configuration with a staged rollout of 3 over 10 brokers rolls out in 4 waves
+// of 3, 3, 3 and 1, each once the recorder has recorded the one before Available; no wave
+// starts while a changed broker is not, and one that was not Available before goes first. A
+// kept Renderer, whose re-renders are scoped, waves the same.
+func TestStagedRolloutWaves(t *testing.T) {
+	for _, kept := range []bool{false, true} {
+		r := render.New()
+		run := func(tree render.Tree) *render.Result {
+			t.Helper()
+			res := render.Render(render.Request{Files: tree})
+			if kept {
+				res = r.Render(render.Request{Files: tree})
+			}
+			require.Empty(t, res.Errors)
+			require.Nil(t, res.Refused)
+			return res
+		}
+		var devices []string
+		for i := range 10 {
+			devices = append(devices, fmt.Sprintf("d%d", i))
+		}
+		tree := repo(map[string]string{
+			"configurations/cam.yaml": stagedConfig("3", "v1"),
+			"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", devices...)),
+		})
+		tree = apply(tree, run(tree))
+		require.Len(t, brokersAt(t, tree, "v1", true), 10, "created at once: nothing to roll from")
+		// One broker is not Available before the change: it goes in the first wave.
+		sick := brokersAt(t, tree, "v1", false)[7]
+		rec := string(tree["status/rollouts/default/"+sick+".yaml"])
+		tree["status/rollouts/default/"+sick+".yaml"] = []byte(strings.Replace(rec, "available: true", "available: false\n  message: ImagePullBackOff", 1))
+		run(tree) // a kept Renderer's last pass, to scope the next from
+
+		tree["configurations/cam.yaml"] = []byte(stagedConfig("3", "v2"))
+		var waves []int
+		for wave := 1; wave <= 6; wave++ {
+			res := run(tree)
+			text := planText(res.Plan)
+			tree = apply(tree, res)
+			n := len(brokersAt(t, tree, "v2", false))
+			if wave == 1 {
+				require.Contains(t, brokersAt(t, tree, "v2", false), sick, "a broker that was not Available goes first")
+				require.Contains(t, text, "staged rollout: 3 of 10 changed brokers roll out in this wave, 7 wait for the next ones")
+				require.Contains(t, text, "held: staged rollout (at most 3 of 10 brokers per wave): in a later wave")
+			}
+			// Not recorded yet: the next render changes nothing more and says what it waits for.
+			if n < 10 {
+				again := run(tree)
+				require.Equal(t, tree, apply(tree, again), "wave %d: no wave before the last is recorded Available", wave)
+				require.Contains(t, planText(again.Plan), "the next wave starts once Deployments ")
+				require.Contains(t, planText(again.Plan), "are recorded Available with the new spec")
+			}
+			if len(waves) == 0 || n != waves[len(waves)-1] {
+				waves = append(waves, n)
+			}
+			brokersAt(t, tree, "v2", true)
+			if n == 10 {
+				break
+			}
+		}
+		require.Equal(t, []int{3, 6, 9, 10}, waves, "kept=%v", kept)
+
+		// Turning staging off changes no broker's Pods: the label goes from the Deployments only.
+		tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "onvif-video-broker:latest", "onvif-video-broker:v2", 1))
+		res := run(tree)
+		require.Contains(t, planText(res.Plan), "10 Deployments rolled out")
+		for _, f := range res.Diff {
+			require.NotContains(t, string(res.Files[f]), "gitbroker.dev/rollout")
+		}
+	}
+}
