@@ -159,12 +159,7 @@ func marshalNodeLoss(name string, st nodeState) ([]byte, error) {
 func (r *Recorder) watchNodes(ctx context.Context) (func() bool, error) {
 	factory := informers.NewSharedInformerFactory(r.opts.Client, 0)
 	inf := factory.Core().V1().Nodes().Informer()
-	wake := func() {
-		select {
-		case r.nodeWake <- struct{}{}:
-		default:
-		}
-	}
+	wake := func() { wakeUp(r.nodeWake) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.observeNode(obj); wake() },
 		UpdateFunc: func(_, obj any) { r.observeNode(obj); wake() },
@@ -259,21 +254,28 @@ func nodesMessage(lost, found []string) string {
 	return b.String()
 }
 
-// runNodes writes node losses until ctx ends: once the informer has listed every node, then on
-// every node event and when a node's grace runs out. A recorder without the right to watch
-// nodes logs it and goes on recording Jobs.
-func (r *Recorder) runNodes(ctx context.Context, synced func() bool) {
+// wakeUp tells a status loop there is something to write, without waiting.
+func wakeUp(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// runStatus writes one part of status/ (node losses, rollouts) until ctx ends: once its informers
+// have listed everything, then whenever wake says something changed and when flush asks for it.
+// A recorder without the right to watch what that part needs logs it and goes on recording Jobs.
+func (r *Recorder) runStatus(ctx context.Context, what string, synced func() bool, wake chan struct{}, flush func(context.Context) (time.Time, error)) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return
 	}
-	r.opts.Log.Info("watching nodes for loss", "grace", r.opts.NodeLossGrace)
 	for {
-		next, err := r.FlushNodes(ctx)
+		next, err := flush(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			r.opts.Log.Error(err, "writing node losses failed; will retry")
+			r.opts.Log.Error(err, "writing "+what+" failed; will retry")
 			if !sleep(ctx, r.opts.Retry) {
 				return
 			}
@@ -288,7 +290,7 @@ func (r *Recorder) runNodes(ctx context.Context, synced func() bool) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-r.nodeWake:
+		case <-wake:
 		case <-due:
 		}
 		if t != nil {

@@ -13,6 +13,14 @@
 // so a restart neither duplicates nor loses a record. The recorder needs
 // get, list and watch on jobs, and list on pods and get on pods/log in the
 // broker namespaces.
+//
+// It also keeps two parts of status/ that say what the cluster is doing:
+// status/nodes/ (nodes.go), the nodes NotReady or gone for longer than a
+// grace, from which the renderer moves shared devices' brokers, and
+// status/rollouts/ (rollouts.go), whether each broker Deployment of a
+// Configuration with a staged rollout runs its current spec Available, from
+// which the renderer starts the next wave. For those it needs get, list and
+// watch on nodes and on deployments.
 package recorder
 
 import (
@@ -100,9 +108,11 @@ type Recorder struct {
 
 	// writing serialises the writes to the Store: Job records and node losses are written
 	// from two loops.
-	writing  sync.Mutex
-	nodes    *nodes
-	nodeWake chan struct{}
+	writing     sync.Mutex
+	nodes       *nodes
+	nodeWake    chan struct{}
+	rollouts    *rollouts
+	rolloutWake chan struct{}
 }
 
 // pending is a finished Job's record waiting to be written.
@@ -157,7 +167,8 @@ func New(opts Options) (*Recorder, error) {
 		opts.NodeLossGrace = DefaultNodeLossGrace
 	}
 	return &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1),
-		nodes: newNodes(opts.NodeLossGrace, opts.Now), nodeWake: make(chan struct{}, 1)}, nil
+		nodes: newNodes(opts.NodeLossGrace, opts.Now), nodeWake: make(chan struct{}, 1),
+		rollouts: &rollouts{namespaces: opts.Namespaces, seen: map[string][]byte{}}, rolloutWake: make(chan struct{}, 1)}, nil
 }
 
 // Ready reports whether the informer has synced and everything it found
@@ -193,20 +204,21 @@ func (r *Recorder) Run(ctx context.Context) error {
 		defer factory.Shutdown()
 		synced = append(synced, inf.HasSynced)
 	}
-	nodesDone := make(chan struct{})
+	var loops sync.WaitGroup
+	defer loops.Wait()
 	if r.opts.NodeLossGrace > 0 {
 		nodesSynced, err := r.watchNodes(ctx)
 		if err != nil {
 			return err
 		}
-		go func() {
-			defer close(nodesDone)
-			r.runNodes(ctx, nodesSynced)
-		}()
-	} else {
-		close(nodesDone)
+		r.opts.Log.Info("watching nodes for loss", "grace", r.opts.NodeLossGrace)
+		loops.Go(func() { r.runStatus(ctx, "node losses", nodesSynced, r.nodeWake, r.FlushNodes) })
 	}
-	defer func() { <-nodesDone }()
+	rolloutsSynced, err := r.watchRollouts(ctx, namespaces)
+	if err != nil {
+		return err
+	}
+	loops.Go(func() { r.runStatus(ctx, "rollouts", rolloutsSynced, r.rolloutWake, r.FlushRollouts) })
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}

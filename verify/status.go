@@ -11,7 +11,7 @@ import (
 	"github.com/gitbroker/gitbroker/trust"
 )
 
-// status takes the JobRecords and NodeLoss records from the recorder's ref.
+// status takes the JobRecords, NodeLoss and RolloutRecords from the recorder's ref.
 func (w *writers) status(ctx context.Context, snap gitsync.Snapshot, oversized error) error {
 	s, m, meta, prev, now, in := w.s, w.trust, w.meta, w.prev, w.now, w.in
 	keep := func() {
@@ -44,11 +44,11 @@ func (w *writers) status(ctx context.Context, snap gitsync.Snapshot, oversized e
 	}
 	if len(other) > 0 && why == "" {
 		slices.Sort(other)
-		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only files under status/jobs/ and status/nodes/", other[0])
+		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only files under status/jobs/, status/nodes/ and status/rollouts/", other[0])
 	}
 	for _, p := range paths {
-		if !strings.HasPrefix(p, "status/jobs/") && !api.IsNodeLossPath(p) && why == "" {
-			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/ and status/nodes/<node>.yaml", p)
+		if !strings.HasPrefix(p, "status/jobs/") && !api.IsNodeLossPath(p) && !api.IsRolloutPath(p) && why == "" {
+			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml", p)
 		}
 	}
 	var files map[string][]byte

@@ -249,7 +249,15 @@ func attacks() []attack {
 			attack: func(f *fixture) {
 				f.write("recorder", verify.StatusBranch, "inventory/edge-a.yaml", inventory("edge-a", "x"))
 			}},
-		{name: "a folder under status/nodes/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/ and status/nodes/<node>.yaml",
+		{name: "a rollout record written with a node's key, to start the next wave early", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "not by recorder",
+			attack: func(f *fixture) {
+				f.write("node:edge-a", verify.StatusBranch, api.RolloutPath("default", "cam-1"), "apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\n")
+			}},
+		{name: "a folder under status/rollouts/<namespace>/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml",
+			attack: func(f *fixture) {
+				f.write("recorder", verify.StatusBranch, "status/rollouts/default/cam/x.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\n")
+			}},
+		{name: "a folder under status/nodes/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/, status/nodes/<node>.yaml",
 			attack: func(f *fixture) {
 				f.write("recorder", verify.StatusBranch, "status/nodes/edge-a/x.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\n")
 			}},

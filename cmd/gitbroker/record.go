@@ -134,8 +134,12 @@ deleted for longer than --node-loss-grace gets status/nodes/<node>.yaml, removed
 Ready again, and the renderer moves the brokers of the shared devices it saw to other nodes that
 report them.
 
-It needs get, list and watch on jobs (batch) and nodes, and list on pods and get on pods/log in the
-broker namespaces. It serves /healthz and /readyz
+And it records rollouts: for every broker Deployment labelled gitbroker.dev/rollout: staged (a
+Configuration with spec.rollout), status/rollouts/<namespace>/<deployment>.yaml says whether what
+it runs now is Available, from which the renderer starts a staged rollout's next wave.
+
+It needs get, list and watch on jobs (batch), deployments (apps) and nodes, and list on pods and
+get on pods/log in the broker namespaces. It serves /healthz and /readyz
 (--health-addr) and Prometheus metrics (--metrics-addr), and stops on SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRecord(cmd, o) },
