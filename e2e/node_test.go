@@ -157,8 +157,9 @@ func deviceNode(t *testing.T, n *Node, sysRoot, name string) {
 // unprivileged broker opens its device node, the node enforces a device's capacity across the
 // instance's and the Configuration's resources, a user's Deployment gets a device through
 // akri.sh/<configuration>, an Akri-style handler container (root, 0755 socket) registers and
-// its device reaches a broker, and a broker deleted, evicted or changed comes back by its
-// Deployment alone (brokersHeal).
+// its device reaches a broker, a broker deleted, evicted or changed comes back by its
+// Deployment alone (brokersHeal), and a change of ten brokers rolls out in waves of three
+// (stagedRollout).
 func TestRealNodeDevices(t *testing.T) {
 	n := startRealNode(t)
 	ctx := context.Background()
@@ -223,6 +224,7 @@ func TestRealNodeDevices(t *testing.T) {
 	require.NotContains(t, string(history), plcPassword)
 
 	brokersHeal(t, n, srv, "plc", "/dev/gitbroker-e2e-plc", plc)
+	stagedRollout(t, n, srv, sysRoot)
 
 	extra := sharedCapacity(t, n, camInstance)
 
