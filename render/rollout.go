@@ -25,6 +25,8 @@ func (p *pass) loadRollouts() {
 		r, errs := api.ParseRolloutFile(f, p.req.Files[f])
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
+			ns, name, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(f, api.RolloutDir+"/"), ".yaml"), "/")
+			p.rollouts[ns+"/"+name] = &api.RolloutRecord{Spec: api.RolloutRecordSpec{Message: "its record " + f + " is invalid"}}
 			continue
 		}
 		p.rollouts[r.Namespace+"/"+r.Name] = r.RolloutRecord

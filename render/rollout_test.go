@@ -111,3 +111,27 @@ func TestStagedRolloutWaves(t *testing.T) {
 		}
 	}
 }
+
+// A RolloutRecord the renderer cannot read is an error naming its file, line and field, and its
+// Deployment counts as not Available: no wave starts on it.
+func TestInvalidRolloutRecordStartsNoWave(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": stagedConfig("1", "v1"),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0", "d1")),
+	})
+	tree = apply(tree, renderOK(t, tree))
+	names := brokersAt(t, tree, "v1", true)
+	require.Len(t, names, 2)
+	tree["configurations/cam.yaml"] = []byte(stagedConfig("1", "v2"))
+	tree = apply(tree, renderOK(t, tree))
+	first := brokersAt(t, tree, "v2", false)
+	require.Len(t, first, 1, "a wave of one")
+	brokersAt(t, tree, "v2", true)
+	f := "status/rollouts/default/" + first[0] + ".yaml"
+	tree[f] = []byte(strings.Replace(string(tree[f]), "available: true", "available: yes please", 1))
+	res := render.Render(render.Request{Files: tree})
+	require.Len(t, res.Errors, 1)
+	require.Contains(t, res.Errors[0].Error(), f+":8: spec.available")
+	require.Empty(t, res.Diff, "the next wave waits for a record it can read")
+	require.Contains(t, planText(res.Plan), "Deployment "+first[0]+" (its record "+f+" is invalid) is recorded Available")
+}
