@@ -114,7 +114,19 @@ func StartNode(ctx context.Context, c *Cluster, bin, name string, tars []string)
 // RestartKubelet stops kubelet and starts it again, as an upgrade or a crash does; containers
 // keep running. kubelet removes every device plugin's socket when it starts.
 func (n *Node) RestartKubelet(ctx context.Context) error {
+	n.StopKubelet()
+	return n.StartKubelet(ctx)
+}
+
+// StopKubelet stops kubelet, as a crash or a lost network does: containers keep running, and
+// the node stops posting its status, so the node controller marks it NotReady once its monitor
+// grace has passed.
+func (n *Node) StopKubelet() {
 	n.kubelet.Stop(20 * time.Second)
+}
+
+// StartKubelet starts the stopped kubelet again and waits for the node to be Ready.
+func (n *Node) StartKubelet(ctx context.Context) error {
 	n.restarts++
 	var err error
 	if n.kubelet, err = startProcess(n.cluster.LogDir, fmt.Sprintf("node-%s-kubelet-%d", n.Name, n.restarts), "nsenter", n.kubeletArgs, nil); err != nil {

@@ -64,9 +64,6 @@ spec:
 func stagedRollout(t *testing.T, n *Node, srv *gitsynctest.Server, sysRoot string) {
 	t.Helper()
 	ctx := context.Background()
-	startGitbroker(t, "recorder-devices", "recorder started", "record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig,
-		"--namespace", deviceNamespace, "--batch", "200ms", "--node-loss-grace", "0",
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	const brokers = 10
 	for i := range brokers {
 		deviceNode(t, n, sysRoot, fmt.Sprintf("gitbroker-e2e-w%d", i))
