@@ -240,7 +240,7 @@ func TestArgoCD(t *testing.T) {
 	}
 
 	var firstJob batchv1.Job
-	t.Run("broker Pods, Services and a Job, in a namespace Argo CD creates", func(t *testing.T) {
+	t.Run("broker Deployments and their Pods, Services and a Job, in a namespace Argo CD creates", func(t *testing.T) {
 		synced(t, "cam", "Healthy")
 		require.Len(t, pods("cam"), 2)
 		for _, dev := range []string{"cam-1", "cam-2"} {
@@ -291,8 +291,18 @@ func TestArgoCD(t *testing.T) {
 		}
 	})
 
-	t.Run("a changed Pod broker re-creates its Pods", func(t *testing.T) {
-		before := pods("cam")
+	deployments := func() map[string]types.UID {
+		list, err := cluster.Client.AppsV1().Deployments(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: "akri.sh/configuration=cam"})
+		require.NoError(t, err)
+		out := map[string]types.UID{}
+		for _, d := range list.Items {
+			out[d.Name] = d.UID
+		}
+		return out
+	}
+	t.Run("a changed Pod broker's Deployments are updated in place and roll out new Pods", func(t *testing.T) {
+		before, kept := pods("cam"), deployments()
+		require.Len(t, kept, 2)
 		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"1080p"`, 1)}, nil, "cam: 1080p")
 		render()
 		synced(t, "cam", "Healthy")
@@ -310,6 +320,7 @@ func TestArgoCD(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "1080p", envOf(p.Spec.Containers[0], "RESOLUTION"))
 		}
+		require.Equal(t, kept, deployments(), "the same Deployments, updated in place: no Replace, no force")
 	})
 
 	t.Run("an invalid Configuration changes nothing", func(t *testing.T) {
@@ -323,7 +334,7 @@ func TestArgoCD(t *testing.T) {
 		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"1080p"`, 1)}, nil, "cam: fixed")
 	})
 
-	t.Run("vanished devices' Pods and Services are pruned, with their Application", func(t *testing.T) {
+	t.Run("vanished devices' Deployments, Pods and Services are pruned, with their Application", func(t *testing.T) {
 		// Every device on the node goes (Akri's debugEcho OFFLINE): cam's folder goes, so the
 		// ApplicationSet deletes its Application, whose finalizer deletes what it synced. The
 		// Jobs, which carry Delete=false, stay.
@@ -334,8 +345,8 @@ func TestArgoCD(t *testing.T) {
 		eventually(t, 2*time.Minute, "cam's Pods, Services and Application gone", func() (bool, string) {
 			svcs, err := cluster.Client.CoreV1().Services(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: "akri.sh/configuration=cam"})
 			require.NoError(t, err)
-			return len(pods("cam")) == 0 && len(svcs.Items) == 0 && app("cam") == nil,
-				fmt.Sprintf("%d Pods, %d Services, Application %v", len(pods("cam")), len(svcs.Items), app("cam") != nil)
+			return len(deployments()) == 0 && len(pods("cam")) == 0 && len(svcs.Items) == 0 && app("cam") == nil,
+				fmt.Sprintf("%d Deployments, %d Pods, %d Services, Application %v", len(deployments()), len(pods("cam")), len(svcs.Items), app("cam") != nil)
 		})
 		require.Len(t, jobs(), 2, "finished Jobs stay")
 
