@@ -202,8 +202,9 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 	pin(ps, []string{node})
 	labels := in.labels()
 	labels[api.LabelTargetNode] = node
-	own := maps.Clone(labels)
+	own := labels // the Deployment's; the template's never carry the rollout label
 	if in.cfg.Policy.RolloutMaxChanged != "" {
+		own = maps.Clone(labels)
 		own[api.LabelRollout] = api.RolloutStaged
 	}
 	replicas, history := int32(1), int32(brokerRevisionHistory)
