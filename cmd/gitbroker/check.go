@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// checkReport is check's -o json output.
+// checkReport is check's -o json and -o yaml output.
 type checkReport struct {
 	// Matches is true when rendered/ and history/ are what their inputs render to.
 	Matches bool `json:"matches"`
@@ -38,8 +38,9 @@ branch (gitbroker/rendered), which carries the inputs it was rendered from: the 
 branch nobody but the renderer should write.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != formatText && format != formatJSON {
-				return exitf(exitInvalid, "--%s must be %s or %s, got %q", flagOutput, formatText, formatJSON, format)
+			data := format == formatJSON || format == formatYAML
+			if format != formatText && !data {
+				return exitf(exitInvalid, "--%s must be %s, %s or %s, got %q", flagOutput, formatText, formatJSON, formatYAML, format)
 			}
 			renderIt := o.render
 			if ro.remote.Git.URL != "" {
@@ -62,13 +63,13 @@ branch nobody but the renderer should write.`,
 			}
 			report := checkReport{Files: []checkedFile{}}
 			if len(res.Errors) > 0 {
-				if format == formatJSON {
+				if data {
 					report.Errors = res.Plan.Errors
-					if err := writeData(cmd.OutOrStdout(), report, formatJSON); err != nil {
+					if err := writeData(cmd.OutOrStdout(), report, format); err != nil {
 						return err
 					}
 				}
-				return inputErrors(cmd, res, format == formatJSON)
+				return inputErrors(cmd, res, data)
 			}
 			// A refused render (or one holding nodes) still tells what a render would write:
 			// compare with that.
@@ -93,8 +94,8 @@ branch nobody but the renderer should write.`,
 				report.Files = append(report.Files, checkedFile{Path: p, State: state})
 			}
 			report.Matches = len(diff) == 0
-			if format == formatJSON {
-				if err := writeData(cmd.OutOrStdout(), report, formatJSON); err != nil {
+			if data {
+				if err := writeData(cmd.OutOrStdout(), report, format); err != nil {
 					return err
 				}
 			} else if report.Matches {
@@ -112,6 +113,6 @@ branch nobody but the renderer should write.`,
 	}
 	o.BindFlags(cmd)
 	ro.BindFlags(cmd, false)
-	cmd.Flags().StringVarP(&format, flagOutput, "o", formatText, "output format: text or json")
+	cmd.Flags().StringVarP(&format, flagOutput, "o", formatText, "output format: text, json or yaml")
 	return cmd
 }

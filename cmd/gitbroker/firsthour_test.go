@@ -4,11 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 // check, plan and render refuse a folder that is not a gitbroker repository, so a CI job run
@@ -95,6 +97,19 @@ func TestVersion(t *testing.T) {
 	code, stdout, _ = gitbroker(t, "--version")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "gitbroker version ")
+	for _, f := range []string{"json", "yaml"} {
+		code, stdout, _ = gitbroker(t, "version", "-o", f)
+		require.Equal(t, exitOK, code, f)
+		var info map[string]string
+		require.NoError(t, yaml.Unmarshal([]byte(stdout), &info), f)
+		require.Regexp(t, `^go1\.`, info["goVersion"], f)
+		require.Equal(t, runtime.GOOS+"/"+runtime.GOARCH, info["platform"], f)
+		require.NotEmpty(t, info["version"], f)
+		require.NotEmpty(t, info["commit"], f)
+	}
+	code, _, stderr := gitbroker(t, "version", "-o", "xml")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--output must be text, json or yaml")
 
 	// make build stamps both.
 	bin := filepath.Join(t.TempDir(), "gitbroker")

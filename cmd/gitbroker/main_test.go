@@ -269,6 +269,11 @@ func TestPlanFormats(t *testing.T) {
 	require.False(t, report.Matches)
 	require.NotEmpty(t, report.Files)
 	require.Equal(t, "missing", report.Files[0].State)
+	code, stdout, _ = gitbroker(t, "check", "--dir", dir, "-o", "yaml")
+	require.Equal(t, exitRefused, code)
+	var fromYAMLReport checkReport
+	require.NoError(t, yaml.UnmarshalStrict([]byte(stdout), &fromYAMLReport))
+	require.Equal(t, report, fromYAMLReport)
 	code, _, _ = gitbroker(t, "render", "--dir", dir)
 	require.Equal(t, exitOK, code)
 	code, stdout, _ = gitbroker(t, "check", "--dir", dir, "-o", "json")

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 )
 
 // version and commit are set at build time (make build: -ldflags "-X
@@ -49,16 +51,46 @@ func BuildVersion() (v, c string) {
 	return v, c
 }
 
+// versionInfo is version's -o json and -o yaml output.
+type versionInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
 // VersionCommand is `version` for each of the binaries.
 func VersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var format string
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print gitbroker's version, the commit it was built from, and its Go version and platform",
-		Args:  cobra.NoArgs,
+		Example: `  gitbroker version
+  gitbroker version -o json     # {"version": ..., "commit": ..., "goVersion": ..., "platform": ...}`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, commit := BuildVersion()
-			fmt.Fprintf(cmd.OutOrStdout(), "gitbroker %s\ncommit %s\n%s %s/%s\n", v, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return nil
+			info := versionInfo{Version: v, Commit: commit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+			switch format {
+			case "text":
+				fmt.Fprintf(cmd.OutOrStdout(), "gitbroker %s\ncommit %s\n%s %s\n", info.Version, info.Commit, info.GoVersion, info.Platform)
+				return nil
+			case "json", "yaml":
+				b, err := json.MarshalIndent(info, "", "  ")
+				if err == nil && format == "yaml" {
+					b, err = yaml.JSONToYAML(b)
+				} else {
+					b = append(b, '\n')
+				}
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(b)
+				return err
+			}
+			return Exitf(ExitInvalid, "--output must be text, json or yaml, got %q", format)
 		},
 	}
+	cmd.Flags().StringVarP(&format, "output", "o", "text", "output format: text, json or yaml")
+	return cmd
 }
