@@ -521,3 +521,28 @@ func joinKeys(toks []pathToken) string {
 	}
 	return strings.Join(keys, ".")
 }
+
+// decodeOne decodes file, which must hold exactly one document of kind in gitbroker's
+// apiVersion, strictly into out: the prelude of the recorder's status records.
+func decodeOne(file string, data []byte, kind string, out any) (*Document, ErrorList) {
+	docs, err := SplitDocuments(file, data)
+	if err != nil {
+		return nil, ErrorList{err.(*FieldError)}
+	}
+	if len(docs) != 1 {
+		return nil, ErrorList{{File: file, Message: fmt.Sprintf("expected exactly one %s document, found %d", kind, len(docs))}}
+	}
+	d := docs[0]
+	apiVersion, got := d.TypeMeta()
+	if got != kind {
+		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", kind, got)}
+	}
+	if apiVersion != APIVersion {
+		return nil, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
+	}
+	if errs := d.DecodeStrict(out); len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return d, nil
+}

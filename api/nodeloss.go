@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -62,27 +61,11 @@ type ParsedNodeLoss struct {
 // ParseNodeLossFile decodes and validates status/nodes/<node>.yaml: one NodeLoss of a valid node
 // name, the one its file names, with a time, a known reason and a bounded message.
 func ParseNodeLossFile(file string, data []byte) (*ParsedNodeLoss, ErrorList) {
-	docs, err := SplitDocuments(file, data)
-	if err != nil {
-		return nil, ErrorList{err.(*FieldError)}
-	}
-	if len(docs) != 1 {
-		return nil, ErrorList{{File: file, Message: fmt.Sprintf("expected exactly one NodeLoss document, found %d", len(docs))}}
-	}
-	d := docs[0]
-	apiVersion, kind := d.TypeMeta()
-	if kind != KindNodeLoss {
-		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindNodeLoss, kind)}
-	}
-	if apiVersion != APIVersion {
-		return nil, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
-	}
 	var n NodeLoss
-	if errs := d.DecodeStrict(&n); len(errs) > 0 {
-		errs.Sort()
+	d, errs := decodeOne(file, data, KindNodeLoss, &n)
+	if len(errs) > 0 {
 		return nil, errs
 	}
-	var errs ErrorList
 	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
 	switch {
 	case n.Name == "":

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -65,27 +64,11 @@ type ParsedRolloutRecord struct {
 // ParseRolloutFile decodes and validates status/rollouts/<namespace>/<name>.yaml: one
 // RolloutRecord naming the Deployment its path names, with an inputs hash and a bounded message.
 func ParseRolloutFile(file string, data []byte) (*ParsedRolloutRecord, ErrorList) {
-	docs, err := SplitDocuments(file, data)
-	if err != nil {
-		return nil, ErrorList{err.(*FieldError)}
-	}
-	if len(docs) != 1 {
-		return nil, ErrorList{{File: file, Message: fmt.Sprintf("expected exactly one RolloutRecord document, found %d", len(docs))}}
-	}
-	d := docs[0]
-	apiVersion, kind := d.TypeMeta()
-	if kind != KindRolloutRecord {
-		return nil, ErrorList{d.Errorf("kind", "expected kind %q, got %q", KindRolloutRecord, kind)}
-	}
-	if apiVersion != APIVersion {
-		return nil, ErrorList{d.Errorf("apiVersion", "expected %q, got %q", APIVersion, apiVersion)}
-	}
 	var r RolloutRecord
-	if errs := d.DecodeStrict(&r); len(errs) > 0 {
-		errs.Sort()
+	d, errs := decodeOne(file, data, KindRolloutRecord, &r)
+	if len(errs) > 0 {
 		return nil, errs
 	}
-	var errs ErrorList
 	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
 	switch {
 	case r.Name == "" || r.Namespace == "":
