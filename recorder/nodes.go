@@ -192,53 +192,68 @@ func (r *Recorder) observeNode(obj any) {
 // FlushNodes brings status/nodes/ on the recorder's ref up to the nodes it has seen, and returns
 // when it should look again (zero: on the next node event only).
 func (r *Recorder) FlushNodes(ctx context.Context) (time.Time, error) {
+	var next time.Time
+	var lost, found []string
+	commit, err := r.replaceDir(ctx, api.NodeLossDir, func(existing map[string][]byte) (map[string][]byte, string, error) {
+		files, due, err := r.nodes.desired(existing)
+		if err != nil {
+			return nil, "", err
+		}
+		next = due
+		lost, found = added(files, existing), added(existing, files)
+		return files, nodesMessage(lost, found), nil
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if commit != "" {
+		r.opts.Log.Info("node losses written", "lost", lost, "back", found, "commit", commit)
+	}
+	return next, nil
+}
+
+// replaceDir makes dir on the recorder's ref hold exactly what desired returns for what it holds
+// now, in one commit with desired's message, and returns the commit ("" when nothing changed).
+// Job records, node losses and rollouts are written one at a time (writing).
+func (r *Recorder) replaceDir(ctx context.Context, dir string, desired func(existing map[string][]byte) (map[string][]byte, string, error)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	r.writing.Lock()
 	defer r.writing.Unlock()
-	var next time.Time
-	var lost, found []string
 	res, err := r.opts.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		existing, err := head.Files(api.NodeLossDir)
+		existing, err := head.Files(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		files, due, err := r.nodes.desired(existing)
+		files, message, err := desired(existing)
 		if err != nil {
 			return nil, err
 		}
-		next = due
-		lost, found = lost[:0], found[:0]
-		for _, p := range slices.Sorted(maps.Keys(files)) {
-			if _, had := existing[p]; !had {
-				lost = append(lost, p)
-			}
-		}
-		for _, p := range slices.Sorted(maps.Keys(existing)) {
-			if _, keep := files[p]; !keep {
-				found = append(found, p)
-			}
-		}
-		if len(lost) == 0 && len(found) == 0 && maps.EqualFunc(files, existing, func(a, b []byte) bool { return string(a) == string(b) }) {
+		if maps.EqualFunc(files, existing, func(a, b []byte) bool { return string(a) == string(b) }) {
 			return nil, gitsync.ErrNoChanges
 		}
 		author := r.opts.Author
 		author.When = r.opts.Now()
-		return &gitsync.Change{
-			Owned:   []string{api.NodeLossDir + "/"},
-			Files:   files,
-			Message: nodesMessage(lost, found),
-			Author:  author,
-		}, nil
+		return &gitsync.Change{Owned: []string{dir + "/"}, Files: files, Message: message, Author: author}, nil
 	})
 	if errors.Is(err, gitsync.ErrNoChanges) {
-		return next, nil
+		return "", nil
 	}
 	if err != nil {
-		return time.Time{}, err
+		return "", err
 	}
-	r.opts.Log.Info("node losses written", "lost", lost, "back", found, "commit", res.Commit)
-	return next, nil
+	return res.Commit, nil
+}
+
+// added are the paths of a that b does not hold, sorted.
+func added(a, b map[string][]byte) []string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(a)) {
+		if _, ok := b[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func nodesMessage(lost, found []string) string {

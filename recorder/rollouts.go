@@ -2,9 +2,7 @@ package recorder
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
-	"github.com/gitbroker/gitbroker/gitsync"
 )
 
 // RolloutSelector picks the broker Deployments of Configurations with a staged rollout.
@@ -174,48 +171,22 @@ func (r *Recorder) observeRollout(obj any) {
 // FlushRollouts brings status/rollouts/ on the recorder's ref up to the Deployments it has
 // seen. A record changes only when what it says does.
 func (r *Recorder) FlushRollouts(ctx context.Context) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	r.writing.Lock()
-	defer r.writing.Unlock()
 	var changed []string
-	res, err := r.opts.Store.Update(ctx, func(ctx context.Context, head gitsync.Snapshot) (*gitsync.Change, error) {
-		existing, err := head.Files(api.RolloutDir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
+	commit, err := r.replaceDir(ctx, api.RolloutDir, func(existing map[string][]byte) (map[string][]byte, string, error) {
 		files := r.rollouts.desired(existing)
-		changed = changed[:0]
-		for _, p := range slices.Sorted(maps.Keys(files)) {
-			if string(existing[p]) != string(files[p]) {
+		changed = added(existing, files)
+		for p, b := range files {
+			if string(existing[p]) != string(b) {
 				changed = append(changed, p)
 			}
 		}
-		for _, p := range slices.Sorted(maps.Keys(existing)) {
-			if _, keep := files[p]; !keep {
-				changed = append(changed, p)
-			}
-		}
-		if len(changed) == 0 {
-			return nil, gitsync.ErrNoChanges
-		}
-		author := r.opts.Author
-		author.When = r.opts.Now()
-		return &gitsync.Change{
-			Owned:   []string{api.RolloutDir + "/"},
-			Files:   files,
-			Message: rolloutsMessage(changed, files),
-			Author:  author,
-		}, nil
+		slices.Sort(changed)
+		return files, rolloutsMessage(changed, files), nil
 	})
-	if errors.Is(err, gitsync.ErrNoChanges) {
-		return time.Time{}, nil
+	if commit != "" {
+		r.opts.Log.Info("rollouts written", "changed", len(changed), "commit", commit)
 	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	r.opts.Log.Info("rollouts written", "changed", len(changed), "commit", res.Commit)
-	return time.Time{}, nil
+	return time.Time{}, err
 }
 
 func rolloutsMessage(changed []string, files map[string][]byte) string {
