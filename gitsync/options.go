@@ -44,14 +44,20 @@ type Options struct {
 	MaxFileBytes         int64
 }
 
-// BindFlags registers the options' flags.
-func (o *Options) BindFlags(fs *pflag.FlagSet) {
+// BindReadFlags registers the flags of a command that only reads the repository: its URL,
+// credentials, limits and branch, described by branchUsage (what the command reads there).
+func (o *Options) BindReadFlags(fs *pflag.FlagSet, branchUsage string) {
 	o.bindRemote(fs, "", "Git repository URL (https://, http://, ssh:// or git@host:path).")
-	fs.StringVar(&o.Branch, FlagBranch, "main", "Branch to read and write.")
-	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
-	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
+	fs.StringVar(&o.Branch, FlagBranch, "main", branchUsage)
 	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch (HTTP(S) or SSH) that would receive more than this many bytes fails instead of reading them into memory.")
 	fs.Int64Var(&o.MaxFileBytes, FlagMaxFileBytes, DefaultMaxFileSize, "Reading a file larger than this from the branch fails instead of reading it into memory.")
+}
+
+// BindFlags registers the read flags and those of writing (push attempts and timeout).
+func (o *Options) BindFlags(fs *pflag.FlagSet, branchUsage string) {
+	o.BindReadFlags(fs, branchUsage)
+	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
+	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
 }
 
 // BindRemoteFlags registers a second remote's URL and credentials with every flag name

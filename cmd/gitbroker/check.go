@@ -32,6 +32,10 @@ func newCheckCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Exit 1 when rendered/ or history/ do not match their inputs (a CI gate against hand edits)",
+		Example: `  # the rendered branch of a remote, as CI's gate, with no clone
+  gitbroker check --git https://git.example.com/fleet/edge.git --git-password-file token
+  # a work tree
+  gitbroker check --dir edge -o yaml`,
 		Long: `Check renders the work tree's inputs in memory and exits 1 when rendered/ or history/ differ
 from what they render to, listing the files. With --git it checks the head of the rendered
 branch (gitbroker/rendered), which carries the inputs it was rendered from: the gate for a

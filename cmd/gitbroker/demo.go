@@ -24,6 +24,8 @@ func newDemoCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole loop on an embedded repository, with no cluster and no network",
+		Example: `  gitbroker demo
+  gitbroker demo --out /tmp/gitbroker-demo    # keep the repository of the last step`,
 		Long: `Demo renders an embedded GitOps repository step by step and prints the plan of each step:
 the first render; a Configuration change whose new Job is held behind the running one; Job
 records arriving, which retire Jobs to history/, start the next run and release a Pod broker waiting

@@ -32,6 +32,8 @@ func newHistoryCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history",
 		Short: "List finished Job runs with their outcome, times, Pods and the first lines of their log tails",
+		Example: `  gitbroker history --git https://git.example.com/fleet/edge.git --configuration firmware --lines 20
+  gitbroker history --dir edge --outcome Failed --since 24h -n plant -o json`,
 		Long: `History lists the finished broker Jobs, newest first: every entry under history/ (a retired
 Job with its JobRecord) and every record under status/ whose Job is not retired yet. For each
 run it shows the outcome and times, per Pod the node, per container the exit code and reason,
@@ -105,7 +107,7 @@ device or a broker printed is escaped, so a log cannot act on the terminal.`,
 	fs := cmd.Flags()
 	fs.StringVar(&dir, flagDir, ".", "path of the GitOps repository work tree, or of a clone of gitbroker/rendered")
 	ro.BindFlags(cmd, false)
-	fs.StringVar(&f.Namespace, flagNamespace, "", "only runs in this namespace")
+	fs.StringVarP(&f.Namespace, flagNamespace, "n", "", "only runs in this namespace")
 	fs.StringVar(&f.Configuration, flagConfiguration, "", "only runs of this Configuration")
 	fs.StringVar(&f.Instance, flagInstance, "", "only runs of this instance (akri.sh/instance)")
 	fs.StringVar(&f.DeviceID, flagDevice, "", "only runs on this device id")

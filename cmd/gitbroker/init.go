@@ -37,6 +37,8 @@ func newInitCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create a new GitOps repository: its folders, settings, an example Configuration, and Flux or Argo CD objects",
+		Example: `  gitbroker init --dir edge --flux --repo-url https://git.example.com/fleet/edge.git
+  gitbroker init --dir edge --argocd --repo-url git@git.example.com:fleet/edge.git   # written as ssh://`,
 		Long: `Init writes a new gitbroker repository into --dir: a README naming each folder's writer,
 gitbroker.yaml with every setting at its documented default, an example Configuration, the
 inventory/ and status/jobs/ folders (with a .gitkeep), and the first render (rendered/, empty

@@ -30,6 +30,9 @@ func newPlanCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what a render would change, per Configuration and instance, without writing",
+		Example: `  gitbroker plan --dir edge
+  # a pull request's change against main, as the comment CI posts
+  gitbroker plan --git https://git.example.com/fleet/edge.git --ref refs/pull/7/head -o markdown`,
 		Long: `Plan renders the work tree in memory and prints what would change, per Configuration and
 instance: broker Deployments created, rolled out, removed or held, Jobs started, held, retired or kept,
 Services, Flux Kustomizations and Configurations added or removed, with the invalid inputs and

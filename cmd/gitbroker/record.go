@@ -100,12 +100,13 @@ type recordOptions struct {
 
 func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	o.Git.BindFlags(fs)
+	o.Git.BindFlags(fs, "Unused: the recorder writes only "+verify.StatusBranch+" and never reads the people's branch.")
+	_ = fs.MarkDeprecated(gitsync.FlagBranch, "the recorder writes only "+verify.StatusBranch+" and never reads the people's branch; drop the flag")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the recorder's commits, as principal recorder (mounted from the recorder's own Secret).")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
-	fs.StringSliceVar(&o.Namespaces, flagNamespace, nil, "Watch Jobs in these namespaces only (the broker namespaces; repeatable or comma-separated), so a Role in each replaces the ClusterRole; default all namespaces.")
+	fs.StringSliceVarP(&o.Namespaces, flagNamespace, "n", nil, "Watch Jobs in these namespaces only (the broker namespaces; repeatable or comma-separated), so a Role in each replaces the ClusterRole; default all namespaces.")
 	fs.DurationVar(&o.NodeLoss, flagNodeLossGrace, recorder.DefaultNodeLossGrace, "Record a node lost in status/nodes/<node>.yaml once it has been NotReady, or gone from the cluster, for this long (the renderer then moves the brokers of the shared devices it saw); 0 watches no nodes.")
 	fs.DurationVar(&o.Batch, flagBatch, 2*time.Second, "After a Job finishes, wait this long for others, so Jobs finishing together land in one commit.")
 	fs.StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
@@ -119,6 +120,8 @@ func newRecordCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "record",
 		Short: "Watch broker Jobs in the cluster and commit each finished Job's JobRecord to git",
+		Example: `  gitbroker record --git https://git.example.com/fleet/edge.git --git-username git \
+    --git-password-file /etc/gitbroker/git/password --signing-key /etc/gitbroker/signing/signing-key -n plant,kitchen`,
 		Long: `The recorder runs in the cluster. It watches the Jobs gitbroker rendered (label
 app.kubernetes.io/managed-by=gitbroker) and, when one completes or fails, commits its JobRecord
 to status/jobs/<namespace>/<job>.yaml, once. That record is what lets the renderer retire the

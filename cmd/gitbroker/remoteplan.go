@@ -23,7 +23,7 @@ type readOptions struct {
 
 func (o *readOptions) BindFlags(cmd *cobra.Command, withRef bool) {
 	fs := cmd.Flags()
-	o.remote.Git.BindFlags(fs)
+	o.remote.Git.BindReadFlags(fs, "The people's branch to read (Configurations, gitbroker.yaml, .gitbroker/); nothing is written.")
 	o.remote.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository holding the node refs, when the renderer reads them from there (render --inventory-git); its credentials take the inventory- prefix.")
 	fs.StringVar(&o.remote.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch.")
 	if withRef {
@@ -136,7 +136,9 @@ func (o *readOptions) verifiedInputs(ctx context.Context) (*verify.Inputs, *gits
 }
 
 // remoteTimeout bounds one plan or check against a remote.
-func (o *readOptions) remoteTimeout() time.Duration { return o.remote.Git.PushTimeout + time.Minute }
+func (o *readOptions) remoteTimeout() time.Duration {
+	return gitsync.DefaultBackoff.MaxElapsed + time.Minute
+}
 
 // renderedTree reads the head of the rendered branch: its inputs and its rendered/ and history/.
 func (o *readOptions) renderedTree(ctx context.Context) (render.Tree, error) {

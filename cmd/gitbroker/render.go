@@ -59,12 +59,12 @@ type remoteOptions struct {
 }
 
 func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
-	o.Git.BindFlags(cmd.Flags())
-	o.Signing.BindFlags(cmd.Flags(), "OpenSSH private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret).")
+	o.Git.BindFlags(cmd.Flags(), "The people's branch to render (Configurations, gitbroker.yaml, .gitbroker/); never written: the render goes to --rendered-branch.")
+	o.Signing.BindFlags(cmd.Flags(), "Private key that signs the renderer's commits, as principal renderer (mounted from the renderer's own Secret): OpenSSH (what Flux verifies), or an armored OpenPGP key for Argo CD, which verifies only GnuPG signatures.")
 	o.Inventory.BindRemoteFlags(cmd.Flags(), flagInventoryPrefix, "Repository holding the node refs (gitbroker/inventory/<node>), when they are kept apart from --git so that agents need no credential for it; its credentials take the same flags with the inventory- prefix.")
 	cmd.Flags().StringVar(&o.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch, which Flux or Argo CD syncs: each render commits rendered/ and history/ there with the verified inputs they came from.")
 	cmd.Flags().StringVar(&o.AdoptRendered, flagAdoptRendered, "", "With .gitbroker/allowed_signers, start from this commit of the rendered branch although this renderer's key did not sign it (the first render after verification is turned on, or after a new key); check it first.")
-	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --branch.")
+	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --rendered-branch; the review branch starts from --rendered-branch, so its diff is the change.")
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
 	cmd.Flags().StringVar(&o.PRDescription, flagPRDescription, "", "With --review-branch, write the pull-request description (markdown) to this file; - is stdout.")
 	cmd.Flags().StringArrayVar(&o.PushOptions, flagPushOption, nil, "A git push option, key=value, for hosts that act on them (GitLab: merge_request.create=true, merge_request.target=main); repeatable.")
@@ -108,6 +108,10 @@ func newRenderCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "render",
 		Short: "Write rendered/ and history/ from the Configurations, inventory and Job records of a work tree",
+		Example: `  gitbroker render --dir edge
+  # the daemon deploy/renderer runs
+  gitbroker render --git https://git.example.com/fleet/edge.git --git-password-file token \
+    --signing-key renderer-signing-key --watch --interval 30s`,
 		Long: `Render expands every Configuration x node inventory into Pod, Job and Service manifests under
 rendered/, moves recorded Jobs to history/, and prints the plan of what changed.
 

@@ -78,7 +78,7 @@ type agentOptions struct {
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	o.Git.BindFlags(fs)
+	o.Git.BindFlags(fs, "The people's branch, read for the Configurations only without --renderer-key; never written: the agent writes its own ref, "+verify.InventoryBranch("<node>")+".")
 	o.Inventory.BindRemoteFlags(fs, FlagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix.")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line logged. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
@@ -155,6 +155,9 @@ func AgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Discover this node's devices and keep inventory/<node>.yaml in git up to date",
+		Example: `  # one cycle on a node, as a check that it can write (exit 1 if it could not)
+  gitbroker agent --once --node edge-a --git https://git.example.com/fleet/edge-inventory.git \
+    --git-password-file token --renderer-key renderer.allowed_signers --signing-key /var/lib/gitbroker/signing-key`,
 		Long: `The agent runs on every edge node (a DaemonSet). Each cycle it reads the Configurations (with
 --renderer-key, only those the renderer verified and signed on gitbroker/configurations; without,
 the branch head as it is), runs the discovery handlers they name (debugEcho, udev, and any Akri handler that
