@@ -62,6 +62,10 @@ type Options struct {
 	// PropertiesDir holds the values of discoveryProperties[].valueFrom, mounted from their
 	// Secrets and ConfigMaps (DefaultPropertiesDir); "" resolves none.
 	PropertiesDir string
+	// Enrolment, when set, is checked each cycle against the Configurations' allowed_signers:
+	// an agent the renderer would ignore is not ready and says why. nil checks nothing (a work
+	// tree, where no commit is made).
+	Enrolment *Enrolment
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Now is the clock; time.Now when nil.
@@ -102,7 +106,9 @@ type Agent struct {
 	ready atomic.Bool
 	// propertiesOK is false while a Configuration's discovery property cannot be resolved.
 	propertiesOK atomic.Bool
-	last         atomic.Int64
+	// enrolled is false while the renderer would ignore what the agent writes.
+	enrolled atomic.Bool
+	last     atomic.Int64
 }
 
 type trackedDevice struct {
@@ -173,7 +179,10 @@ func (a *Agent) Notify() {
 
 // Ready reports whether the inventory on the branch matches what the
 // agent sees, as of the last cycle.
-func (a *Agent) Ready() bool { return a.ready.Load() && a.propertiesOK.Load() }
+func (a *Agent) Ready() bool { return a.ready.Load() && a.propertiesOK.Load() && a.enrolled.Load() }
+
+// Enrolled reports whether the last cycle found the agent's key enrolled (or nothing to check).
+func (a *Agent) Enrolled() bool { return a.enrolled.Load() }
 
 // PropertiesResolved reports whether every discovery property could be resolved in the last cycle.
 func (a *Agent) PropertiesResolved() bool { return a.propertiesOK.Load() }
@@ -214,6 +223,8 @@ type Outcome struct {
 	// Devices counts the devices in the inventory.
 	Devices int
 	Result  gitsync.Result
+	// NotEnrolled is why the renderer would ignore the inventory (Options.Enrolment), or nil.
+	NotEnrolled error
 }
 
 // Sync runs one cycle: read the head, discover, and write the inventory if
@@ -246,10 +257,11 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 			delete(a.reported, configurationsKey)
 		}
 	}
+	enrolErr := a.enrolment(src)
 	configs, unsure, err := a.configurations(src)
 	if err != nil {
 		a.ready.Store(false)
-		return Outcome{}, err
+		return Outcome{NotEnrolled: enrolErr}, err
 	}
 	if !a.loaded {
 		if err := a.loadInventory(head); err != nil {
@@ -264,7 +276,7 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		a.ready.Store(false)
 		return Outcome{}, err
 	}
-	out := Outcome{Devices: count}
+	out := Outcome{Devices: count, NotEnrolled: enrolErr}
 	if have, err := head.ReadFile(a.path); err == nil && bytes.Equal(have, want) && !gitsync.Replaces(head) {
 		a.ready.Store(true)
 		return out, nil
@@ -363,7 +375,8 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 		}
 	}
 	for name := range a.reported {
-		if _, ok := files[name]; !ok && name != api.SettingsPath {
+		// Keys in parentheses (the Configurations' source, the enrolment) are not files.
+		if _, ok := files[name]; !ok && name != api.SettingsPath && !strings.HasPrefix(name, "(") {
 			delete(a.reported, name)
 		}
 	}

@@ -16,6 +16,7 @@ type Metrics struct {
 	invalidInputs   prometheus.Counter
 	refused         prometheus.Gauge
 	unresolved      *prometheus.GaugeVec
+	enrolled        prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics with reg.
@@ -46,7 +47,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gitbroker_agent_discovery_properties_unresolved",
 		Help: "1 while a Configuration's discoveryProperties[].valueFrom cannot be resolved (its devices are kept, not rediscovered).",
 	}, []string{"configuration"})
-	reg.MustRegister(m.cycles, m.devices, m.discoveryErrors, m.invalidInputs, m.refused, m.unresolved)
+	m.enrolled = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gitbroker_agent_enrolled",
+		Help: "1 while .gitbroker/allowed_signers enrolls the agent's key as node:<node> (or the repository enrolls no writers), 0 while the renderer would ignore what the agent writes.",
+	})
+	reg.MustRegister(m.cycles, m.devices, m.discoveryErrors, m.invalidInputs, m.refused, m.unresolved, m.enrolled)
 	return m
 }
 
@@ -104,5 +109,16 @@ func (m *Metrics) unresolvedProperties(configuration string, unresolved bool) {
 		m.unresolved.WithLabelValues(configuration).Set(1)
 	} else {
 		m.unresolved.DeleteLabelValues(configuration)
+	}
+}
+
+func (m *Metrics) setEnrolled(enrolled bool) {
+	if m == nil {
+		return
+	}
+	if enrolled {
+		m.enrolled.Set(1)
+	} else {
+		m.enrolled.Set(0)
 	}
 }

@@ -29,7 +29,10 @@ const (
 )
 
 // isPublished reports whether a path is one the renderer publishes for the agents.
-func isPublished(p string) bool { return p == api.SettingsPath || api.IsConfigurationPath(p) }
+// The enrolment files go with them, so an agent can tell whether the renderer accepts its key.
+func isPublished(p string) bool {
+	return p == api.SettingsPath || api.IsConfigurationPath(p) || p == AllowedSignersPath || p == RevokedKeysPath
+}
 
 // PublishedChange is the commit that publishes, on ConfigurationsBranch, the settings and
 // Configurations of in: what the renderer verified (and rendered) from source commit in.Source.
@@ -41,7 +44,7 @@ func PublishedChange(in *Inputs, author gitsync.Signature) *gitsync.Change {
 		}
 	}
 	return &gitsync.Change{
-		Owned:    []string{api.SettingsPath, api.ConfigurationsDir + "/"},
+		Owned:    []string{api.SettingsPath, api.ConfigurationsDir + "/", AllowedSignersPath, RevokedKeysPath},
 		Files:    files,
 		Message:  fmt.Sprintf("configurations: as verified at %s, for the agents", short(in.Source)),
 		Trailers: []gitsync.Trailer{{Key: TrailerConfigurations, Value: in.Source}},
@@ -218,10 +221,12 @@ func (p *Published) accept(ctx context.Context, head gitsync.Snapshot) error {
 		}
 	}
 	files := map[string][]byte{}
-	if b, err := head.ReadFile(api.SettingsPath); err == nil {
-		files[api.SettingsPath] = b
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
+	for _, path := range []string{api.SettingsPath, AllowedSignersPath, RevokedKeysPath} {
+		if b, err := head.ReadFile(path); err == nil {
+			files[path] = b
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	configs, err := head.Files(api.ConfigurationsDir)
 	if err != nil {

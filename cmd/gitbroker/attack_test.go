@@ -684,6 +684,11 @@ func TestAttackAgentsReadOnlyVerifiedConfigurations(t *testing.T) {
 	require.NotEmpty(t, first, "the first render publishes the verified Configurations")
 	msg, err := s.srv.VerifyCommit(first, s.allowed)
 	require.NoError(t, err, "the publication is the renderer's signature: %s", msg)
+	// The enrolment goes with it, so an agent can tell whether the renderer takes its key.
+	enrolment, ok := published.File(verify.AllowedSignersPath)
+	require.True(t, ok, "the publication holds %s", verify.AllowedSignersPath)
+	onMain, _ := s.srv.File(verify.AllowedSignersPath)
+	require.Equal(t, onMain, enrolment)
 
 	stolen := "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata:\n  name: stolen\nspec:\n  discoveryHandler:\n    name: debugEcho\n    discoveryDetails: |+\n      descriptions: [\"x0\"]\n  brokerSpec:\n    brokerPodSpec:\n      containers:\n      - name: b\n        image: attacker.example.com/exfil:latest\n"
 	s.nodes["edge-b"].set("default/stolen", "x0")

@@ -151,3 +151,42 @@ func TestOpenPGPRenderer(t *testing.T) {
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "only the renderer may sign with OpenPGP")
 }
+
+// An agent the renderer would ignore does not look healthy: on a repository that enrolls its
+// writers, agent --once writes its inventory (which counts once the key is enrolled) but exits
+// 1 and prints the allowed_signers line that enrolls it; with no key at all it says so; once
+// the line is on the branch, it exits 0. A revoked key is not enrolled again.
+func TestAgentOnceFailsUntilEnrolled(t *testing.T) {
+	srv := demoServer(t)
+	person := filepath.Join(t.TempDir(), "alice")
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", person).CombinedOutput()
+	require.NoError(t, err, string(out))
+	srv.Commit(map[string]string{".gitbroker/allowed_signers": enrolled(t, "alice@example.com", person+".pub")}, nil, "enroll alice")
+	key := filepath.Join(t.TempDir(), "state", "signing-key")
+	once := func(extra ...string) (int, string, string) {
+		return gitbroker(t, append([]string{"agent", "--git", srv.URL(), "--node", "edge-e", "--once",
+			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none")}, extra...)...)
+	}
+
+	code, stdout, stderr := once()
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "this agent signs nothing")
+
+	code, stdout, stderr = once("--signing-key", key)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stdout, "committed", "the inventory is written all the same")
+	line := enrolled(t, "node:edge-e", key+".pub")
+	require.Contains(t, stderr, "does not enroll this agent's key as node:edge-e")
+	require.Contains(t, stderr, strings.TrimSpace(line), "the error gives the line to add")
+
+	srv.Commit(map[string]string{".gitbroker/allowed_signers": enrolled(t, "alice@example.com", person+".pub") + line}, nil, "enroll edge-e")
+	code, _, stderr = once("--signing-key", key)
+	require.Equal(t, exitOK, code, stderr)
+
+	pub, err := os.ReadFile(key + ".pub")
+	require.NoError(t, err)
+	srv.Commit(map[string]string{".gitbroker/revoked_keys": string(pub)}, nil, "retire edge-e's key")
+	code, _, stderr = once("--signing-key", key)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "revoked")
+}

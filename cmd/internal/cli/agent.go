@@ -199,6 +199,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 
 	var store gitsync.Store
 	var source agent.ConfigurationSource
+	var enrolment *agent.Enrolment
 	where := o.Dir
 	if o.Dir != "" {
 		dir, err := gitsync.NewDir(o.Dir)
@@ -207,10 +208,15 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		}
 		store = dir
 	} else {
-		signing, err := o.Signing.Options(log, trust.NodePrincipal(o.Node), true)
+		signer, err := o.Signing.Load(log, trust.NodePrincipal(o.Node), true)
 		if err != nil {
 			return Exitf(ExitInvalid, "%v", err)
 		}
+		var signing []gitsync.Option
+		if signer != nil {
+			signing = []gitsync.Option{gitsync.WithSigner(signer)}
+		}
+		enrolment = &agent.Enrolment{Signer: signer}
 		opts := append(signing, gitsync.WithLogger(log))
 		if o.Once {
 			opts = append(opts, gitsync.WithFailFast())
@@ -280,6 +286,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		Author:            gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
 		Log:               log,
 		Metrics:           agent.NewMetrics(reg),
+		Enrolment:         enrolment,
 		ShutdownGrace:     o.ShutdownGrace,
 		Devices:           sink(plugin),
 		PropertiesDir:     o.PropertiesDir,
@@ -300,6 +307,10 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			fmt.Fprintf(cmd.OutOrStdout(), ", committed %s", out.Commit)
 		}
 		fmt.Fprintln(cmd.OutOrStdout())
+		if out.NotEnrolled != nil {
+			// Written, but the renderer ignores it: a check that this node works must fail.
+			return &ExitError{Code: ExitRefused, Err: out.NotEnrolled}
+		}
 		return nil
 	}
 
@@ -317,6 +328,9 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return nil
 		},
 		Ready: func() error {
+			if !a.Enrolled() {
+				return errors.New("this node's key is not enrolled in .gitbroker/allowed_signers, so the renderer ignores its inventory (see the log for the line to add, and gitbroker_agent_enrolled)")
+			}
 			if !a.PropertiesResolved() {
 				return errors.New("a Configuration's discovery property cannot be resolved (see the log and gitbroker_agent_discovery_properties_unresolved)")
 			}

@@ -1,0 +1,68 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/trust"
+)
+
+// The agent checks each cycle whether the allowed_signers its Configurations came with enrolls
+// its key: not enrolled, it is not ready, its metric is 0, it logs the line to add once (not
+// every cycle), and the cycle's outcome says why; enrolled, all of that turns back. A
+// certificate from the fleet's CA is enrolled by the CA's line.
+func TestEnrolmentIsReported(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig, ".gitbroker/allowed_signers": ""})
+	signer, _, err := trust.LoadOrCreateSigner(filepath.Join(t.TempDir(), "key"), "edge-a")
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	var logs strings.Builder
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Enrolment = &agent.Enrolment{Signer: signer}
+		o.Metrics = agent.NewMetrics(reg)
+		o.Log = funcr.New(func(_, args string) { logs.WriteString(args + "\n") }, funcr.Options{})
+	})
+	line := signer.AllowedSignersLine("node:edge-a")
+
+	for range 2 {
+		out, err := a.Sync(context.Background())
+		require.NoError(t, err, "the inventory is written all the same")
+		var ne *agent.NotEnrolledError
+		require.True(t, errors.As(out.NotEnrolled, &ne), "%v", out.NotEnrolled)
+		require.Equal(t, line, ne.Line)
+		require.False(t, a.Ready())
+		require.Equal(t, 0.0, gauge(t, reg, "gitbroker_agent_enrolled"))
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "this node is not enrolled"), logs.String())
+	require.Contains(t, logs.String(), line)
+
+	// Another node's line enrolls nothing here.
+	f.write(t, ".gitbroker/allowed_signers", signer.AllowedSignersLine("node:edge-b")+"\n")
+	out, err := a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Error(t, out.NotEnrolled)
+
+	f.write(t, ".gitbroker/allowed_signers", line+"\n")
+	out, err = a.Sync(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, out.NotEnrolled)
+	require.True(t, a.Ready())
+	require.Equal(t, 1.0, gauge(t, reg, "gitbroker_agent_enrolled"))
+	require.Contains(t, logs.String(), "this node's key is enrolled now")
+
+	// No allowed_signers: the repository verifies nobody, and nothing is wrong.
+	g := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	b := g.agent(t, "edge-a", func(o *agent.Options) { o.Enrolment = &agent.Enrolment{} })
+	out, err = b.Sync(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, out.NotEnrolled)
+	require.True(t, b.Ready())
+}
