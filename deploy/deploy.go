@@ -21,6 +21,16 @@ const PlaceholderURL = "https://git.example.com/fleet/edge.git"
 
 var branchField = regexp.MustCompile(`(?m)^(\s*(?:branch|revision|targetRevision): )gitbroker/rendered$`)
 
+// destination is the AppProject's one example destination namespace, which init sets to the
+// namespace its example Configuration renders into.
+var destination = regexp.MustCompile(`(?m)^(  - server: https://kubernetes\.default\.svc\n    namespace: )plant$`)
+
+// WithDestination returns an AppProject (argocd/appproject.yaml) whose example destination is
+// namespace instead of plant.
+func WithDestination(appProject []byte, namespace string) []byte {
+	return destination.ReplaceAll(appProject, []byte("${1}"+quote(namespace)))
+}
+
 // Objects returns the files of folder ("flux", "flux-folder-sources" or "argocd"), keyed by their
 // name in it, with the repository URL and branch set (quoted, so any value
 // stays one YAML string).

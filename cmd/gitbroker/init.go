@@ -160,6 +160,10 @@ func (o *initOptions) files() (render.Tree, error) {
 			return nil, err
 		}
 		for name, data := range objs {
+			if folder == "argocd" && name == "appproject.yaml" {
+				// The project admits the namespace the example Configuration renders into.
+				data = deploy.WithDestination(data, api.DefaultNamespace)
+			}
 			tree[folder+"/"+name] = data
 		}
 	}

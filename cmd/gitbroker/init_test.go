@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,4 +253,60 @@ func TestInitRepositoryURLs(t *testing.T) {
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 		require.NoDirExists(t, dir, "%v", tc.args)
 	}
+}
+
+// init --argocd writes a repository Argo CD can sync as written: its example Configuration
+// renders into a namespace the AppProject admits, and nothing rendered is a kind the project
+// refuses (no rendered/_namespaces/ RoleBindings: Argo CD creates the namespaces itself).
+func TestInitArgoCDIsConsistent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir, "--argocd", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	var project struct {
+		Spec struct {
+			Destinations []struct {
+				Namespace string `json:"namespace"`
+			} `json:"destinations"`
+			ClusterResourceWhitelist   []struct{ Group, Kind string } `json:"clusterResourceWhitelist"`
+			NamespaceResourceWhitelist []struct{ Group, Kind string } `json:"namespaceResourceWhitelist"`
+		} `json:"spec"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "argocd", "appproject.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, &project))
+	admitted := map[string]bool{}
+	for _, d := range project.Spec.Destinations {
+		admitted[d.Namespace] = true
+	}
+	kinds := map[string]bool{}
+	for _, k := range append(project.Spec.ClusterResourceWhitelist, project.Spec.NamespaceResourceWhitelist...) {
+		kinds[k.Kind] = true
+	}
+
+	// A device for the example Configuration, and a render.
+	inv := "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-a\nspec:\n  configurations:\n  - name: akri-debug-echo\n    namespace: default\n    devices:\n    - id: foo0\n      properties:\n        DEBUG_ECHO_DESCRIPTION: foo0\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "inventory", "edge-a.yaml"), []byte(inv), 0o644))
+	code, _, stderr = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	require.NoDirExists(t, filepath.Join(dir, "rendered", "_namespaces"), "Argo CD's project refuses the RoleBindings there")
+	rendered := 0
+	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "rendered"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") || d.Name() == "kustomization.yaml" || strings.Contains(p, "/rendered/flux/") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		require.NoError(t, yaml.Unmarshal(b, &obj), p)
+		require.True(t, kinds[obj.Kind], "%s: the AppProject refuses kind %s", p, obj.Kind)
+		require.True(t, admitted[obj.Metadata.Namespace], "%s: the AppProject admits %v, not namespace %q", p, admitted, obj.Metadata.Namespace)
+		rendered++
+		return nil
+	}))
+	require.NotZero(t, rendered)
 }
