@@ -7,10 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/deploy"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/templates"
@@ -97,6 +100,9 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			for _, p := range files.Paths() {
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", p)
 			}
+			if _, warning := ciVersion(cli.BuildVersion()); warning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", warning)
+			}
 			// init writes files, not a git repository: say what makes it one.
 			next := "\nNext: make it a git repository and push it where the agents, the renderer and Flux or Argo CD can reach it:\n"
 			if _, err := os.Stat(filepath.Join(o.Dir, ".git")); err != nil {
@@ -148,7 +154,12 @@ func (o *initOptions) files() (render.Tree, error) {
 		}
 	}
 	tree := render.Tree{}
+	v, c := cli.BuildVersion()
+	pin, _ := ciVersion(v, c)
 	for p, data := range scaffold {
+		if p == ciGitHub || p == ciGitLab {
+			data = ciPinLine.ReplaceAll(data, []byte("${1}"+pin))
+		}
 		tree[p] = data
 	}
 	for folder, on := range map[string]bool{"flux": o.Flux, "flux-folder-sources": o.FolderSources, "argocd": o.ArgoCD} {
@@ -175,4 +186,34 @@ func (o *initOptions) files() (render.Tree, error) {
 		tree[p] = data
 	}
 	return tree, nil
+}
+
+// The CI files init writes, and their GITBROKER_VERSION line.
+const (
+	ciGitHub = ".github/workflows/gitbroker.yaml"
+	ciGitLab = ".gitlab-ci.yml"
+)
+
+var (
+	ciPinLine = regexp.MustCompile(`(?m)^(  GITBROKER_VERSION: )v0\.1\.0$`)
+	release   = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	fullHash  = regexp.MustCompile(`^[0-9a-f]{40}$`)
+)
+
+// ciVersion is what the CI that init writes installs with go install: the release of the
+// gitbroker running init (a tag, or the pseudo-version of a go install at a commit), else the
+// commit it was built from, so the CI plans and checks with the same gitbroker that wrote the
+// repository. warning says when neither is known exactly.
+func ciVersion(version, commit string) (pin, warning string) {
+	dirty := strings.HasSuffix(version, "-dirty") || strings.Contains(commit, "(modified)")
+	commit = strings.TrimSuffix(commit, " (modified)")
+	switch {
+	case release.MatchString(version) && !dirty:
+		return version, ""
+	case fullHash.MatchString(commit) && dirty:
+		return commit, fmt.Sprintf("this gitbroker was built from %s with local changes; the CI installs that commit without them (GITBROKER_VERSION in %s and %s)", commit, ciGitHub, ciGitLab)
+	case fullHash.MatchString(commit):
+		return commit, ""
+	}
+	return "latest", fmt.Sprintf("this gitbroker knows neither its release nor its commit (version %s); the CI installs gitbroker@latest until you set GITBROKER_VERSION in %s and %s", version, ciGitHub, ciGitLab)
 }
