@@ -271,3 +271,61 @@ func TestSSHFetchLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b, 512<<10)
 }
+
+// --git-credentials-dir reads a mounted Secret in Flux's GitRepository form: username and
+// password for HTTPS, identity, known_hosts and password (the key's passphrase) for SSH; a flag
+// given beside it wins.
+func TestCredentialsDir(t *testing.T) {
+	dir := func(files map[string][]byte) string {
+		d := t.TempDir()
+		for name, b := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(d, name), b, 0o400))
+		}
+		return d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	up := write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "from a Secret\n"})
+
+	srv := gitsynctest.NewServer(t, "main", seed(), gitsynctest.WithAuth(user, password))
+	https := dir(map[string][]byte{"username": []byte(user + "\n"), "password": []byte(password + "\n")})
+	o := gitsync.Options{URL: srv.URL(), Branch: "main", CredentialsDir: https}
+	r, err := o.Open(fastBackoff())
+	require.NoError(t, err)
+	_, err = r.Update(ctx, up)
+	require.NoError(t, err)
+	secrets, err := o.Secrets()
+	require.NoError(t, err)
+	require.Equal(t, []string{password}, secrets, "the password is kept out of what the writer writes")
+
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	require.NoError(t, os.WriteFile(wrong, []byte("wr0ng-Passw0rd-0815"), 0o400))
+	o.PasswordFile = wrong
+	r, err = o.Open(fastBackoff())
+	require.NoError(t, err)
+	_, err = r.Update(ctx, up)
+	require.Error(t, err, "--git-password-file wins over the folder")
+
+	const passphrase = "k3y-Passphrase-778"
+	pub, key := newKey(t, passphrase)
+	url, knownHosts := sshServer(t, pub)
+	hosts, err := os.ReadFile(knownHosts)
+	require.NoError(t, err)
+	ssh := dir(map[string][]byte{"identity": key, "known_hosts": hosts, "password": []byte(passphrase)})
+	r, err = (&gitsync.Options{URL: url, Branch: "main", CredentialsDir: ssh}).Open(fastBackoff(), gitsync.WithCreateBranch())
+	require.NoError(t, err)
+	_, err = r.Update(ctx, up)
+	require.NoError(t, err)
+
+	// A second remote with no credentials of its own (the inventory repository) uses the
+	// first's: deploy/ mounts one Secret per writer.
+	inv := gitsync.Options{URL: srv.URL()}
+	inv.Inherit(gitsync.Options{Branch: "main", CredentialsDir: https})
+	r, err = inv.Open(fastBackoff())
+	require.NoError(t, err)
+	_, err = r.Update(ctx, write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "inherited\n"}))
+	require.NoError(t, err)
+
+	_, err = (&gitsync.Options{URL: url, Branch: "main", CredentialsDir: filepath.Join(t.TempDir(), "absent")}).Open()
+	require.ErrorContains(t, err, "--git-credentials-dir")
+}

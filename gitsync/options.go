@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ const (
 	FlagSSHKeyFile           = "ssh-key-file"
 	FlagSSHKeyPassphraseFile = "ssh-key-passphrase-file"
 	FlagSSHKnownHostsFile    = "ssh-known-hosts-file"
+	FlagCredentialsDir       = "git-credentials-dir"
 	FlagPushAttempts         = "push-attempts"
 	FlagPushTimeout          = "push-timeout"
 	FlagMaxFetchBytes        = "git-max-fetch-bytes"
@@ -38,10 +40,12 @@ type Options struct {
 	SSHKeyFile           string
 	SSHKeyPassphraseFile string
 	SSHKnownHostsFile    string
-	PushAttempts         int
-	PushTimeout          time.Duration
-	MaxFetchBytes        int64
-	MaxFileBytes         int64
+	// CredentialsDir is a mounted Secret in Flux's GitRepository form (credentialFiles).
+	CredentialsDir string
+	PushAttempts   int
+	PushTimeout    time.Duration
+	MaxFetchBytes  int64
+	MaxFileBytes   int64
 }
 
 // BindReadFlags registers the flags of a command that only reads the repository: its URL,
@@ -75,18 +79,79 @@ func (o *Options) bindRemote(fs *pflag.FlagSet, prefix, urlUsage string) {
 	fs.StringVar(&o.SSHKeyFile, prefix+FlagSSHKeyFile, "", "File holding the SSH private key (PEM or OpenSSH format).")
 	fs.StringVar(&o.SSHKeyPassphraseFile, prefix+FlagSSHKeyPassphraseFile, "", "File holding the SSH key's passphrase, if it has one.")
 	fs.StringVar(&o.SSHKnownHostsFile, prefix+FlagSSHKnownHostsFile, "", "known_hosts file the SSH server's key must match (required for SSH).")
+	fs.StringVar(&o.CredentialsDir, prefix+FlagCredentialsDir, "", "Folder holding the credentials as files named like the keys of Flux's GitRepository Secret (a mounted Secret): username and password, or bearerToken, for HTTPS; identity and known_hosts (and password, the key's passphrase) for SSH. The flags above win over it.")
+}
+
+// credentialFiles are the keys of a Flux GitRepository Secret, as files of CredentialsDir.
+const (
+	credUsername    = "username"
+	credPassword    = "password"
+	credBearerToken = "bearerToken"
+	credIdentity    = "identity"
+	credKnownHosts  = "known_hosts"
+)
+
+// resolved returns the options with CredentialsDir's files filling the credential options no
+// flag set: HTTPS from username and password (or bearerToken), SSH from identity and
+// known_hosts, whose password is then the key's passphrase, as Flux reads such a Secret.
+func (o Options) resolved() (Options, error) {
+	if o.CredentialsDir == "" {
+		return o, nil
+	}
+	has := func(name string) (string, bool) {
+		p := filepath.Join(o.CredentialsDir, name)
+		_, err := os.Stat(p)
+		return p, err == nil
+	}
+	if _, err := os.Stat(o.CredentialsDir); err != nil {
+		return o, fmt.Errorf("--%s: %w", FlagCredentialsDir, err)
+	}
+	fill := func(field *string, name string) {
+		if p, ok := has(name); ok && *field == "" {
+			*field = p
+		}
+	}
+	if _, ssh := has(credIdentity); ssh {
+		fill(&o.SSHKeyFile, credIdentity)
+		fill(&o.SSHKnownHostsFile, credKnownHosts)
+		fill(&o.SSHKeyPassphraseFile, credPassword)
+		return o, nil
+	}
+	fill(&o.PasswordFile, credPassword)
+	fill(&o.TokenFile, credBearerToken)
+	if p, ok := has(credUsername); ok && o.Username == "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return o, fmt.Errorf("reading credentials file: %w", err)
+		}
+		o.Username = strings.TrimRight(string(b), "\r\n")
+	}
+	return o, nil
 }
 
 // Inherit copies the branch, attempts, timeout and limits of main into a second remote's
 // options, so one set of flags governs both.
+//
+// A second remote given no credentials of its own uses main's: one writer's credential (one
+// Secret) usually reaches both repositories, as deploy/ mounts it.
 func (o *Options) Inherit(main Options) {
 	o.Branch, o.PushAttempts, o.PushTimeout = main.Branch, main.PushAttempts, main.PushTimeout
 	o.MaxFetchBytes, o.MaxFileBytes = main.MaxFetchBytes, main.MaxFileBytes
+	if o.Username == "" && o.PasswordFile == "" && o.TokenFile == "" && o.SSHKeyFile == "" && o.CredentialsDir == "" {
+		o.Username, o.PasswordFile, o.TokenFile = main.Username, main.PasswordFile, main.TokenFile
+		o.SSHKeyFile, o.SSHKeyPassphraseFile, o.SSHKnownHostsFile = main.SSHKeyFile, main.SSHKeyPassphraseFile, main.SSHKnownHostsFile
+		o.CredentialsDir = main.CredentialsDir
+	}
 }
 
 // Secrets returns the credentials the options load (password, token, SSH key passphrase), so a
 // writer can keep them out of what it writes.
 func (o *Options) Secrets() ([]string, error) {
+	r, err := o.resolved()
+	if err != nil {
+		return nil, err
+	}
+	o = &r
 	auth, err := LoadAuthFiles(o.Username, o.PasswordFile, o.TokenFile, "", "")
 	if err != nil {
 		return nil, err
@@ -114,6 +179,11 @@ func (o *Options) Open(extra ...Option) (*Repository, error) {
 	if o.URL == "" {
 		return nil, errors.New("--" + FlagGit + " is required")
 	}
+	r, err := o.resolved()
+	if err != nil {
+		return nil, err
+	}
+	o = &r
 	auth, err := LoadAuthFiles(o.Username, o.PasswordFile, o.TokenFile, o.SSHKeyFile, o.SSHKnownHostsFile)
 	if err != nil {
 		return nil, err

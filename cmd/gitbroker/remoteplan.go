@@ -24,7 +24,7 @@ type readOptions struct {
 func (o *readOptions) BindFlags(cmd *cobra.Command, withRef bool) {
 	fs := cmd.Flags()
 	o.remote.Git.BindReadFlags(fs, "The people's branch to read (Configurations, gitbroker.yaml, .gitbroker/); nothing is written.")
-	o.remote.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository holding the node refs, when the renderer reads them from there (render --inventory-git); its credentials take the inventory- prefix.")
+	o.remote.Inventory.BindRemoteFlags(fs, flagInventoryPrefix, "Repository holding the node refs, when the renderer reads them from there (render --inventory-git); its credentials take the inventory- prefix, and are --git's when none is given.")
 	fs.StringVar(&o.remote.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch.")
 	if withRef {
 		fs.StringVar(&o.Ref, flagRef, "", "A proposed change to plan against --branch: a branch, or a ref such as a pull request's head (refs/pull/7/head on GitHub, refs/merge-requests/7/head on GitLab).")

@@ -79,7 +79,7 @@ type agentOptions struct {
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.Git.BindFlags(fs, "The people's branch, read for the Configurations only without --renderer-key; never written: the agent writes its own ref, "+verify.InventoryBranch("<node>")+".")
-	o.Inventory.BindRemoteFlags(fs, FlagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix.")
+	o.Inventory.BindRemoteFlags(fs, FlagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix, and are --git's when none is given.")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line logged. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
