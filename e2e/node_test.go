@@ -153,7 +153,9 @@ func deviceNode(t *testing.T, n *Node, sysRoot, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "uevent"), []byte("MAJOR=1\nMINOR=5\nDEVNAME="+name+"\n"), 0o644))
 }
 
-// TestRealNodeDevices runs the agent from deploy/ on a real node, as its device plugin: an
+// TestRealNodeDevices runs gitbroker from deploy/ on a real node (renderer, agent and recorder
+// from make image's images, with the Secrets docs/DEPLOYING.md has a user create), the agent as
+// the node's device plugin: an
 // unprivileged broker opens its device node, the node enforces a device's capacity across the
 // instance's and the Configuration's resources, a user's Deployment gets a device through
 // akri.sh/<configuration>, an Akri-style handler container (root, 0755 socket) registers and
@@ -191,10 +193,15 @@ func TestRealNodeDevices(t *testing.T) {
 			obj.Object["spec"].(map[string]any)["interval"] = fetchEvery.String()
 		}
 	}, deviceNamespace)
-	startGitbroker(t, "renderer-devices", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", renderEvery.String(), "--signing-key", rendererKey,
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
-	deployAgent(t, srv.URL(), renderer.AllowedSignersLine("renderer"), sysRoot, agentEvery)
+	// gitbroker itself from deploy/ and make image's images, as a user deploys it.
+	recorderKey := filepath.Join(t.TempDir(), "recorder")
+	_, _, err = trust.LoadOrCreateSigner(recorderKey, "recorder")
+	require.NoError(t, err)
+	gb := deployGitbroker(t, srv.URL(), rendererKey, renderer.AllowedSignersLine("renderer"), recorderKey)
+	gb.apply(t, "gitbroker-renderer", func(_ *corev1.PodSpec, c *corev1.Container) {
+		setArg(c, "interval", renderEvery.String())
+	})
+	deployAgent(t, gb, sysRoot, agentEvery)
 	startHandler(t, "/dev/gitbroker-e2e-plc")
 	require.NoError(t, n.Mknod(ctx, "/dev/gitbroker-e2e-plc", 1, 5, 0o660, deviceGroup))
 
@@ -229,9 +236,11 @@ func TestRealNodeDevices(t *testing.T) {
 
 	brokersHeal(t, n, srv, "plc", "/dev/gitbroker-e2e-plc", plc)
 	// The recorder, for the rollout's availability and the node's loss.
-	startGitbroker(t, "recorder-devices", "recorder started", "record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig,
-		"--namespace", deviceNamespace, "--batch", "200ms", "--node-loss-grace", "5s",
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	gb.apply(t, "gitbroker-recorder", func(_ *corev1.PodSpec, c *corev1.Container) {
+		setArg(c, "namespace", deviceNamespace)
+		setArg(c, "batch", "200ms")
+		setArg(c, "node-loss-grace", "5s")
+	})
 	stagedRollout(t, n, srv, sysRoot)
 
 	extra := sharedCapacity(t, n, camInstance)
@@ -305,80 +314,27 @@ func noDeviceWithoutTheResource(t *testing.T, n *Node) {
 	require.Contains(t, n.Logs(t, deviceNamespace, "no-device", "broker"), `cannot open "/dev/gitbroker-e2e0": open /dev/gitbroker-e2e0: no such file or directory`)
 }
 
-// deployAgent applies deploy/agent as a user does, with what this machine needs changed: the
-// agent's image is the imported one, it runs on the real node only, on the host's network (the
-// test's git server listens on loopback), with its ports on loopback, the given discovery
-// interval, and the test's sysfs for the udev handler.
-func deployAgent(t *testing.T, url, rendererLine, sysRoot string, interval time.Duration) {
+// deployAgent applies deploy/agent as deployed.apply does, with the plc Configuration's
+// valueFrom Secret mounted as the DaemonSet's comment says, the given discovery interval, and
+// the test's sysfs for the udev handler.
+func deployAgent(t *testing.T, gb *deployed, sysRoot string, interval time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker", Namespace: systemNamespace},
-		Data: map[string]string{"git-url": url, "inventory-git-url": url, "branch": "main"}})
-	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-key", Namespace: systemNamespace},
-		Data: map[string]string{"allowed_signers": rendererLine + "\n"}})
-	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-agent-git", Namespace: systemNamespace},
-		StringData: map[string]string{"username": "git", "password": "e2e-agent-token"}})
-	// The plc Configuration's valueFrom, mounted as deploy/agent's comment says.
 	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "plc-auth", Namespace: systemNamespace},
 		StringData: map[string]string{"password": plcPassword}})
-	metrics, err := freePort()
-	require.NoError(t, err)
-	health, err := freePort()
-	require.NoError(t, err)
-	for _, obj := range build(t, "../deploy/agent") {
-		obj.SetNamespace(systemNamespace)
-		if obj.GetKind() == "DaemonSet" {
-			var ds appsv1.DaemonSet
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ds))
-			ps := &ds.Spec.Template.Spec
-			ps.HostNetwork, ps.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
-			ps.NodeSelector = map[string]string{"kubernetes.io/hostname": realNode}
-			c := &ps.Containers[0]
-			c.Image = agentImage
-			for i, a := range c.Args {
-				switch {
-				case a == "--metrics-addr=:8080":
-					c.Args[i] = "--metrics-addr=127.0.0.1:" + strconv.Itoa(metrics)
-				case a == "--health-addr=:9440":
-					c.Args[i] = "--health-addr=127.0.0.1:" + strconv.Itoa(health)
-				}
-			}
-			// The lookout camera (nodeLost) is a network device both this node and a standby see.
-			c.Args = append(c.Args, "--interval="+interval.String(), "--debug-echo-shared=true")
-			// kubelet probes a host-network Pod at the node's address; the agent listens on loopback.
-			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-				pr.HTTPGet.Host = "127.0.0.1"
-			}
-			c.Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(metrics)}, {Name: "health", ContainerPort: int32(health)}}
-			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "plc-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "plc-auth"}}})
-			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "plc-auth", MountPath: "/etc/gitbroker/discovery/secrets/" + deviceNamespace + "/plc-auth", ReadOnly: true})
-			for i, v := range ps.Volumes {
-				switch v.Name {
-				case "sys":
-					ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "sys")
-				case "udev":
-					ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "run", "udev")
-				}
-			}
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ds)
-			require.NoError(t, err)
-			obj = &unstructured.Unstructured{Object: m}
-		}
-		require.NoError(t, cluster.ApplyObject(ctx, obj))
-		t.Cleanup(func() { deleteObject(obj) })
-	}
-	eventually(t, 3*time.Minute, "the agent DaemonSet's Pod to be Ready on "+realNode, func() (bool, string) {
-		pods, err := cluster.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gitbroker-agent"})
-		if err != nil || len(pods.Items) == 0 {
-			return false, fmt.Sprint("no agent Pod yet ", err)
-		}
-		p := pods.Items[0]
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, ""
+	gb.apply(t, "gitbroker-agent", func(ps *corev1.PodSpec, c *corev1.Container) {
+		// The lookout camera (nodeLost) is a network device both this node and a standby see.
+		setArg(c, "interval", interval.String())
+		setArg(c, "debug-echo-shared", "true")
+		ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "plc-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "plc-auth"}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "plc-auth", MountPath: "/etc/gitbroker/discovery/secrets/" + deviceNamespace + "/plc-auth", ReadOnly: true})
+		for i, v := range ps.Volumes {
+			switch v.Name {
+			case "sys":
+				ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "sys")
+			case "udev":
+				ps.Volumes[i].HostPath.Path = filepath.Join(sysRoot, "run", "udev")
 			}
 		}
-		return false, fmt.Sprintf("%s %v %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
 	})
 }
 
