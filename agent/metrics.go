@@ -71,11 +71,7 @@ func (m *Metrics) refusedConfigurations(refused bool) {
 	if m == nil {
 		return
 	}
-	if refused {
-		m.refused.Set(1)
-	} else {
-		m.refused.Set(0)
-	}
+	setBool(m.refused, refused)
 }
 
 func (m *Metrics) discoveryError(handler string) {
@@ -113,12 +109,16 @@ func (m *Metrics) unresolvedProperties(configuration string, unresolved bool) {
 }
 
 func (m *Metrics) setEnrolled(enrolled bool) {
-	if m == nil {
-		return
+	if m != nil {
+		setBool(m.enrolled, enrolled)
 	}
-	if enrolled {
-		m.enrolled.Set(1)
+}
+
+// setBool sets a 0/1 gauge.
+func setBool(g prometheus.Gauge, on bool) {
+	if on {
+		g.Set(1)
 	} else {
-		m.enrolled.Set(0)
+		g.Set(0)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,8 +32,11 @@ const (
 // isPublished reports whether a path is one the renderer publishes for the agents.
 // The enrolment files go with them, so an agent can tell whether the renderer accepts its key.
 func isPublished(p string) bool {
-	return p == api.SettingsPath || api.IsConfigurationPath(p) || p == AllowedSignersPath || p == RevokedKeysPath
+	return slices.Contains(publishedFiles, p) || api.IsConfigurationPath(p)
 }
+
+// publishedFiles are the single files published beside configurations/.
+var publishedFiles = []string{api.SettingsPath, AllowedSignersPath, RevokedKeysPath}
 
 // PublishedChange is the commit that publishes, on ConfigurationsBranch, the settings and
 // Configurations of in: what the renderer verified (and rendered) from source commit in.Source.
@@ -44,7 +48,7 @@ func PublishedChange(in *Inputs, author gitsync.Signature) *gitsync.Change {
 		}
 	}
 	return &gitsync.Change{
-		Owned:    []string{api.SettingsPath, api.ConfigurationsDir + "/", AllowedSignersPath, RevokedKeysPath},
+		Owned:    append([]string{api.ConfigurationsDir + "/"}, publishedFiles...),
 		Files:    files,
 		Message:  fmt.Sprintf("configurations: as verified at %s, for the agents", short(in.Source)),
 		Trailers: []gitsync.Trailer{{Key: TrailerConfigurations, Value: in.Source}},
@@ -221,7 +225,7 @@ func (p *Published) accept(ctx context.Context, head gitsync.Snapshot) error {
 		}
 	}
 	files := map[string][]byte{}
-	for _, path := range []string{api.SettingsPath, AllowedSignersPath, RevokedKeysPath} {
+	for _, path := range publishedFiles {
 		if b, err := head.ReadFile(path); err == nil {
 			files[path] = b
 		} else if !errors.Is(err, fs.ErrNotExist) {

@@ -36,7 +36,7 @@ func TestCIVersionPin(t *testing.T) {
 	}
 }
 
-// ciScripts is one CI file of a new repository, parsed.
+// ciFile is one CI file of a new repository, parsed; it must pin a gitbroker that exists.
 func ciFile(t *testing.T, dir, name string) map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, name))
