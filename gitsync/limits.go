@@ -5,12 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"time"
-
-	"github.com/go-git/go-git/v5/plumbing/transport/client"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 )
 
 // Bounds on what a fetch may bring: a branch crosses a trust boundary (any writer with push
@@ -40,89 +34,6 @@ func WithLimits(maxFetchBytes, maxFileSize int64) Option {
 	}
 }
 
-// Deadlines on the network: a git server that accepts the connection and then says nothing (a
-// hung proxy, a wedged host) must fail a command in seconds, with the URL and what was being
-// done, not hang it until a cycle's timeout, or for good.
-const (
-	// DialTimeout bounds connecting (and the TLS handshake).
-	DialTimeout = 10 * time.Second
-	// StallTimeout bounds how long a connection may make no progress, reading or writing, in
-	// the middle of a request: a server that counts a large pack's objects sends progress well
-	// within it.
-	StallTimeout = 30 * time.Second
-)
-
-// go-git's HTTP transport passes each request's context to its client, so one client, installed
-// for http and https, bounds the response body of the fetches that ask for it; its connections
-// fail when they stall.
-func init() {
-	c := githttp.NewClient(&http.Client{Transport: limitedTransport{base: stallingTransport(DialTimeout, StallTimeout)}})
-	client.InstallProtocol("http", c)
-	client.InstallProtocol("https", c)
-}
-
-// stallingTransport is http.DefaultTransport whose connections are dialled within dial and fail
-// a read or write that makes no progress for stall.
-func stallingTransport(dial, stall time.Duration) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	d := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &stallConn{Conn: c, stall: stall}, nil
-	}
-	t.TLSHandshakeTimeout = dial
-	return t
-}
-
-// stallConn sets a deadline before each read and write, so one that makes no progress for
-// stall fails.
-type stallConn struct {
-	net.Conn
-	stall time.Duration
-}
-
-func (c *stallConn) Read(p []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.stall)); err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Read(p)
-	return n, c.stalled(err, "sent nothing")
-}
-
-func (c *stallConn) Write(p []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.stall)); err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Write(p)
-	return n, c.stalled(err, "took nothing")
-}
-
-func (c *stallConn) stalled(err error, what string) error {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return &StalledError{Addr: c.Conn.RemoteAddr().String(), What: what, After: c.stall, err: err}
-	}
-	return err
-}
-
-// StalledError is a connection to a git server that made no progress for too long.
-type StalledError struct {
-	Addr  string
-	What  string
-	After time.Duration
-	err   error
-}
-
-func (e *StalledError) Error() string {
-	return fmt.Sprintf("the server at %s %s for %s", e.Addr, e.What, e.After)
-}
-func (e *StalledError) Unwrap() error   { return e.err }
-func (e *StalledError) Timeout() bool   { return true }
-func (e *StalledError) Temporary() bool { return true }
-
 type fetchLimitKey struct{}
 
 // withFetchLimit makes the HTTP responses of requests made with ctx fail past limit bytes.
@@ -130,17 +41,10 @@ func withFetchLimit(ctx context.Context, limit int64) context.Context {
 	return context.WithValue(ctx, fetchLimitKey{}, limit)
 }
 
-type limitedTransport struct{ base http.RoundTripper }
-
-func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if err != nil {
-		return resp, err
-	}
-	if limit, ok := req.Context().Value(fetchLimitKey{}).(int64); ok && limit > 0 {
-		resp.Body = &limitedBody{rc: resp.Body, limit: limit}
-	}
-	return resp, nil
+// fetchLimit is the limit withFetchLimit put on ctx, or 0.
+func fetchLimit(ctx context.Context) int64 {
+	limit, _ := ctx.Value(fetchLimitKey{}).(int64)
+	return limit
 }
 
 // limitedBody fails a read past its limit instead of truncating, so a cut pack is never

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -17,8 +18,8 @@ import (
 
 // go-git's SSH transport dials through golang.org/x/net/proxy when a fetch names a proxy, and
 // offers no other hook on the connection. A fetch over SSH names this scheme, whose "proxy"
-// dials directly (within DialTimeout) and fails a read past the fetch's limit or one that stalls
-// for StallTimeout, so SSH fetches are bounded like HTTP ones.
+// dials directly (within DialTimeout) and fails a read past the fetch's limit or a read or write
+// that stalls for the Repository's stall timeout, so SSH is bounded like HTTP.
 const limitScheme = "gitbroker-limit"
 
 var (
@@ -29,25 +30,34 @@ var (
 func init() {
 	proxy.RegisterDialerType(limitScheme, func(u *url.URL, _ proxy.Dialer) (proxy.Dialer, error) {
 		limit, err := strconv.ParseInt(u.Query().Get("max"), 10, 64)
-		if err != nil || limit <= 0 {
+		if err != nil || limit < 0 {
 			return nil, fmt.Errorf("gitsync: bad fetch limit in %s", u.Redacted())
 		}
+		stall, err := time.ParseDuration(u.Query().Get("stall"))
+		if err != nil || stall <= 0 {
+			return nil, fmt.Errorf("gitsync: bad stall timeout in %s", u.Redacted())
+		}
 		hit, _ := limitHits.LoadOrStore(u.Query().Get("id"), &atomic.Bool{})
-		return limitDialer{limit: limit, hit: hit.(*atomic.Bool)}, nil
+		return limitDialer{limit: limit, stall: stall, hit: hit.(*atomic.Bool)}, nil
 	})
 }
 
-// sshFetchLimit returns the proxy options that bound one fetch from an SSH remote, and a
-// function that reports whether the bound was hit and forgets it; for other remotes, nothing.
-func sshFetchLimit(remote string, limit int64) (transport.ProxyOptions, func() bool) {
+// sshBounds returns the proxy options that bound one operation on an SSH remote by the stall
+// timeout and (unless 0) the fetch limit, and a function that reports whether the limit was hit
+// and forgets it; for other remotes, nothing.
+func sshBounds(remote string, limit int64, stall time.Duration) (transport.ProxyOptions, func() bool) {
 	ep, err := transport.NewEndpoint(remote)
-	if err != nil || ep.Protocol != "ssh" || limit <= 0 {
+	if err != nil || ep.Protocol != "ssh" {
 		return transport.ProxyOptions{}, func() bool { return false }
+	}
+	if stall <= 0 {
+		stall = DefaultStallTimeout
 	}
 	id := strconv.FormatInt(limitID.Add(1), 10)
 	hit := &atomic.Bool{}
 	limitHits.Store(id, hit)
-	u := url.URL{Scheme: limitScheme, Host: "fetch", RawQuery: url.Values{"max": {strconv.FormatInt(limit, 10)}, "id": {id}}.Encode()}
+	q := url.Values{"max": {strconv.FormatInt(max(limit, 0), 10)}, "stall": {stall.String()}, "id": {id}}
+	u := url.URL{Scheme: limitScheme, Host: "fetch", RawQuery: q.Encode()}
 	return transport.ProxyOptions{URL: u.String()}, func() bool {
 		limitHits.Delete(id)
 		return hit.Load()
@@ -55,7 +65,8 @@ func sshFetchLimit(remote string, limit int64) (transport.ProxyOptions, func() b
 }
 
 type limitDialer struct {
-	limit int64
+	limit int64 // 0: none
+	stall time.Duration
 	hit   *atomic.Bool
 }
 
@@ -64,12 +75,16 @@ func (d limitDialer) Dial(network, addr string) (net.Conn, error) {
 }
 
 func (d limitDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	nd := net.Dialer{Timeout: DialTimeout}
+	nd := net.Dialer{Timeout: min(DialTimeout, d.stall)}
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &limitedConn{Conn: &stallConn{Conn: c, stall: StallTimeout}, limit: d.limit, hit: d.hit}, nil
+	c = &stallConn{Conn: c, stall: d.stall}
+	if d.limit == 0 {
+		return c, nil
+	}
+	return &limitedConn{Conn: c, limit: d.limit, hit: d.hit}, nil
 }
 
 // limitedConn fails reads once more than limit bytes came in, as limitedBody does for HTTP.
@@ -93,8 +108,8 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 // SSH.
 func (r *Repository) fetchContext(ctx context.Context, o *git.FetchOptions) error {
 	var hit func() bool
-	o.ProxyOptions, hit = sshFetchLimit(r.url, r.maxFetch)
-	err := r.repo.FetchContext(withFetchLimit(ctx, r.maxFetch), o)
+	o.ProxyOptions, hit = sshBounds(r.url, r.maxFetch, r.stall)
+	err := r.repo.FetchContext(r.netContext(ctx, true), o)
 	if hit() && err != nil && !errors.Is(err, ErrTooLarge) {
 		err = fmt.Errorf("%w: the server sent more than %d bytes (%v)", ErrTooLarge, r.maxFetch, err)
 	}

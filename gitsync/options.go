@@ -26,6 +26,7 @@ const (
 	FlagPushTimeout          = "push-timeout"
 	FlagMaxFetchBytes        = "git-max-fetch-bytes"
 	FlagMaxFileBytes         = "git-max-file-bytes"
+	FlagStallTimeout         = "git-timeout"
 )
 
 // Options are the command-line settings of a remote branch. Secrets come
@@ -46,6 +47,8 @@ type Options struct {
 	PushTimeout    time.Duration
 	MaxFetchBytes  int64
 	MaxFileBytes   int64
+	// StallTimeout fails a request that makes no progress for this long.
+	StallTimeout time.Duration
 }
 
 // BindReadFlags registers the flags of a command that only reads the repository: its URL,
@@ -55,13 +58,14 @@ func (o *Options) BindReadFlags(fs *pflag.FlagSet, branchUsage string) {
 	fs.StringVar(&o.Branch, FlagBranch, "main", branchUsage)
 	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch (HTTP(S) or SSH) that would receive more than this many bytes fails instead of reading them into memory.")
 	fs.Int64Var(&o.MaxFileBytes, FlagMaxFileBytes, DefaultMaxFileSize, "Reading a file larger than this from the branch fails instead of reading it into memory.")
+	fs.DurationVar(&o.StallTimeout, FlagStallTimeout, DefaultStallTimeout, "A git request fails when the server accepts, takes or sends nothing for this long (git servers send keepalives every 5s while they work).")
 }
 
 // BindFlags registers the read flags and those of writing (push attempts and timeout).
 func (o *Options) BindFlags(fs *pflag.FlagSet, branchUsage string) {
 	o.BindReadFlags(fs, branchUsage)
 	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
-	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write before giving up until the next cycle.")
+	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write (every attempt, a stalled one included) before giving up until the next cycle.")
 }
 
 // BindRemoteFlags registers a second remote's URL and credentials with every flag name
@@ -129,14 +133,14 @@ func (o Options) resolved() (Options, error) {
 	return o, nil
 }
 
-// Inherit copies the branch, attempts, timeout and limits of main into a second remote's
+// Inherit copies the branch, attempts, timeouts and limits of main into a second remote's
 // options, so one set of flags governs both.
 //
 // A second remote given no credentials of its own uses main's: one writer's credential (one
 // Secret) usually reaches both repositories, as deploy/ mounts it.
 func (o *Options) Inherit(main Options) {
 	o.Branch, o.PushAttempts, o.PushTimeout = main.Branch, main.PushAttempts, main.PushTimeout
-	o.MaxFetchBytes, o.MaxFileBytes = main.MaxFetchBytes, main.MaxFileBytes
+	o.MaxFetchBytes, o.MaxFileBytes, o.StallTimeout = main.MaxFetchBytes, main.MaxFileBytes, main.StallTimeout
 	if o.Username == "" && o.PasswordFile == "" && o.TokenFile == "" && o.SSHKeyFile == "" && o.CredentialsDir == "" {
 		o.Username, o.PasswordFile, o.TokenFile = main.Username, main.PasswordFile, main.TokenFile
 		o.SSHKeyFile, o.SSHKeyPassphraseFile, o.SSHKnownHostsFile = main.SSHKeyFile, main.SSHKeyPassphraseFile, main.SSHKnownHostsFile
@@ -202,5 +206,5 @@ func (o *Options) Open(extra ...Option) (*Repository, error) {
 	if o.PushTimeout > 0 {
 		b.MaxElapsed = o.PushTimeout
 	}
-	return New(o.URL, o.Branch, append([]Option{WithAuth(auth), WithBackoff(b), WithLimits(o.MaxFetchBytes, o.MaxFileBytes)}, extra...)...)
+	return New(o.URL, o.Branch, append([]Option{WithAuth(auth), WithBackoff(b), WithLimits(o.MaxFetchBytes, o.MaxFileBytes), WithStallTimeout(o.StallTimeout)}, extra...)...)
 }

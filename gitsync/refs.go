@@ -151,14 +151,14 @@ func (r *Repository) fetchMoved(ctx context.Context, names []string) error {
 		return redactURLError(err)
 	}
 	var hit func() bool
-	ep.Proxy, hit = sshFetchLimit(r.url, r.maxFetch)
+	ep.Proxy, hit = sshBounds(r.url, r.maxFetch, r.stall)
 	tooLarge := func(err error) error {
 		if hit() && err != nil && !errors.Is(err, ErrTooLarge) {
 			return fmt.Errorf("%w: the server sent more than %d bytes (%v)", ErrTooLarge, r.maxFetch, err)
 		}
 		return err
 	}
-	ctx = withFetchLimit(ctx, r.maxFetch)
+	ctx = r.netContext(ctx, true)
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return err

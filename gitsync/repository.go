@@ -45,6 +45,7 @@ type Repository struct {
 	recoverFrom func(ctx context.Context) (string, error)
 	maxFetch    int64
 	maxFile     int64
+	stall       time.Duration
 	create      bool
 	failFast    bool
 	log         logr.Logger
@@ -225,6 +226,7 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 		resetFactor: 3,
 		maxFetch:    DefaultMaxFetchBytes,
 		maxFile:     DefaultMaxFileSize,
+		stall:       DefaultStallTimeout,
 		log:         logr.Discard(),
 	}
 	r.url = url
@@ -492,7 +494,9 @@ func (r *Repository) listRemote(ctx context.Context) ([]*plumbing.Reference, err
 	if err != nil || len(remotes) == 0 {
 		return nil, fmt.Errorf("listing the remote's branches: no remote (%v)", err)
 	}
-	refs, err := remotes[0].ListContext(ctx, &git.ListOptions{Auth: r.auth})
+	proxy, forget := sshBounds(r.url, 0, r.stall)
+	defer forget()
+	refs, err := remotes[0].ListContext(r.netContext(ctx, false), &git.ListOptions{Auth: r.auth, ProxyOptions: proxy})
 	if err != nil {
 		return nil, fmt.Errorf("listing the remote's branches: %w", err)
 	}
@@ -616,16 +620,26 @@ func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination
 		}
 		return res, r.redact.wrap(err)
 	}
+	// The write as a whole lands within MaxElapsed (--push-timeout), a stalled attempt included.
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if r.backoff.MaxElapsed > 0 {
+		wctx, cancel = context.WithDeadlineCause(ctx, start.Add(r.backoff.MaxElapsed), errWriteTimeout)
+	}
+	defer cancel()
 	// A writer that met contention on its last write waits before its
 	// first attempt too, so writers that keep landing leave room for
 	// the ones still backing off.
 	if r.contention > 0 {
-		if err := sleep(ctx, r.backoff.delay(r.contention-1)); err != nil {
+		if err := sleep(wctx, r.backoff.delay(r.contention-1)); err != nil {
 			return finish(err)
 		}
 	}
 	for n := 0; ; n++ {
-		err := r.attempt(ctx, fn, dest, &res)
+		err := r.attempt(wctx, fn, dest, &res)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWriteTimeout) {
+			return finish(fmt.Errorf("giving up on %s after %d attempts: %w (last error: %v)",
+				r.branch.Short(), n+1, &writeTimeoutError{r.backoff.MaxElapsed}, err))
+		}
 		if err == nil || errors.Is(err, ErrNoChanges) || !retryable(ctx, err) {
 			return finish(err)
 		}
@@ -643,11 +657,24 @@ func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination
 			res.Retries++
 			r.log.Info("write failed; retrying", "branch", r.branch.Short(), "attempt", n+1, "wait", wait.Round(time.Millisecond).String(), "error", r.redact.wrap(err).Error())
 		}
-		if serr := sleep(ctx, wait); serr != nil {
+		if serr := sleep(wctx, wait); serr != nil {
+			if ctx.Err() == nil {
+				serr = &writeTimeoutError{r.backoff.MaxElapsed}
+			}
 			return finish(fmt.Errorf("%w (last error: %v)", serr, err))
 		}
 	}
 }
+
+var errWriteTimeout = errors.New("out of time")
+
+// writeTimeoutError is a write that did not land within its time (Backoff.MaxElapsed).
+type writeTimeoutError struct{ after time.Duration }
+
+func (e *writeTimeoutError) Error() string {
+	return fmt.Sprintf("the write did not land within %s (--%s)", e.after, FlagPushTimeout)
+}
+func (e *writeTimeoutError) Timeout() bool { return true }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -781,6 +808,10 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	if err != nil {
 		return 0, &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
 	}
+	var forget func() bool
+	ep.Proxy, forget = sshBounds(r.url, 0, r.stall)
+	defer forget()
+	ctx = r.netContext(ctx, false)
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return 0, &writerError{err}
@@ -817,6 +848,12 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 		caps = ar.Capabilities
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(caps)
+	// On the side band the server sends keepalives while it checks the pack
+	// (receive.keepAlive), so a long check is not taken for a stall.
+	if caps.Supports(capability.Sideband64k) {
+		_ = req.Capabilities.Set(capability.Sideband64k)
+		req.Progress = io.Discard
+	}
 	if len(r.pushOptions) > 0 {
 		if !caps.Supports(capability.PushOptions) {
 			return 0, &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every command that talks to git fails against a server that accepts the connection and then
+// says nothing: within --git-timeout, or within a write's --push-timeout, exit 1, naming the URL
+// and what it was doing. They used to hang for minutes (agent --once for good).
+func TestStalledServerFailsEveryCommand(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	held := make(chan net.Conn, 64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(held)
+				return
+			}
+			held <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for c := range held {
+			c.Close()
+		}
+	})
+	url := "http://" + ln.Addr().String() + "/fleet.git"
+	for _, args := range [][]string{
+		{"plan", "--git", url, "--git-timeout", "500ms"},
+		{"check", "--git", url, "--git-timeout", "500ms"},
+		{"history", "--git", url, "--git-timeout", "500ms"},
+		{"render", "--git", url, "--git-timeout", "500ms"},
+		{"render", "--git", url, "--push-timeout", "1s"},
+		{"agent", "--once", "--git", url, "--node", "edge-a", "--git-timeout", "500ms", "--discovery-handlers-dir", ""},
+	} {
+		start := time.Now()
+		code, _, stderr := gitbroker(t, args...)
+		took := time.Since(start)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Less(t, took, 10*time.Second, args)
+		if args[0] == "agent" {
+			continue // its logger writes the error to the process's stderr, shown above
+		}
+		require.Contains(t, stderr, "from "+url, args)
+		if args[len(args)-2] == "--push-timeout" {
+			require.Contains(t, stderr, "the write did not land within 1s (--push-timeout)", args)
+		} else {
+			require.Contains(t, stderr, "sent nothing for 500ms", args)
+		}
+	}
+}
