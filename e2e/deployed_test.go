@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,13 +33,29 @@ type deployed struct {
 	objs []*unstructured.Unstructured
 }
 
-// deployGitbroker creates what docs/DEPLOYING.md's steps 2 to 4 create (gitbroker-system, the
-// writers' git credentials, the renderer's and recorder's signing keys as Secrets, the
-// renderer's pinned key, the repository's URL in deploy/config.yaml) and builds deploy/, to be
-// applied one component at a time by apply.
-func deployGitbroker(t *testing.T, gitURL, rendererKey, rendererLine, recorderKey string) *deployed {
+// deployGitbroker runs docs/DEPLOYING.md's shell steps 2 to 4 as a user types them, with
+// kubectl against the test's cluster, in a folder of its own holding deploy/: gitbroker-system,
+// the renderer's and recorder's keys made with ssh-keygen and stored as Secrets, the renderer's
+// pinned key, the writers' git credentials. It sets the repository's URL in deploy/config.yaml
+// (as its comment says) and builds deploy/, to be applied one component at a time by apply. It
+// returns the folder, which holds the writers' keys (renderer-signing-key, ...).
+func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 	t.Helper()
-	d := &deployed{objs: build(t, "../deploy")}
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS("../deploy")))
+	for _, w := range []string{"agent", "renderer", "recorder"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
+		for _, kind := range []string{"secret/gitbroker-" + w + "-git", "secret/gitbroker-" + w + "-signing"} {
+			t.Cleanup(func() { _ = kubectl(dir, "-n", systemNamespace, "delete", "--ignore-not-found", kind) })
+		}
+	}
+	t.Cleanup(func() {
+		_ = kubectl(dir, "-n", systemNamespace, "delete", "--ignore-not-found", "configmap/gitbroker-renderer-key")
+	})
+	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")                              // step 2
+	deploying(t, dir, "kubectl -n gitbroker-system create configmap gitbroker-renderer-key") // step 3
+	deploying(t, dir, "create secret generic gitbroker-$w-git")                              // step 4
+	d := &deployed{objs: build(t, filepath.Join(dir, "deploy"))}
 	for _, obj := range d.objs {
 		switch {
 		case obj.GetKind() == "Namespace":
@@ -50,19 +68,41 @@ func deployGitbroker(t *testing.T, gitURL, rendererKey, rendererLine, recorderKe
 			t.Cleanup(func() { deleteObject(obj) })
 		}
 	}
-	for _, w := range []string{"agent", "renderer", "recorder"} {
-		mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-" + w + "-git", Namespace: systemNamespace},
-			StringData: map[string]string{"username": "git", "password": "e2e-" + w + "-token"}})
+	return d, dir
+}
+
+// deploying runs the one shell block of docs/DEPLOYING.md that contains marker, as written, in
+// dir, with the API server's kubectl on PATH.
+func deploying(t *testing.T, dir, marker string) {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/DEPLOYING.md")
+	require.NoError(t, err)
+	var found []string
+	for _, b := range strings.Split(string(doc), "```sh\n")[1:] {
+		block, _, ok := strings.Cut(b, "```")
+		require.True(t, ok, "an unclosed shell block in DEPLOYING.md")
+		if strings.Contains(block, marker) {
+			found = append(found, block)
+		}
 	}
-	for w, key := range map[string]string{"renderer": rendererKey, "recorder": recorderKey} {
-		data, err := os.ReadFile(key)
-		require.NoError(t, err)
-		mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-" + w + "-signing", Namespace: systemNamespace},
-			StringData: map[string]string{"signing-key": string(data)}})
+	require.Len(t, found, 1, "DEPLOYING.md's shell blocks with %q", marker)
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", found[0])
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("GITBROKER_E2E_BIN")+":"+os.Getenv("PATH"), "KUBECONFIG="+cluster.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "DEPLOYING.md's step failed:\n%s\n%s", found[0], out)
+	t.Logf("DEPLOYING.md:\n%s%s", found[0], out)
+}
+
+// kubectl runs the API server's kubectl against the test's cluster in dir.
+func kubectl(dir string, args ...string) error {
+	cmd := exec.Command(filepath.Join(os.Getenv("GITBROKER_E2E_BIN"), "kubectl"), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
-	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-key", Namespace: systemNamespace},
-		Data: map[string]string{"allowed_signers": rendererLine + "\n"}})
-	return d
+	return nil
 }
 
 // apply applies one component of deploy/ (gitbroker-agent, gitbroker-renderer or

@@ -25,7 +25,6 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
-	"github.com/gitbroker/gitbroker/trust"
 )
 
 const (
@@ -166,7 +165,7 @@ func deviceNode(t *testing.T, n *Node, sysRoot, name string) {
 func TestRealNodeDevices(t *testing.T) {
 	n := startRealNode(t)
 	ctx := context.Background()
-	for _, ns := range []string{deviceNamespace, systemNamespace, deviceFlux} {
+	for _, ns := range []string{deviceNamespace, deviceFlux} { // DEPLOYING.md's steps make gitbroker-system
 		require.NoError(t, cluster.CreateNamespace(ctx, ns))
 	}
 	sysRoot := t.TempDir()
@@ -179,9 +178,10 @@ func TestRealNodeDevices(t *testing.T) {
 		"configurations/cam.yaml": camConfiguration(2),
 		"configurations/plc.yaml": plcConfiguration,
 	})
-	rendererKey := filepath.Join(t.TempDir(), "renderer")
-	renderer, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
-	require.NoError(t, err)
+	// gitbroker itself from deploy/ and make image's images, as a user deploys it: first the
+	// Secrets and keys of DEPLOYING.md's steps.
+	gb, keys := deployGitbroker(t, srv.URL())
+	rendererKey := filepath.Join(keys, "renderer-signing-key")
 	// The shortest sensible intervals by default; GITBROKER_E2E_DEVICE_INTERVALS=deploy measures
 	// the time to a running broker with deploy/'s (agent 30s, renderer 30s, GitRepository 1m).
 	agentEvery, renderEvery, fetchEvery := 2*time.Second, rendererInterval, sourceInterval
@@ -193,11 +193,6 @@ func TestRealNodeDevices(t *testing.T) {
 			obj.Object["spec"].(map[string]any)["interval"] = fetchEvery.String()
 		}
 	}, deviceNamespace)
-	// gitbroker itself from deploy/ and make image's images, as a user deploys it.
-	recorderKey := filepath.Join(t.TempDir(), "recorder")
-	_, _, err = trust.LoadOrCreateSigner(recorderKey, "recorder")
-	require.NoError(t, err)
-	gb := deployGitbroker(t, srv.URL(), rendererKey, renderer.AllowedSignersLine("renderer"), recorderKey)
 	gb.apply(t, "gitbroker-renderer", func(_ *corev1.PodSpec, c *corev1.Container) {
 		setArg(c, "interval", renderEvery.String())
 	})

@@ -2,7 +2,7 @@
 # build.sh builds the programs the e2e suite runs, from Go modules, into a
 # cache outside the clone, and prints the folder that holds them.
 #
-#   e2e/tools/build.sh kube|kubelet|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
+#   e2e/tools/build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
 #   e2e/tools/build.sh all
 #
 # helm is for make bench-helm only; "all" does not build it.
@@ -21,11 +21,11 @@
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|kubelet|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
+component=${1:?usage: build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
-components=(etcd kube kubelet node kwok source-controller kustomize-controller argocd kustomize)
+components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller argocd kustomize)
 
 if [[ $component == all ]]; then
 	dirs=()
@@ -64,14 +64,15 @@ kube)
 		k8s.io/kubernetes/cmd/kube-controller-manager
 		k8s.io/kubernetes/cmd/kube-scheduler)
 	;;
-kubelet)
-	# The real node's kubelet, from the same release as the API server.
+kubelet | kubectl)
+	# The real node's kubelet, and kubectl to run docs/DEPLOYING.md's shell steps as a user types
+	# them, from the same release as the API server.
 	module=k8s.io/kubernetes
-	pkgs=(k8s.io/kubernetes/cmd/kubelet)
+	pkgs=("k8s.io/kubernetes/cmd/$component")
 	want=$(cd "$here/kube" && go list -m -f '{{.Version}}' "$module")
 	have=$(cd "$mod" && go list -m -f '{{.Version}}' "$module")
 	if [[ $want != "$have" ]]; then
-		echo "build.sh: kubelet pins $module $have, the API server $want" >&2
+		echo "build.sh: $component pins $module $have, the API server $want" >&2
 		exit 2
 	fi
 	export CGO_ENABLED=0
@@ -122,7 +123,7 @@ esac
 version=$(cd "$mod" && go list -m -f '{{.Version}}' "$module")
 ldflags="-s -w"
 case $component in
-kube | kubelet)
+kube | kubelet | kubectl)
 	minor=${version#v1.}
 	minor=${minor%%.*}
 	# Some clients read the server's version; an unstamped build says v0.0.0.
