@@ -43,14 +43,13 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS("../deploy")))
+	made := []string{"secret/gitbroker-renderer-signing", "secret/gitbroker-recorder-signing", "configmap/gitbroker-renderer-key"}
 	for _, w := range []string{"agent", "renderer", "recorder"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
-		for _, kind := range []string{"secret/gitbroker-" + w + "-git", "secret/gitbroker-" + w + "-signing"} {
-			t.Cleanup(func() { _ = kubectl(dir, "-n", systemNamespace, "delete", "--ignore-not-found", kind) })
-		}
+		made = append(made, "secret/gitbroker-"+w+"-git")
 	}
 	t.Cleanup(func() {
-		_ = kubectl(dir, "-n", systemNamespace, "delete", "--ignore-not-found", "configmap/gitbroker-renderer-key")
+		_ = kubectl(dir, append([]string{"-n", systemNamespace, "delete", "--ignore-not-found"}, made...)...)
 	})
 	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")                              // step 2
 	deploying(t, dir, "kubectl -n gitbroker-system create configmap gitbroker-renderer-key") // step 3

@@ -183,6 +183,9 @@ func (o *Options) Open(extra ...Option) (*Repository, error) {
 	if o.URL == "" {
 		return nil, errors.New("--" + FlagGit + " is required")
 	}
+	if o.StallTimeout < 0 || o.PushTimeout < 0 {
+		return nil, fmt.Errorf("--%s and --%s must not be negative", FlagStallTimeout, FlagPushTimeout)
+	}
 	r, err := o.resolved()
 	if err != nil {
 		return nil, err

@@ -634,11 +634,14 @@ func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination
 			return finish(err)
 		}
 	}
+	outOfTime := func(attempts int, err error) (Result, error) {
+		return finish(fmt.Errorf("giving up on %s after %d attempts: %w (last error: %v)",
+			r.branch.Short(), attempts, &writeTimeoutError{r.backoff.MaxElapsed}, err))
+	}
 	for n := 0; ; n++ {
 		err := r.attempt(wctx, fn, dest, &res)
 		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWriteTimeout) {
-			return finish(fmt.Errorf("giving up on %s after %d attempts: %w (last error: %v)",
-				r.branch.Short(), n+1, &writeTimeoutError{r.backoff.MaxElapsed}, err))
+			return outOfTime(n+1, err)
 		}
 		if err == nil || errors.Is(err, ErrNoChanges) || !retryable(ctx, err) {
 			return finish(err)
@@ -659,7 +662,7 @@ func (r *Repository) update(ctx context.Context, fn UpdateFunc, dest destination
 		}
 		if serr := sleep(wctx, wait); serr != nil {
 			if ctx.Err() == nil {
-				serr = &writeTimeoutError{r.backoff.MaxElapsed}
+				return outOfTime(n+1, err)
 			}
 			return finish(fmt.Errorf("%w (last error: %v)", serr, err))
 		}

@@ -3,7 +3,6 @@ package gitsync_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -19,30 +18,6 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 )
-
-// silentServer accepts connections and never answers.
-func silentServer(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		for c := range accepted {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String() + "/fleet.git"
-}
 
 // proxy serves the git server behind it through handle, which may hold any request back.
 func proxy(t *testing.T, srv *gitsynctest.Server, handle func(w http.ResponseWriter, r *http.Request, next http.Handler)) string {
@@ -60,7 +35,7 @@ func proxy(t *testing.T, srv *gitsynctest.Server, handle func(w http.ResponseWri
 // timeout, with the URL, what was being done and what the server did not do.
 func TestStalledServerFailsFast(t *testing.T) {
 	ctx := context.Background()
-	silent := silentServer(t)
+	silent := gitsynctest.Silent(t)
 	r, err := gitsync.New(silent, "main", gitsync.WithStallTimeout(300*time.Millisecond))
 	require.NoError(t, err)
 	start := time.Now()
@@ -142,7 +117,7 @@ func (d *dribble) Flush() { d.ResponseWriter.(http.Flusher).Flush() }
 // A write gives up when it has not landed within its push timeout, a stalled attempt included:
 // the push timeout bounds the write even when it is shorter than the stall timeout.
 func TestWriteGivesUpAtPushTimeout(t *testing.T) {
-	silent := silentServer(t)
+	silent := gitsynctest.Silent(t)
 	r, err := gitsync.New(silent, "main", gitsync.WithBackoff(gitsync.Backoff{
 		Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 100, MaxElapsed: 500 * time.Millisecond,
 	}))
@@ -157,7 +132,7 @@ func TestWriteGivesUpAtPushTimeout(t *testing.T) {
 // Over SSH too: a server that accepts the connection and never sends its banner fails a fetch
 // and a write within the stall timeout.
 func TestStalledSSHServerFailsFast(t *testing.T) {
-	silent := strings.Replace(silentServer(t), "http://", "ssh://git@", 1)
+	silent := strings.Replace(gitsynctest.Silent(t), "http://", "ssh://git@", 1)
 	_, key := newKey(t, "")
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
 	require.NoError(t, os.WriteFile(knownHosts, nil, 0o600))

@@ -1,37 +1,19 @@
 package main
 
 import (
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 )
 
 // Every command that talks to git fails against a server that accepts the connection and then
 // says nothing: within --git-timeout, or within a write's --push-timeout, exit 1, naming the URL
 // and what it was doing. They used to hang for minutes (agent --once for good).
 func TestStalledServerFailsEveryCommand(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	held := make(chan net.Conn, 64)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				close(held)
-				return
-			}
-			held <- c
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		for c := range held {
-			c.Close()
-		}
-	})
-	url := "http://" + ln.Addr().String() + "/fleet.git"
+	url := gitsynctest.Silent(t)
 	for _, args := range [][]string{
 		{"plan", "--git", url, "--git-timeout", "500ms"},
 		{"check", "--git", url, "--git-timeout", "500ms"},
@@ -55,4 +37,11 @@ func TestStalledServerFailsEveryCommand(t *testing.T) {
 			require.Contains(t, stderr, "sent nothing for 500ms", args)
 		}
 	}
+}
+
+// A negative timeout is refused before anything is fetched, not taken as the default.
+func TestNegativeGitTimeoutIsRefused(t *testing.T) {
+	code, _, stderr := gitbroker(t, "plan", "--git", gitsynctest.Silent(t), "--git-timeout", "-1s")
+	require.Equal(t, 2, code, "invalid usage")
+	require.Contains(t, stderr, "--git-timeout and --push-timeout must not be negative")
 }

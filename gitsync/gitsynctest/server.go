@@ -1,7 +1,7 @@
 // Package gitsynctest runs a real git server for tests: git's own
 // http-backend speaking the smart HTTP protocol on loopback, seeded with
 // files and inspected with the git command line. It can fail on purpose: go down, or apply a push and then
-// drop the connection before the client hears back.
+// drop the connection before the client hears back. Silent is a server that never answers.
 package gitsynctest
 
 import (
