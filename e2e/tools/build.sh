@@ -25,6 +25,11 @@ component=${1:?usage: build.sh kube|kubelet|kubectl|node|etcd|kwok|source-contro
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
+# Every program is built without cgo (none needs it: they are the static builds their projects
+# ship), so the packages that several of them share (Kubernetes' client and API machinery above
+# all: the API server, kubelet and kubectl are one release) compile once in Go's build cache
+# instead of once per cgo setting.
+export CGO_ENABLED=0
 components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller argocd kustomize)
 
 if [[ $component == all ]]; then
@@ -75,7 +80,6 @@ kubelet | kubectl)
 		echo "build.sh: $component pins $module $have, the API server $want" >&2
 		exit 2
 	fi
-	export CGO_ENABLED=0
 	;;
 node)
 	# containerd and its runc shim, ctr to import images, and the CNI plugins.
@@ -84,7 +88,6 @@ node)
 		github.com/containernetworking/plugins/plugins/main/bridge
 		github.com/containernetworking/plugins/plugins/ipam/host-local
 		github.com/containernetworking/plugins/plugins/main/loopback)
-	export CGO_ENABLED=0
 	;;
 etcd)
 	module=go.etcd.io/etcd/server/v3
