@@ -149,7 +149,8 @@ func (p *pass) run() *Result {
 	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
 		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})
 	}
-	if len(errs) > 0 {
+	errs = append(errs, p.req.Invalid...)
+	if len(errs) > len(p.req.Invalid) {
 		// Settings shape everything; without them nothing is rendered and nothing is lost.
 		res.Files, res.Errors = p.prev, errs
 		res.Untrusted = append([]string(nil), p.req.Untrusted...)
@@ -157,6 +158,7 @@ func (p *pass) run() *Result {
 		return res
 	}
 	p.settings = settings
+	p.errs = append(p.errs, p.req.Invalid...)
 	p.prevMeta = ParseMetadata(p.prev[MetadataPath])
 
 	p.loadConfigurations()

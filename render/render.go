@@ -27,6 +27,9 @@ type Request struct {
 	// Unreadable are input files that exist but could not be read as regular files (a symbolic
 	// link, a FIFO), with why. Each is an invalid input like a file that does not parse.
 	Unreadable map[string]string
+	// Invalid are invalid inputs found outside render (the trust files of a work tree, which
+	// the verify package reads): reported with render's own, so plan and check refuse them.
+	Invalid api.ErrorList
 	// Writers are the writer refs whose tips this render's inputs were verified from (a node's
 	// gitbroker/inventory/<node>, gitbroker/status), by ref. They are recorded in the metadata
 	// file, so the next render can refuse a tip that does not descend from them.

@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
 )
@@ -117,4 +118,29 @@ func (m mode) guarantee(branch string) string {
 	default:
 		return fmt.Sprintf("verified: every commit on %s signed by a person, and node, recorder and renderer signatures checked against %s", branch, AllowedSignersPath)
 	}
+}
+
+// TrustFileErrors checks the trust files of a work tree (files under .gitbroker/, by their
+// repository paths) as a render checks them on the source branch, so that plan and check
+// refuse at the file and line what render would refuse. A file that enrolls nobody is no
+// error here: the render's own rule (once anyone is enrolled, verification stays on) needs the
+// branch's history.
+func TrustFileErrors(files map[string][]byte) api.ErrorList {
+	err := modeAt(treeSnapshot("", files)).err
+	if err == nil {
+		return nil
+	}
+	if le, ok := errors.AsType[*trust.LineError](err); ok {
+		return api.ErrorList{{File: le.File, Line: le.Line, Message: le.Message + " (a render refuses the commit that holds it)"}}
+	}
+	return api.ErrorList{{File: ".gitbroker/", Message: err.Error() + " (a render refuses the commit that holds it)"}}
+}
+
+// IsTrustPath reports whether a repository path is one of the trust files a render reads.
+func IsTrustPath(p string) bool {
+	switch p {
+	case AllowedSignersPath, RevokedKeysPath, TrustPath:
+		return true
+	}
+	return strings.HasSuffix(p, ".asc") && (strings.HasPrefix(p, TrustedKeysDir+"/") || strings.HasPrefix(p, RendererKeysDir+"/"))
 }

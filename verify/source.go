@@ -47,14 +47,20 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 	}
 	// settled is the newest commit that may be rendered; with spec.sourceBranch: bound, the
 	// commits after it (unbound, newest last) wait for a person to bind one to the branch.
+	// curMode is the trust of the newest commit whose trust files parse: a commit whose trust
+	// files do not parse, or that would turn verification off, is never rendered, and the
+	// commits after it are checked against the last good files until one repairs them.
 	settled, settledMode := cur, curMode
 	var unbound []string
+	var held *Rejection // the trust change holding rendering at settled, if nothing repairs it
+	if curMode.err != nil {
+		// Only a render made before trust failed closed can have rendered such a commit: no
+		// signature can be checked after it, so nothing after it is taken.
+		reject(tip.Commit(), fmt.Sprintf("follows %s, rendered last, whose trust files do not parse (%v)", short(last), curMode.err))
+		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(last), curMode.err)
+	}
 	for i := len(commits) - 1; i >= 0; i-- {
 		c := commits[i]
-		if curMode.err != nil {
-			reject(c.Hash, fmt.Sprintf("follows a commit whose trust files do not parse (%v)", curMode.err))
-			return settled, settledMode, nil
-		}
 		signed := true
 		if curMode.allowed != nil && !curMode.protected {
 			err := person(curMode, c)
@@ -71,12 +77,21 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 				return nil, mode{}, err
 			}
 		}
-		cur, curMode = next, modeAt(next)
+		nextMode := modeAt(next)
+		if why := weakens(curMode, nextMode); why != "" {
+			held = &Rejection{Writer: WriterPeople, Ref: s.SourceBranch, Commit: c.Hash,
+				Reason: fmt.Sprintf("commit %s %s; rendering stays at %s and every writer is verified with the trust files before it until a signed commit repairs them", short(c.Hash), why, short(settled.Commit()))}
+			continue
+		}
+		cur, curMode = next, nextMode
 		if binds {
-			settled, settledMode, unbound = cur, curMode, nil
+			settled, settledMode, unbound, held = cur, curMode, nil, nil
 		} else {
 			unbound = append(unbound, c.Hash)
 		}
+	}
+	if held != nil {
+		in.reject(*held)
 	}
 	if len(unbound) > 0 {
 		in.reject(Rejection{Writer: WriterPeople, Ref: s.SourceBranch, Commit: unbound[len(unbound)-1],
@@ -87,6 +102,19 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 		return nil, mode{}, fmt.Errorf("%s at %s: %w", s.SourceBranch, short(settled.Commit()), settledMode.err)
 	}
 	return settled, settledMode, nil
+}
+
+// weakens says why the trust files of a commit (next) may not replace those in force before it
+// (cur), or "" when they may: files that do not parse are an invalid input, not an absence, and
+// once anyone is enrolled verification never turns off (docs/DESIGN.md, "Trust fails closed").
+func weakens(cur, next mode) string {
+	switch {
+	case next.err != nil:
+		return fmt.Sprintf("changes the trust files so that they do not parse (%v)", next.err)
+	case cur.allowed != nil && next.allowed == nil:
+		return fmt.Sprintf("leaves %s enrolling nobody, which would turn verification off; once anyone is enrolled it stays on", AllowedSignersPath)
+	}
+	return ""
 }
 
 // TrailerBranch, in a commit a person signed, binds the signature to a branch: with

@@ -65,11 +65,18 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 			tree[p] = b
 		}
 	}
+	trustFiles := map[string][]byte{}
 	for p, b := range files {
 		if verify.IsPeoplePath(p) {
 			tree[p] = b
 		}
+		if verify.IsTrustPath(p) {
+			trustFiles[p] = b
+		}
 	}
+	// A trust file the change breaks is refused here at its line, as the render would refuse
+	// the commit that holds it.
+	req.Invalid = verify.TrustFileErrors(trustFiles)
 	// On top of what the renderer would render now: its own last output, known as such.
 	req.Files, req.Previous, req.SourceCommit = tree, target.Files, proposed.Commit()
 	req.Trust = "the proposed change " + o.Ref + " (" + short(proposed.Commit()) + ") on what the renderer would render now; " + in.Trust

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,7 +87,41 @@ func (o *renderOptions) render() (*render.Result, error) {
 	if err != nil {
 		return nil, exitf(exitInvalid, "%v", err)
 	}
-	return render.Render(render.Request{Files: files, SourceCommit: o.SourceCommit, AllowDeletions: o.AllowDeletions, Unreadable: unreadable}), nil
+	invalid, err := trustFileErrors(o.Dir)
+	if err != nil {
+		return nil, exitf(exitInvalid, "%v", err)
+	}
+	return render.Render(render.Request{Files: files, SourceCommit: o.SourceCommit, AllowDeletions: o.AllowDeletions, Unreadable: unreadable, Invalid: invalid}), nil
+}
+
+// trustFileErrors checks the work tree's .gitbroker/ as a render of the branch would: a trust
+// file that does not parse (or is not a regular file) is an invalid input for plan and check
+// too, at its file and line.
+func trustFileErrors(dir string) (api.ErrorList, error) {
+	root := filepath.Join(dir, ".gitbroker")
+	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	files := map[string][]byte{}
+	var invalid api.ErrorList
+	err := fs.WalkDir(os.DirFS(dir), ".gitbroker", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() || !verify.IsTrustPath(p):
+			return nil
+		case !d.Type().IsRegular():
+			invalid = append(invalid, &api.FieldError{File: p, Message: "not a regular file; trust files are read only as regular files"})
+			return nil
+		}
+		data, err := fs.ReadFile(os.DirFS(dir), p)
+		files[p] = data
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", root, err)
+	}
+	return append(invalid, verify.TrustFileErrors(files)...), nil
 }
 
 // isRepository refuses a folder that is not a gitbroker repository, so that check or plan run

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// The attacks of the second trust review (issue "Trust fails closed"), one test each, played
+// with one node's key and the shared git credential against the real git server. Each fails
+// on the code before its fix.
+
+// Finding 1: a person's signed commit adds a malformed line to allowed_signers (a key without
+// its type). After any unsigned commit on top, the file was read as enrolling nobody, and every
+// writer's commits were rendered unverified for good: an unsigned commit on a node's ref
+// removed its brokers. The commit is now an invalid input: rendering stays at its parent,
+// verified with the last good files, until a person's signed commit repairs them.
+func TestFailClosedMalformedTrustLineKeepsVerifying(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	good := s.srv.Head()
+	require.Contains(t, s.brokersText(), "bar0")
+
+	key := strings.Fields(strings.Split(s.allowed, "\n")[0])
+	bad := s.allowed + "node:edge-c " + key[len(key)-1] + "\n" // the key without its type
+	badCommit := s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: bad}, nil, "enroll edge-c")
+	out := s.renderTrust()
+	s.untrusted(out, "main", "commit "+badCommit[:12]+" changes the trust files so that they do not parse (.gitbroker/allowed_signers:6: ")
+	require.Contains(t, s.plan(out), "Inputs: verified:")
+
+	unsigned := s.srv.Commit(map[string]string{"configurations/notes.txt": "unsigned\n"}, nil, "unsigned")
+	out = s.renderTrust()
+	require.Contains(t, s.plan(out), "Inputs: verified:", "verification never turns off")
+	require.Equal(t, good, out.Source, "the source stays at the last good commit")
+
+	// An unsigned commit on edge-a's ref, which unverified rendering would take, removes
+	// nothing.
+	s.forge("node:edge-b", verify.InventoryBranch("edge-a"), map[string][]byte{
+		api.InventoryPath("edge-a"): []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-a\nspec: {}\n"),
+	})
+	out = s.renderTrust()
+	s.untrusted(out, verify.InventoryBranch("edge-a"), "not by node:edge-a")
+	require.Contains(t, s.brokersText(), "bar0")
+
+	// A person's signed commit repairs the file (and vouches for the unsigned one): rendering
+	// goes on from there.
+	fixed := s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed, "configurations/notes.txt": "signed\n"}, nil,
+		"repair allowed_signers\n\n"+verify.TrailerAccept+": "+unsigned)
+	out = s.renderTrust()
+	require.Equal(t, fixed, out.Source, s.plan(out))
+	require.Empty(t, out.Result.Untrusted[1:], s.plan(out))
+}
+
+// Removing every enrolment from allowed_signers would turn verification off: it is refused in
+// the same way, and the plan keeps saying verified.
+func TestFailClosedEmptiedAllowedSignersKeepsVerifying(t *testing.T) {
+	s := newSignedLoop(t)
+	s.renderTrust()
+	good := s.srv.Head()
+	emptied := s.srv.CommitSigned(s.keyFiles["alice@example.com"], nil, []string{verify.AllowedSignersPath}, "remove allowed_signers")
+	out := s.renderTrust()
+	s.untrusted(out, "main", "commit "+emptied[:12]+" leaves .gitbroker/allowed_signers enrolling nobody")
+	require.Contains(t, s.plan(out), "Inputs: verified:")
+	require.Equal(t, good, out.Source)
+}
+
+// Finding 1, review: plan and check on the work tree said nothing about the malformed line
+// (exit 0) that render then refused. They now refuse it at its file and line, as invalid input.
+// DEPLOYING's step 3, run before the fleet CA exists, appended such a line.
+func TestFailClosedPlanAndCheckRefuseABadTrustLine(t *testing.T) {
+	dir := demoRepo(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, ".gitbroker"), 0o755))
+	signers := filepath.Join(dir, filepath.FromSlash(verify.AllowedSignersPath))
+	require.NoError(t, os.WriteFile(signers, []byte("alice@example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFcQ0ZfR5hOFN/a2oKqbRKAXkmFw5ZzqBR5cpTF6D7tF\n\"node:*\" cert-authority \n"), 0o644))
+	for _, cmd := range []string{"plan", "check", "render"} {
+		code, stdout, stderr := gitbroker(t, cmd, "--dir", dir)
+		require.Equal(t, exitInvalid, code, "%s: %s%s", cmd, stdout, stderr)
+		require.Contains(t, stdout+stderr, ".gitbroker/allowed_signers:2: principals \"node:*\": no key", cmd)
+	}
+	require.NoError(t, os.WriteFile(signers, []byte("alice@example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFcQ0ZfR5hOFN/a2oKqbRKAXkmFw5ZzqBR5cpTF6D7tF\n"), 0o644))
+	code, stdout, stderr := gitbroker(t, "check", "--dir", dir)
+	require.Equal(t, exitOK, code, stdout+stderr)
+}
+
+// Finding 1, review: plan on the pull request that adds the malformed line said nothing. It
+// now refuses it at its line, as invalid input.
+func TestFailClosedPullRequestPlanRefusesABadTrustLine(t *testing.T) {
+	srv := demoServer(t)
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL())
+	require.Equal(t, exitOK, code, stderr)
+	gitsynctest.Git(t, srv.Bare(), "branch", "enroll-edge-c", "main")
+	head := srv.On("enroll-edge-c").Commit(map[string]string{verify.AllowedSignersPath: "node:edge-c AAAAC3NzaC1lZDI1NTE5AAAAIFcQ0ZfR5hOFN/a2oKqbRKAXkmFw5ZzqBR5cpTF6D7tF\n"}, nil, "enroll edge-c")
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/pull/9/head", head)
+	code, stdout, stderr := gitbroker(t, "plan", "--git", srv.URL(), "--ref", "refs/pull/9/head")
+	require.Equal(t, exitInvalid, code, stdout+stderr)
+	require.Contains(t, stdout, ".gitbroker/allowed_signers:1: principals \"node:edge-c\": no key")
+}
