@@ -38,7 +38,7 @@ type Signer interface {
 
 // build writes the change on top of base (nil for a new branch) and returns
 // the new commit and every object it created, which is what a push must
-// send. It returns ErrNoChanges when the tree would not change.
+// send. It returns ErrNoChanges when the tree would not change, unless c.Overwrite.
 func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name string, content []byte) (plumbing.Hash, bool)) (plumbing.Hash, []plumbing.Hash, error) {
 	if err := c.validate(); err != nil {
 		return plumbing.ZeroHash, nil, err
@@ -122,14 +122,16 @@ func (b *commitBuilder) build(base *object.Commit, c *Change, known func(name st
 	if err != nil {
 		return plumbing.ZeroHash, nil, err
 	}
-	if len(edits) == 0 {
+	if len(edits) == 0 && (!c.Overwrite || root == nil) {
 		return plumbing.ZeroHash, nil, ErrNoChanges
 	}
-	treeHash, err := b.rewrite(root, "", edits)
-	if err != nil {
+	treeHash := plumbing.ZeroHash
+	if len(edits) == 0 {
+		treeHash = root.Hash
+	} else if treeHash, err = b.rewrite(root, "", edits); err != nil {
 		return plumbing.ZeroHash, nil, err
 	}
-	if root != nil && treeHash == root.Hash {
+	if root != nil && treeHash == root.Hash && !c.Overwrite {
 		return plumbing.ZeroHash, nil, ErrNoChanges
 	}
 	commit := &object.Commit{

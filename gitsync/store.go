@@ -102,6 +102,10 @@ type Change struct {
 	// KeepCompanion reports whether a companion may stay at its current tip (whether this
 	// writer signed it); nil keeps any tip that shows the folder's tree.
 	KeepCompanion func(*Commit) bool
+	// Overwrite commits even when the files are what the head holds already: the head is not
+	// the writer's own (someone else pushed a commit with the same tree, which the writer must
+	// not leave as the head, since it did not sign it).
+	Overwrite bool
 }
 
 // Result describes how an Update went.

@@ -156,6 +156,9 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 				{Key: TrailerInputsDigest, Value: digest},
 			},
 			Author: author,
+			// Over a head this renderer did not sign it commits even when nothing changed:
+			// Flux verifies the head's signature, and no head it did not make may stay.
+			Overwrite: in.Overwrite,
 		}
 		mirrored := render.Tree{}
 		// The inputs alone, not the hundred thousand rendered files beside them.

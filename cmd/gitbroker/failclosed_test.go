@@ -104,3 +104,26 @@ func TestFailClosedPullRequestPlanRefusesABadTrustLine(t *testing.T) {
 	require.Equal(t, exitInvalid, code, stdout+stderr)
 	require.Contains(t, stdout, ".gitbroker/allowed_signers:1: principals \"node:edge-c\": no key")
 }
+
+// Finding 7: an unsigned commit with the render's exact tree pushed onto gitbroker/rendered.
+// The render found nothing to change and left it as the head, which Flux's verification then
+// refused to apply until the next change. The renderer commits over anything it did not sign.
+func TestFailClosedSameTreeCommitOnRenderedIsReplaced(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	head := s.rendered().Head()
+	same := strings.TrimSpace(gitsynctest.Git(t, s.srv.Bare(), "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree, unsigned"))
+	s.srv.SetRef(verify.RenderedBranch, same)
+
+	out := s.renderTrust()
+	require.NotEmpty(t, out.Commit, "the render commits over the unsigned head: %s", s.plan(out))
+	msg, err := s.srv.VerifyCommit(s.rendered().Head(), s.allowed)
+	require.NoError(t, err, "the head is the renderer's again: %s", msg)
+	require.Contains(t, msg, "renderer")
+
+	// The daemon's view: the next render, with nothing new, leaves its own head alone.
+	out = s.renderTrust()
+	require.Empty(t, out.Commit)
+}
