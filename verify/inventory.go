@@ -29,6 +29,10 @@ func (w *writers) nodes(ctx context.Context, refs map[string]gitsync.Snapshot, o
 			continue
 		}
 		seen[node] = true
+		if why := w.revoked(ctx, ref); why != "" {
+			in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref, Reason: why})
+			continue
+		}
 		in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref,
 			Reason: fmt.Sprintf("too large to read (%v); the node's last verified inventory is kept", oversized[ref])})
 		keep(ref, node)
@@ -53,6 +57,11 @@ func (w *writers) nodes(ctx context.Context, refs map[string]gitsync.Snapshot, o
 			return err
 		}
 		if why != "" {
+			if dropped := w.revoked(ctx, ref); dropped != "" {
+				in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref, Commit: snap.Commit(),
+					Reason: fmt.Sprintf("commit %s %s; %s", short(snap.Commit()), why, dropped)})
+				continue
+			}
 			kept := "the node's last verified inventory is kept"
 			if _, ok := prev[api.InventoryPath(node)]; !ok {
 				kept = "nothing of this node is rendered"
@@ -71,7 +80,7 @@ func (w *writers) nodes(ctx context.Context, refs map[string]gitsync.Snapshot, o
 		in.put(p, b)
 		in.Writers[ref] = snap.Commit()
 	}
-	w.goneNodes(seen)
+	w.goneNodes(ctx, seen)
 	return nil
 }
 
@@ -87,10 +96,30 @@ func (w *writers) keepNode(ref, node string) {
 	}
 }
 
+// revoked says, when the tip of ref accepted last was signed by a key .gitbroker/revoked_keys
+// now revokes, that the node is decommissioned and its inventory dropped, as removing its
+// enrolment does: for a fleet enrolled through an SSH CA, revocation is the only way to retire
+// one node. "" when the node's part may be kept.
+func (w *writers) revoked(ctx context.Context, ref string) string {
+	accepted := w.meta.Writers[ref]
+	if w.trust.allowed == nil || accepted == "" {
+		return ""
+	}
+	c, err := w.s.Inventory.CommitOf(ctx, ref, accepted)
+	if err != nil {
+		return "" // gone with its ref: the enrolment decides (goneNodes)
+	}
+	sig, err := w.s.Signatures.verify(c)
+	if err != nil || !w.trust.allowed.Revoked(sig.Key) {
+		return ""
+	}
+	return fmt.Sprintf("the tip accepted last, %s, was signed by a key %s revokes: the node is decommissioned and nothing of it is rendered", short(accepted), RevokedKeysPath)
+}
+
 // goneNodes keeps the last verified inventory of each node whose ref is gone (not in seen)
 // while it is enrolled: deleting a ref needs no signature. Unverified, a gone ref is a gone
 // node.
-func (w *writers) goneNodes(seen map[string]bool) {
+func (w *writers) goneNodes(ctx context.Context, seen map[string]bool) {
 	if w.trust.allowed == nil {
 		return
 	}
@@ -103,6 +132,10 @@ func (w *writers) goneNodes(seen map[string]bool) {
 			continue // removed from allowed_signers by a person: decommissioned
 		}
 		ref := InventoryBranch(node)
+		if why := w.revoked(ctx, ref); why != "" {
+			w.in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref, Reason: why})
+			continue
+		}
 		w.in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref,
 			Reason: fmt.Sprintf("the ref is gone, but node %s is still enrolled; its last verified inventory is kept (remove its line from %s to decommission it)", node, AllowedSignersPath)})
 		w.keepNode(ref, node)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -126,4 +128,49 @@ func TestFailClosedSameTreeCommitOnRenderedIsReplaced(t *testing.T) {
 	// The daemon's view: the next render, with nothing new, leaves its own head alone.
 	out = s.renderTrust()
 	require.Empty(t, out.Commit)
+}
+
+// Finding 8: a node whose certificate .gitbroker/revoked_keys lists kept its last accepted
+// inventory rendered for ever; for a fleet enrolled through an SSH CA, revocation is the only
+// way to retire one node. Revocation now drops the node's inventory, as removing its line
+// does, whether its ref moves, stays or is deleted.
+func TestFailClosedRevocationDecommissions(t *testing.T) {
+	s := newSignedLoop(t)
+	dir := t.TempDir()
+	keygen := func(args ...string) {
+		out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	keygen("-q", "-t", "ed25519", "-N", "", "-C", "fleet-ca", "-f", filepath.Join(dir, "ca"))
+	keygen("-q", "-t", "ed25519", "-N", "", "-C", "edge-c", "-f", filepath.Join(dir, "edge-c"))
+	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", "edge-c", "-n", "node:edge-c", "-V", "+52w", filepath.Join(dir, "edge-c.pub"))
+	caPub, err := os.ReadFile(filepath.Join(dir, "ca.pub"))
+	require.NoError(t, err)
+	s.allowed += `"node:*" cert-authority ` + string(caPub)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the fleet CA")
+	signer, err := trust.LoadSigner(filepath.Join(dir, "edge-c"))
+	require.NoError(t, err)
+	devices := &nodeDevices{devices: map[string][]api.Device{}}
+	devices.set("default/akri-debug-echo", "cam0")
+	c := s.startAgent("edge-c", signer, devices, 0)
+	_, err = c.Sync(t.Context())
+	require.NoError(t, err)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	require.Contains(t, s.brokersText(), "cam0")
+
+	cert, err := os.ReadFile(filepath.Join(dir, "edge-c-cert.pub"))
+	require.NoError(t, err)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.RevokedKeysPath: "# edge-c, decommissioned\n" + string(cert)}, nil, "decommission edge-c")
+	out := s.renderTrust()
+	s.untrusted(out, verify.InventoryBranch("edge-c"), "signed by a key .gitbroker/revoked_keys revokes: the node is decommissioned")
+	require.NotContains(t, s.brokersText(), "cam0", "its ref did not move, and it is dropped")
+	require.Contains(t, s.brokersText(), "bar0", "the other nodes stay")
+	require.NotContains(t, s.renderedFile(api.InventoryPath("edge-c")), "cam0")
+
+	// Its ref deleted: still nothing of it.
+	s.srv.SetRef(verify.InventoryBranch("edge-c"), "")
+	s.renderTrust()
+	require.NotContains(t, s.brokersText(), "cam0")
 }
