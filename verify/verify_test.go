@@ -183,6 +183,8 @@ type attack struct {
 	name             string
 	attack           func(f *fixture)
 	writer, ref, why string
+	// decommissioned: the node's inventory is dropped, not kept.
+	decommissioned bool
 }
 
 // attacks are the rows, one per attack the trust review found (docs/TRUST.md).
@@ -218,7 +220,7 @@ func attacks() []attack {
 				f.write("node:edge-b", edgeB, api.InventoryPath("edge-b"), inventory("edge-b", strings.Repeat("x", 64<<10)))
 				f.limits = gitsync.WithLimits(0, 32<<10)
 			}},
-		{name: "a revoked node key", writer: "node:edge-b", ref: edgeB, why: "revokes",
+		{name: "a revoked node key", writer: "node:edge-b", ref: edgeB, why: "revokes: the node is decommissioned", decommissioned: true,
 			attack: func(f *fixture) {
 				f.person(map[string]string{verify.RevokedKeysPath: f.keys["node:edge-b"].AllowedSignersLine("x")[2:] + "\n"}, "retire edge-b's key")
 				f.write("node:edge-b", edgeB, api.InventoryPath("edge-b"), inventory("edge-b", "b1"))
@@ -290,7 +292,10 @@ func TestCollectRejectsEachAttack(t *testing.T) {
 			require.Equal(t, tt.ref, r.Ref)
 			require.Contains(t, r.Reason, tt.why)
 			require.Equal(t, []string{r.String()}, in.Untrusted)
-			if strings.HasPrefix(tt.writer, "node:edge-") {
+			if tt.decommissioned {
+				require.NotContains(t, in.Inputs, api.InventoryPath(strings.TrimPrefix(tt.writer, "node:")), "a revoked node's inventory is dropped")
+				require.NotContains(t, in.Writers, tt.ref)
+			} else if strings.HasPrefix(tt.writer, "node:edge-") {
 				p := api.InventoryPath(strings.TrimPrefix(tt.writer, "node:"))
 				require.Equal(t, string(before.Inputs[p]), string(in.Inputs[p]), "the node's verified inventory is kept")
 				require.Equal(t, before.Writers[tt.ref], in.Writers[tt.ref], "and its accepted tip")
