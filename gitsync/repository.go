@@ -43,6 +43,11 @@ type Repository struct {
 	signer      Signer
 	ownHistory  bool
 	recoverFrom func(ctx context.Context) (string, error)
+	// accepted is recoverFrom's answer, read once by a writer that starts with nothing pushed.
+	accepted struct {
+		tip  string
+		read bool
+	}
 	maxFetch    int64
 	maxFile     int64
 	stall       time.Duration
@@ -331,8 +336,26 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 			return nil, err
 		}
 	}
-	if pushed != nil && (found == nil || found.Hash != pushed.Hash && !r.descends(ctx, found, pushed.Hash)) {
+	if pushed != nil && (found == nil || found.Hash != pushed.Hash && !r.descends(ctx, found, pushed.Hash, false)) {
 		found = pushed // moved back, replaced or deleted: build on what this writer pushed
+	}
+	if pushed == nil && found != nil && r.recoverFrom != nil {
+		// A writer that starts anew knows nothing it pushed: its own commit on the ref may be an
+		// older one the ref was moved back to. Building on that would never be accepted again,
+		// so it starts from what the renderer accepted last: on its own commit when that
+		// descends from it, else a new line that names it (TrailerReplaces).
+		if !r.accepted.read {
+			tip, err := r.recoverFrom(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("reading the tip of %s the renderer accepted last: %w", r.branch.Short(), err)
+			}
+			r.accepted.tip, r.accepted.read = tip, true
+		}
+		if a := r.accepted.tip; a != "" && a != found.Hash.String() && !r.descends(ctx, found, plumbing.NewHash(a), true) {
+			r.log.Info("the branch holds an own commit that does not descend from the one the renderer accepted last (moved back?): starting a new line that replaces it",
+				"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
+			found = nil
+		}
 	}
 	if found != nil {
 		r.pushed = found.Hash
@@ -351,8 +374,9 @@ func (r *Repository) Restore(ctx context.Context) (Result, error) {
 	return r.Update(ctx, nil)
 }
 
-// descends reports whether c is ancestor or has it among its ancestors.
-func (r *Repository) descends(ctx context.Context, c *object.Commit, ancestor plumbing.Hash) bool {
+// descends reports whether c is ancestor or has it among its ancestors; with deepen, history
+// older than the store holds is fetched when the walk needs it.
+func (r *Repository) descends(ctx context.Context, c *object.Commit, ancestor plumbing.Hash, deepen bool) bool {
 	seen := map[plumbing.Hash]bool{}
 	queue := []plumbing.Hash{c.Hash}
 	for len(queue) > 0 && len(seen) < 100*maxOwnWalk {
@@ -361,7 +385,7 @@ func (r *Repository) descends(ctx context.Context, c *object.Commit, ancestor pl
 		if h == ancestor {
 			return true
 		}
-		k, err := r.commitOf(ctx, r.branch.Short(), h.String(), false)
+		k, err := r.commitOf(ctx, r.branch.Short(), h.String(), deepen)
 		if err != nil {
 			continue
 		}

@@ -62,6 +62,9 @@ func AcceptedTip(rendered interface {
 }, ref string) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		snap, err := rendered.Snapshot(ctx)
+		if errors.Is(err, gitsync.ErrNoBranch) {
+			return "", nil // nothing rendered yet: nothing accepted
+		}
 		if err != nil {
 			return "", err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -173,4 +174,37 @@ func TestFailClosedRevocationDecommissions(t *testing.T) {
 	s.srv.SetRef(verify.InventoryBranch("edge-c"), "")
 	s.renderTrust()
 	require.NotContains(t, s.brokersText(), "cam0")
+}
+
+// Finding 4: a node's ref pushed back to one of its own older commits, then the agent
+// restarted (a reboot, an upgrade, an OOM kill). It built on that commit for ever, and every
+// render refused it as not descending from the tip accepted last. A restarted writer now starts
+// from what the renderer accepted: a new line that names it.
+func TestFailClosedRollbackAndRestartDoesNotFreezeANode(t *testing.T) {
+	s := newSignedLoop(t)
+	ref := verify.InventoryBranch("edge-b")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	old := s.srv.On(ref).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	s.renderTrust()
+	require.Contains(t, s.brokersText(), "baz1")
+
+	s.srv.SetRef(ref, old)
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0,
+		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+	_, err := restarted.Sync(t.Context())
+	require.NoError(t, err)
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+	require.Contains(t, s.brokersText(), "baz2", "the node's change lands")
+
+	// The old commit itself stays refused: the new line replaced exactly the accepted tip.
+	s.srv.SetRef(ref, old)
+	out = s.renderTrust()
+	s.untrusted(out, ref, "does not descend from")
+	require.Contains(t, s.brokersText(), "baz2")
 }
