@@ -536,6 +536,9 @@ func startLoop(t *testing.T) *loop {
 		l.allowed += k.AllowedSignersLine(p) + "\n"
 	}
 	l.commit(map[string]string{".gitbroker/allowed_signers": l.allowed}, nil, "enroll the writers")
+	// The agents pin the renderer's key, as deploy/ does: allowed_signers names it as renderer.
+	rendererKey := filepath.Join(keys, "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(rendererKey, []byte(l.allowed), 0o644))
 
 	// Flux's objects are deploy/flux's, pointed at this server, fetching often, and verifying
 	// the renderer's signature; its applier is granted the two broker namespaces.
@@ -545,7 +548,7 @@ func startLoop(t *testing.T) *loop {
 		require.NoError(t, cluster.AddNode(ctx, n))
 		l.avail[n] = filepath.Join(t.TempDir(), "availability")
 		startGitbroker(t, "agent-"+n, "agent started", "agent",
-			"--git", l.srv.URL(), "--branch", "main", "--node", n, "--signing-key", l.keys[trust.NodePrincipal(n)],
+			"--git", l.srv.URL(), "--branch", "main", "--node", n, "--signing-key", l.keys[trust.NodePrincipal(n)], "--renderer-key", rendererKey,
 			"--interval", agentInterval.String(),
 			"--grace-period", graceVanished.String(), "--local-grace-period", graceVanished.String(),
 			"--debug-echo-shared=false", "--debug-echo-availability-file", l.avail[n],

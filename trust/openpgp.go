@@ -21,6 +21,12 @@ func IsOpenPGP(armored []byte) bool {
 	return bytes.Contains(armored, []byte("-----BEGIN PGP SIGNATURE-----"))
 }
 
+// IsOpenPGPPublicKey reports whether data is an armored OpenPGP public key (what a renderer
+// that signs for Argo CD pins with --renderer-key).
+func IsOpenPGPPublicKey(data []byte) bool {
+	return bytes.Contains(data, []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----"))
+}
+
 // KeyRing is people's OpenPGP public keys: the armored *.asc files of .gitbroker/trusted-keys/.
 // Everyone in it is a person; nothing in it can sign as a node, the renderer or the recorder.
 type KeyRing struct {

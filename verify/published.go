@@ -70,7 +70,7 @@ type RendererKeys struct {
 // it would trust nothing and stop every agent.
 func ParseRendererKeys(file string, data []byte) (*RendererKeys, error) {
 	k := &RendererKeys{file: file}
-	if trust.IsOpenPGP(data) {
+	if trust.IsOpenPGPPublicKey(data) {
 		ring, err := trust.ParseKeyRing(map[string][]byte{file: data})
 		if err != nil {
 			return nil, err

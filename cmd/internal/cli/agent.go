@@ -216,6 +216,12 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		if signer != nil {
 			signing = []gitsync.Option{gitsync.WithSigner(signer)}
 		}
+		if signer != nil && o.RendererKey == "" {
+			// A signing agent vouches for what it writes: it must read only what the renderer
+			// verified, never the people's branch as anyone pushed it.
+			return Exitf(ExitInvalid, "--%s needs --%s: an agent that signs reads its Configurations only from the renderer's signed %s, checked against the renderer's pinned public key (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
+				FlagSigningKey, FlagRendererKey, verify.ConfigurationsBranch)
+		}
 		enrolment = &agent.Enrolment{Signer: signer}
 		opts := append(signing, gitsync.WithLogger(log))
 		if o.Once {
