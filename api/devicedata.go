@@ -39,12 +39,26 @@ var (
 		"NODE_TLS_REJECT_UNAUTHORIZED": true, "KUBECONFIG": true, "SSLKEYLOGFILE": true, "WGETRC": true, "CURL_HOME": true,
 		"CONTAINER_HOST": true, "GOOGLE_APPLICATION_CREDENTIALS": true, "GOPROXY": true, "GONOSUMDB": true, "GOPRIVATE": true,
 		"PERL_MB_OPT": true, "PERL_MM_OPT": true, "EDITOR": true, "VISUAL": true, "PAGER": true, "BROWSER": true,
+		// Plugin, driver and module search paths, shells' start files, package indexes, telemetry
+		// endpoints and toolchain switches (the second trust review's list).
+		"GST_PLUGIN_PATH": true, "GST_PLUGIN_SYSTEM_PATH": true, "LIBVA_DRIVERS_PATH": true, "LIBVA_DRIVER_NAME": true,
+		"VK_ICD_FILENAMES": true, "VK_LAYER_PATH": true, "VK_DRIVER_FILES": true, "VK_ADD_DRIVER_FILES": true, "VK_INSTANCE_LAYERS": true,
+		"__EGL_VENDOR_LIBRARY_FILENAMES": true, "__EGL_VENDOR_LIBRARY_DIRS": true, "__GLX_VENDOR_LIBRARY_NAME": true, "OCL_ICD_VENDORS": true, "OCL_ICD_FILENAMES": true,
+		"GTK_MODULES": true, "GTK_PATH": true, "GIO_MODULE_DIR": true, "GIO_EXTRA_MODULES": true, "GDK_PIXBUF_MODULE_FILE": true,
+		"ZDOTDIR": true, "INPUTRC": true, "TERMINFO": true, "TERMINFO_DIRS": true,
+		"GOTOOLCHAIN": true, "GOROOT": true, "GOPATH": true, "CARGO_HOME": true, "RUSTUP_HOME": true, "RUSTC_WRAPPER": true,
+		"LIBRARY_PATH": true, "CPATH": true, "PKG_CONFIG_PATH": true, "MAGIC": true, "SANE_CONFIG_DIR": true,
+		"ALSA_CONFIG_PATH": true, "PULSE_SERVER": true, "PULSE_RUNTIME_PATH": true, "DBUS_SESSION_BUS_ADDRESS": true, "DBUS_SYSTEM_BUS_ADDRESS": true,
+		"DISPLAY": true, "WAYLAND_DISPLAY": true, "SSH_AUTH_SOCK": true, "GNUPGHOME": true, "GIT_SSH_COMMAND": true,
 	}
 	refusedDevicePrefixes = []string{"LD_", "DYLD_", "PYTHON", "PERL5", "PERLLIB", "CORECLR_", "COMPLUS_", "DOTNET_", "GIT_", "MALLOC_", "OPENSSL_",
-		"JAVA_", "JDK_", "NODE_", "NPM_CONFIG_", "AWS_", "AZURE_", "DOCKER_", "KUBE", "ASPNETCORE_", "ERL_", "ELIXIR_", "RUBY", "BUNDLE_", "GNUTLS_", "NSS_", "KRB5"}
+		"JAVA_", "JDK_", "NODE_", "NPM_CONFIG_", "AWS_", "AZURE_", "DOCKER_", "KUBE", "ASPNETCORE_", "ERL_", "ELIXIR_", "RUBY", "BUNDLE_", "GNUTLS_", "NSS_", "KRB5",
+		"GST_", "LIBVA_", "VDPAU_", "VK_", "MESA_", "QT_", "QML", "GTK_", "GIO_", "GDK_", "GSETTINGS_", "XDG_", "PIP_", "UV_", "CONDA",
+		"OTEL_", "GOOGLE_", "GCLOUD_", "CLOUDSDK_", "SSL_", "TLS_", "CUDA_", "NVIDIA_", "OMP_", "HF_", "TRANSFORMERS_", "TORCH", "CMAKE_", "CC_", "CXX_", "MAVEN_", "GRADLE_", "SBT_", "YARN_", "DENO_", "BUN_"}
 	// Any name ending so passes options to a program or routes its traffic, whatever the program
 	// (JAVA_OPTS, CATALINA_OPTS, MAVEN_OPTS, SOCKS_PROXY, ...).
-	refusedDeviceSuffixes = []string{"_OPTS", "_OPTIONS", "_FLAGS", "_PROXY", "_CA_BUNDLE", "_CA_CERTS", "_PRELOAD"}
+	refusedDeviceSuffixes = []string{"_OPTS", "_OPTIONS", "_FLAGS", "_PROXY", "_CA_BUNDLE", "_CA_CERTS", "_PRELOAD",
+		"_PATH", "_LIBRARY_PATH", "_PLUGIN_DIR", "_MODULE_DIR", "_MODULES", "_HOME", "_ENDPOINT", "_INDEX_URL", "_CONFIG_FILE", "_CONFIG_DIR", "_RC", "_INIT", "_HOOK", "_HOOKS"}
 )
 
 // propertiesSize is the bytes of a device's property names and values.

@@ -208,3 +208,28 @@ func TestFailClosedRollbackAndRestartDoesNotFreezeANode(t *testing.T) {
 	s.untrusted(out, ref, "does not descend from")
 	require.Contains(t, s.brokersText(), "baz2")
 }
+
+// Finding 10: device properties that steer how a broker loads plugins, drivers and modules,
+// which shell start file it reads, which package index or telemetry endpoint it uses, reached
+// the env. A device reporting one is now an invalid inventory, as JAVA_OPTS was.
+func TestFailClosedDeviceCannotSteerLoaders(t *testing.T) {
+	for _, name := range []string{"GST_PLUGIN_PATH", "LIBVA_DRIVERS_PATH", "VK_ICD_FILENAMES", "QT_PLUGIN_PATH", "GTK_MODULES",
+		"GIO_MODULE_DIR", "ZDOTDIR", "XDG_CONFIG_HOME", "PIP_INDEX_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "GOTOOLCHAIN",
+		"__EGL_VENDOR_LIBRARY_FILENAMES", "MESA_LOADER_DRIVER_OVERRIDE", "MY_APP_PLUGIN_DIR", "FOO_LIBRARY_PATH"} {
+		require.True(t, api.RefusedDeviceProperty(name), name)
+	}
+	for _, name := range []string{"DEBUG_ECHO_DESCRIPTION", "UDEV_DEVNODE", "UDEV_DEVPATH", "ONVIF_DEVICE_SERVICE_URL", "ONVIF_DEVICE_IP_ADDRESS", "OPCUA_DISCOVERY_URL"} {
+		require.False(t, api.RefusedDeviceProperty(name), "Akri's handlers report %s", name)
+	}
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	s.forgeInventory("edge-a", "        DEBUG_ECHO_DESCRIPTION: bar0\n", "        DEBUG_ECHO_DESCRIPTION: bar0\n        GST_PLUGIN_PATH: /tmp/evil\n")
+	out, err := s.renderer.Once(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	require.Contains(t, out.Result.Errors.Error(), "properties.GST_PLUGIN_PATH: a device may not set GST_PLUGIN_PATH")
+	require.NotContains(t, s.brokersText(), "/tmp/evil")
+}
