@@ -178,23 +178,41 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 		return nil, err
 	}
 	tip := refs.main[s.SourceBranch]
-	in := &Inputs{Inputs: render.Tree{}, Writers: map[string]string{}, SourceTip: tip.Commit()}
-
-	// The mode at the source tip decides whether the renderer's own commits must be found; the
-	// mode that governs the walk is the one at the last rendered source commit.
-	tipMode := modeAt(tip)
-	// prev are the inputs the previous render mirrored beside its output.
-	owned, prev, err := previous(ctx, s, rendered, tipMode, in)
-	if err != nil {
-		return nil, err
+	in := &Inputs{Inputs: render.Tree{}, Writers: map[string]string{}}
+	var src gitsync.Snapshot
+	var m mode
+	var owned, prev map[string][]byte
+	var meta render.Metadata
+	if tooLarge := refs.oversized[s.SourceBranch]; tooLarge != nil {
+		// A source branch too large to read is an input refused, not a failed render: the
+		// people's part stays as rendered last (verified as then), and the writers' parts keep
+		// rendering. The renderer's own previous commit is found as under verification.
+		if owned, prev, err = previous(ctx, s, rendered, mode{err: tooLarge}, in); err != nil {
+			return nil, err
+		}
+		meta = render.ParseMetadata(owned[render.MetadataPath])
+		if meta.SourceCommit == "" {
+			return nil, fmt.Errorf("reading %s: %w", s.SourceBranch, tooLarge)
+		}
+		in.reject(Rejection{Writer: WriterPeople, Ref: s.SourceBranch,
+			Reason: fmt.Sprintf("too large to read (%v); rendering stays at %s, rendered last, and the writers' parts keep rendering", tooLarge, short(meta.SourceCommit))})
+		src, m = treeSnapshot(meta.SourceCommit, prev), modeOfTree(prev)
+		in.SourceTip = meta.SourceCommit
+	} else {
+		in.SourceTip = tip.Commit()
+		// The mode at the source tip decides whether the renderer's own commits must be found;
+		// the mode that governs the walk is the one at the last rendered source commit.
+		tipMode := modeAt(tip)
+		// prev are the inputs the previous render mirrored beside its output.
+		if owned, prev, err = previous(ctx, s, rendered, tipMode, in); err != nil {
+			return nil, err
+		}
+		meta = render.ParseMetadata(owned[render.MetadataPath])
+		if src, m, err = source(ctx, s, tip, tipMode, meta.SourceCommit, prev, in); err != nil {
+			return nil, err
+		}
 	}
-	meta := render.ParseMetadata(owned[render.MetadataPath])
 	in.Rendered = owned
-
-	src, m, err := source(ctx, s, tip, tipMode, meta.SourceCommit, prev, in)
-	if err != nil {
-		return nil, err
-	}
 	in.Source, in.SourceTime = src.Commit(), src.CommitTime()
 	files, err := src.Files("")
 	if err != nil {
@@ -266,10 +284,7 @@ func fetchRefs(ctx context.Context, s Sources) (refsRead, error) {
 			maps.Copy(r.oversized, o.Oversized())
 		}
 	}
-	if err := r.oversized[s.SourceBranch]; err != nil {
-		return r, fmt.Errorf("reading %s: %w", s.SourceBranch, err)
-	}
-	if _, ok := r.main[s.SourceBranch]; !ok {
+	if _, ok := r.main[s.SourceBranch]; !ok && r.oversized[s.SourceBranch] == nil {
 		return r, fmt.Errorf("%w: %s", gitsync.ErrNoBranch, s.SourceBranch)
 	}
 	return r, nil

@@ -233,3 +233,25 @@ func TestFailClosedDeviceCannotSteerLoaders(t *testing.T) {
 	require.Contains(t, out.Result.Errors.Error(), "properties.GST_PLUGIN_PATH: a device may not set GST_PLUGIN_PATH")
 	require.NotContains(t, s.brokersText(), "/tmp/evil")
 }
+
+// Finding 3, first half: one file on main larger than the renderer's limit stopped all
+// rendering ("reading main: larger than the configured limit"), node changes included. The
+// source branch is now an input refused like an unsigned commit: the people's part stays as
+// rendered last, and the nodes' changes keep rendering.
+func TestFailClosedOversizedSourceDoesNotStopNodes(t *testing.T) {
+	s := newSignedLoop(t)
+	s.renderer = s.refs.renderer(s.keys["renderer"], gitsync.WithLimits(0, 32<<10))
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	last := s.srv.Head()
+
+	s.srv.Commit(map[string]string{"notes/big.txt": strings.Repeat("0123456789abcdef", 4<<10)}, nil, "a 64 KiB file")
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
+	s.discover()
+	out := s.renderTrust()
+	s.untrusted(out, "main", "too large to read")
+	require.Equal(t, last, out.Source, "the people's part stays as rendered last")
+	require.Contains(t, s.plan(out), "Inputs: verified:")
+	require.Contains(t, s.brokersText(), "bar1", "the node's change renders")
+}
