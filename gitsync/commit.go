@@ -414,11 +414,17 @@ func (s *treeSnapshot) ReadFile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", name, fs.ErrNotExist)
 	}
 	f, err := s.root.File(name)
+	if errors.Is(err, object.ErrFileNotFound) {
+		// go-git says so of a file whose blob is not in the store too: one the server left out.
+		if e, ferr := s.root.FindEntry(name); ferr == nil && e.Mode.IsFile() {
+			err = plumbing.ErrObjectNotFound
+		}
+	}
 	if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
 		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, fs.ErrNotExist)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, err)
+		return nil, fmt.Errorf("reading %s at %s: %w", name, s.commit, leftOut(err, s.maxFile))
 	}
 	b, err := readBlob(f, s.maxFile)
 	if err == nil {
@@ -457,9 +463,18 @@ func (s *treeSnapshot) Files(dir string) (map[string][]byte, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading folder %s at %s: %w", dir, s.commit, err)
+		return nil, fmt.Errorf("reading folder %s at %s: %w", dir, s.commit, leftOut(err, s.maxFile))
 	}
 	return out, nil
+}
+
+// leftOut says a blob missing from a fetched commit's tree is one the server left out as
+// larger than the fetch's blob limit (filter.go): a file too large to read.
+func leftOut(err error, max int64) error {
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		return fmt.Errorf("%w: the server left it out as larger than %d bytes", ErrTooLarge, max)
+	}
+	return err
 }
 
 func readBlob(f *object.File, max int64) ([]byte, error) {

@@ -57,7 +57,7 @@ func stallOf(ctx context.Context) time.Duration {
 func (r *Repository) netContext(ctx context.Context, fetch bool) context.Context {
 	ctx = withStall(ctx, r.stall)
 	if fetch {
-		ctx = withFetchLimit(ctx, r.maxFetch)
+		ctx = withBlobLimit(withFetchLimit(ctx, r.maxFetch), r.maxFile)
 	}
 	return ctx
 }
@@ -72,6 +72,7 @@ func init() {
 	c := githttp.NewClient(&http.Client{Transport: watchedTransport{base: t}})
 	client.InstallProtocol("http", c)
 	client.InstallProtocol("https", c)
+	installFiltering()
 }
 
 // watchedTransport fails a request, through its context, once it has made no progress for its

@@ -18,6 +18,17 @@ const (
 	DefaultMaxFileSize = 64 << 20
 )
 
+// The bounds of the writers that run on small memory limits (deploy/: the agent 128Mi, the
+// recorder 256Mi), far below the renderer's: what one fetch may bring on the wire and inflated,
+// and the largest file read (a larger one the server leaves out, filter.go). The agent reads its
+// own inventory (at most 4 MiB) and the renderer's publication; the recorder its records.
+const (
+	AgentMaxFetchBytes    = 24 << 20
+	AgentMaxFileSize      = 6 << 20
+	RecorderMaxFetchBytes = 64 << 20
+	RecorderMaxFileSize   = 6 << 20
+)
+
 // ErrTooLarge is returned when a fetch or a file is larger than its limit.
 var ErrTooLarge = errors.New("larger than the configured limit")
 

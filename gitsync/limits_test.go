@@ -32,7 +32,23 @@ func TestFetchAndFileLimits(t *testing.T) {
 	require.ErrorIs(t, err, gitsync.ErrTooLarge)
 	require.ErrorContains(t, err, "more than 16384 bytes")
 
-	// A file above the file limit is refused before it inflates: the fetch that would bring it.
+	// A file above the file limit is never fetched: the server leaves it out (a partial clone
+	// filter), and reading it says why, while the rest of the branch reads.
+	r = open(t, srv, gitsync.WithLimits(0, 32<<10))
+	snap, err := r.Snapshot(ctx)
+	require.NoError(t, err)
+	_, err = snap.ReadFile("inventory/edge-a.yaml")
+	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+	require.ErrorContains(t, err, "the server left it out as larger than 32768 bytes")
+	_, err = snap.Files("inventory")
+	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+	b, err := snap.ReadFile("inventory/edge-b.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "small: 1\n", string(b))
+
+	// A server that offers no filter sends it: refused before it inflates, the fetch that
+	// would bring it.
+	gitsynctest.Git(t, srv.Bare(), "config", "uploadpack.allowFilter", "false")
 	r = open(t, srv, gitsync.WithLimits(0, 32<<10))
 	_, err = r.Snapshot(ctx)
 	require.ErrorIs(t, err, gitsync.ErrTooLarge)
@@ -40,9 +56,9 @@ func TestFetchAndFileLimits(t *testing.T) {
 
 	// Within the limits, a file read is still bounded on its own.
 	r = open(t, srv, gitsync.WithLimits(0, 128<<10))
-	snap, err := r.Snapshot(ctx)
+	snap, err = r.Snapshot(ctx)
 	require.NoError(t, err)
-	b, err := snap.ReadFile("inventory/edge-b.yaml")
+	b, err = snap.ReadFile("inventory/edge-b.yaml")
 	require.NoError(t, err)
 	require.Equal(t, "small: 1\n", string(b))
 
@@ -53,8 +69,10 @@ func TestFetchAndFileLimits(t *testing.T) {
 	require.Len(t, files, 2)
 }
 
-// A decompression bomb (zeros that pack to almost nothing) on one node's ref is refused before
-// it inflates, and leaves every other ref readable: Branches leaves it out and says so.
+// A decompression bomb (zeros that pack to almost nothing) on one node's ref never reaches
+// memory, and leaves every other ref readable: a server that filters leaves the blob out (the
+// ref reads, its file does not); one that does not sends it, and Branches leaves the ref out
+// and says so.
 func TestInflationBombIsIsolated(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/a.yaml": "a: 1\n"})
 	srv.SeedBranches(map[string]map[string][]byte{
@@ -63,6 +81,17 @@ func TestInflationBombIsIsolated(t *testing.T) {
 		"gitbroker/inventory/edge-c": {"inventory/edge-c.yaml": []byte("ok: 3\n")},
 	})
 	ctx := context.Background()
+	r := open(t, srv, gitsync.WithLimits(4<<20, 1<<20))
+	snaps, err := r.Branches(ctx, "main", "gitbroker/inventory/")
+	require.NoError(t, err)
+	require.Empty(t, r.Oversized())
+	_, err = snaps["gitbroker/inventory/edge-b"].ReadFile("inventory/edge-b.yaml")
+	require.ErrorIs(t, err, gitsync.ErrTooLarge)
+	b, err := snaps["gitbroker/inventory/edge-c"].ReadFile("inventory/edge-c.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "ok: 3\n", string(b))
+
+	gitsynctest.Git(t, srv.Bare(), "config", "uploadpack.allowFilter", "false")
 	for _, first := range []bool{true, false} {
 		r := open(t, srv, gitsync.WithLimits(4<<20, 1<<20))
 		if !first {

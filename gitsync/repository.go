@@ -48,12 +48,12 @@ type Repository struct {
 		tip  string
 		read bool
 	}
-	maxFetch    int64
-	maxFile     int64
-	stall       time.Duration
-	create      bool
-	failFast    bool
-	log         logr.Logger
+	maxFetch int64
+	maxFile  int64
+	stall    time.Duration
+	create   bool
+	failFast bool
+	log      logr.Logger
 
 	mu         sync.Mutex
 	deepen     bool
@@ -345,9 +345,12 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 		// so it starts from what the renderer accepted last: on its own commit when that
 		// descends from it, else a new line that names it (TrailerReplaces).
 		if !r.accepted.read {
+			// Unreadable (the rendered branch too large for this writer's limits, say), the
+			// writer builds on its own commit as before: the renderer still refuses a line that
+			// does not descend from what it accepted, so nothing unverified is taken.
 			tip, err := r.recoverFrom(ctx)
 			if err != nil {
-				return nil, fmt.Errorf("reading the tip of %s the renderer accepted last: %w", r.branch.Short(), err)
+				r.log.Info("cannot read the tip the renderer accepted last; building on the writer's own commit on the branch", "branch", r.branch.Short(), "error", r.redact.wrap(err).Error())
 			}
 			r.accepted.tip, r.accepted.read = tip, true
 		}

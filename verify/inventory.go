@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -73,7 +74,12 @@ func (w *writers) nodes(ctx context.Context, refs map[string]gitsync.Snapshot, o
 		}
 		b := mirror
 		if !unmoved {
-			if b, err = snap.ReadFile(p); err != nil {
+			if b, err = snap.ReadFile(p); errors.Is(err, gitsync.ErrTooLarge) {
+				in.reject(Rejection{Writer: trust.NodePrincipal(node), Ref: ref, Commit: snap.Commit(),
+					Reason: fmt.Sprintf("commit %s: %v; the node's last verified inventory is kept", short(snap.Commit()), err)})
+				keep(ref, node)
+				continue
+			} else if err != nil {
 				return err
 			}
 		}

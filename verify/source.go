@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,6 +83,15 @@ func source(ctx context.Context, s Sources, tip gitsync.Snapshot, tipMode mode, 
 			held = &Rejection{Writer: WriterPeople, Ref: s.SourceBranch, Commit: c.Hash,
 				Reason: fmt.Sprintf("commit %s %s; rendering stays at %s and every writer is verified with the trust files before it until a signed commit repairs them", short(c.Hash), why, short(settled.Commit()))}
 			continue
+		}
+		// A commit holding a file too large to read (which the fetch left out) is never
+		// rendered; a later signed commit that removes the file is.
+		if _, err := next.Files(""); errors.Is(err, gitsync.ErrTooLarge) {
+			held = &Rejection{Writer: WriterPeople, Ref: s.SourceBranch, Commit: c.Hash,
+				Reason: fmt.Sprintf("commit %s holds a file too large to read (%v); rendering stays at %s until a signed commit removes it", short(c.Hash), err, short(settled.Commit()))}
+			continue
+		} else if err != nil {
+			return nil, mode{}, err
 		}
 		cur, curMode = next, nextMode
 		if binds {

@@ -215,7 +215,7 @@ func attacks() []attack {
 			attack: func(f *fixture) {
 				f.srv.On(edgeB).AddGitlink(f.keyFiles["node:edge-b"], "inventory/edge-c.yaml", f.srv.Head(), "a submodule")
 			}},
-		{name: "a node ref too large to read", writer: "node:edge-b", ref: edgeB, why: "too large to read",
+		{name: "a node ref too large to read", writer: "node:edge-b", ref: edgeB, why: "larger than the configured limit",
 			attack: func(f *fixture) {
 				f.write("node:edge-b", edgeB, api.InventoryPath("edge-b"), inventory("edge-b", strings.Repeat("x", 64<<10)))
 				f.limits = gitsync.WithLimits(0, 32<<10)

@@ -537,7 +537,8 @@ func TestAttackDecompressionBomb(t *testing.T) {
 	s.discover()
 	s.renderTrust()
 	ref := verify.InventoryBranch("edge-b")
-	s.srv.On(ref).Commit(map[string]string{api.InventoryPath("edge-b"): strings.Repeat("\x00", 80<<20)}, nil, "zeros")
+	// Signed with edge-b's own (stolen) key, so that its size is the only thing wrong with it.
+	s.forge("node:edge-b", ref, map[string][]byte{api.InventoryPath("edge-b"): make([]byte, 80<<20)})
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "bar1")
 	_, err := s.agents["edge-a"].Sync(t.Context())
 	require.NoError(t, err)
@@ -547,7 +548,7 @@ func TestAttackDecompressionBomb(t *testing.T) {
 	out := s.renderTrust()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	s.untrusted(out, ref, "too large to read")
+	s.untrusted(out, ref, "larger than the configured limit")
 	require.True(t, s.inventoryWith("edge-b", "baz0"), "edge-b's verified inventory is kept")
 	require.True(t, s.inventoryWith("edge-a", "bar1"), "the other nodes render")
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(80<<20), "the zeros were never inflated")

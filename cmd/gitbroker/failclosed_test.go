@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -234,11 +235,13 @@ func TestFailClosedDeviceCannotSteerLoaders(t *testing.T) {
 	require.NotContains(t, s.brokersText(), "/tmp/evil")
 }
 
-// Finding 3, first half: one file on main larger than the renderer's limit stopped all
-// rendering ("reading main: larger than the configured limit"), node changes included. The
-// source branch is now an input refused like an unsigned commit: the people's part stays as
-// rendered last, and the nodes' changes keep rendering.
-func TestFailClosedOversizedSourceDoesNotStopNodes(t *testing.T) {
+// Finding 3: one file on main larger than the renderer's limit stopped all rendering
+// ("reading main: larger than the configured limit"), node changes included, and a person's
+// signed commit deleting it did not help ("fetching the history of main ... larger than the
+// configured limit"). A fetch now leaves out blobs too large to read (a partial clone filter),
+// walking history reads no such blob, and a commit holding one is not rendered: the nodes'
+// changes keep rendering, and the signed commit that removes the file renders.
+func TestFailClosedOversizedSourceFileIsRefusedNotAFreeze(t *testing.T) {
 	s := newSignedLoop(t)
 	s.renderer = s.refs.renderer(s.keys["renderer"], gitsync.WithLimits(0, 32<<10))
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
@@ -246,12 +249,54 @@ func TestFailClosedOversizedSourceDoesNotStopNodes(t *testing.T) {
 	s.renderTrust()
 	last := s.srv.Head()
 
-	s.srv.Commit(map[string]string{"notes/big.txt": strings.Repeat("0123456789abcdef", 4<<10)}, nil, "a 64 KiB file")
+	big := s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"notes/big.txt": strings.Repeat("0123456789abcdef", 4<<10)}, nil, "a 64 KiB file")
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
 	s.discover()
 	out := s.renderTrust()
-	s.untrusted(out, "main", "too large to read")
+	s.untrusted(out, "main", "commit "+big[:12]+" holds a file too large to read")
 	require.Equal(t, last, out.Source, "the people's part stays as rendered last")
 	require.Contains(t, s.plan(out), "Inputs: verified:")
 	require.Contains(t, s.brokersText(), "bar1", "the node's change renders")
+
+	fixed := s.srv.CommitSigned(s.keyFiles["alice@example.com"], nil, []string{"notes/big.txt"}, "remove the big file")
+	out = s.renderTrust()
+	require.Equal(t, fixed, out.Source, "the person's fix renders: %s", s.plan(out))
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
+
+	// A server that offers no filter sends the whole blob, and the branch is refused whole: the
+	// people's part stays, the nodes' changes still render.
+	gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowFilter", "false")
+	s.renderer = s.refs.renderer(s.keys["renderer"], gitsync.WithLimits(0, 32<<10))
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"notes/big.txt": strings.Repeat("fedcba9876543210", 4<<10)}, nil, "another 64 KiB file")
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar2")
+	s.discover()
+	out = s.renderTrust()
+	s.untrusted(out, "main", "too large to read")
+	require.NotEqual(t, s.srv.Head(), out.Source, "the people's part stays as rendered last")
+	require.Contains(t, s.brokersText(), "bar2")
+}
+
+// Finding 2, the renderer: blobs of zeros on node refs (a few MB on the wire each) took the
+// renderer past its memory limit, and an OOM-killed renderer crashed again on every start. A
+// node's ref now fetches no blob larger than an inventory may be: the server leaves it out,
+// the node's part is kept, and everyone else renders.
+func TestFailClosedNodeRefBlobsNeverReachTheRenderer(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	code, _, stderr := gitbroker(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	require.Contains(t, []int{exitOK}, code, stderr)
+
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
+	s.discover()
+	bomb := make([]byte, api.MaxInventorySize+1)
+	s.forge("node:edge-b", verify.InventoryBranch("edge-b"), map[string][]byte{api.InventoryPath("edge-b"): bomb})
+	code, stdout, stderr := gitbroker(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	require.Equal(t, exitRefused, code, stdout+stderr)
+	require.Contains(t, stdout, "untrusted: gitbroker/inventory/edge-b: commit")
+	require.Contains(t, stdout, fmt.Sprintf("the server left it out as larger than %d bytes; the node's last verified inventory is kept", api.MaxInventorySize))
+	require.Contains(t, s.brokersText(), "bar1", "the other nodes render")
+	require.Contains(t, s.brokersText(), "baz0", "edge-b's part is kept")
 }

@@ -111,13 +111,16 @@ while [ "$i" -lt "${GIT_PUSH_OPTION_COUNT:-0}" ]; do
 done
 `
 
-// Init creates a bare repository that accepts pushes over HTTP and
-// records push options.
+// Init creates a bare repository that accepts pushes over HTTP, records push options and
+// serves partial clone filters.
 func Init(t testing.TB, bare, branch string) {
 	t.Helper()
 	Git(t, "", "init", "--quiet", "--bare", "--initial-branch="+branch, bare)
 	Git(t, bare, "config", "http.receivepack", "true")
 	Git(t, bare, "config", "receive.advertisePushOptions", "true")
+	// As GitHub, GitLab and Gitea do: partial clone filters (a writer leaves out blobs too large
+	// to read).
+	Git(t, bare, "config", "uploadpack.allowFilter", "true")
 	if err := os.WriteFile(filepath.Join(bare, "hooks", "pre-receive"), []byte(pushOptionsHook), 0o755); err != nil {
 		t.Fatal(err)
 	}
