@@ -165,9 +165,10 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	// people's branch, which it never reads.
 	own := o.Git
 	own.Branch = verify.StatusBranch
-	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch())
+	limits := gitsync.WithLimits(gitsync.RecorderMaxFetchBytes, gitsync.RecorderMaxFileSize)
+	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch(), limits)
 	if len(signing) > 0 {
-		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, append(slices.Clip(signing), gitsync.WithLogger(log))...)...)
+		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
 	}
 	repo, err := own.Open(opts...)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -345,15 +346,20 @@ func (remote *remoteOptions) open(signer cli.RendererSigner, extra ...gitsync.Op
 		sources.RendererKey = signer.SSH.PublicKey()
 	}
 	sources.RendererOpenPGP = signer.OpenPGP
+	// The node refs are read apart, even from the same repository: a node's ref holds one
+	// inventory file of at most api.MaxInventorySize, so its fetches leave out any larger blob
+	// (the renderer's own limit is far larger: its render metadata names every node), and a
+	// stolen node credential cannot fill the renderer's memory through its ref.
+	inv := remote.Git
 	if remote.Inventory.URL != "" {
-		inv := remote.Inventory
+		inv = remote.Inventory
 		inv.Inherit(remote.Git)
-		r, err := inv.Open(extra...)
-		if err != nil {
-			return nil, nil, none, exitf(exitInvalid, "--%s%s: %v", flagInventoryPrefix, gitsync.FlagGit, err)
-		}
-		sources.Inventory = r
 	}
+	r, err := inv.Open(append(slices.Clip(extra), gitsync.WithLimits(0, api.MaxInventorySize))...)
+	if err != nil {
+		return nil, nil, none, exitf(exitInvalid, "--%s%s: %v", flagInventoryPrefix, gitsync.FlagGit, err)
+	}
+	sources.Inventory = r
 	return source, repo, sources, nil
 }
 

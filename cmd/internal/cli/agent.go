@@ -223,7 +223,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 				FlagSigningKey, FlagRendererKey, verify.ConfigurationsBranch)
 		}
 		enrolment = &agent.Enrolment{Signer: signer}
-		opts := append(signing, gitsync.WithLogger(log))
+		opts := append(signing, gitsync.WithLogger(log), gitsync.WithLimits(gitsync.AgentMaxFetchBytes, gitsync.AgentMaxFileSize))
 		if o.Once {
 			opts = append(opts, gitsync.WithFailFast())
 		}
