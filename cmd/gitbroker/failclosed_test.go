@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -299,4 +300,25 @@ func TestFailClosedNodeRefBlobsNeverReachTheRenderer(t *testing.T) {
 	require.Contains(t, stdout, fmt.Sprintf("the server left it out as larger than %d bytes; the node's last verified inventory is kept", api.MaxInventorySize))
 	require.Contains(t, s.brokersText(), "bar1", "the other nodes render")
 	require.Contains(t, s.brokersText(), "baz0", "edge-b's part is kept")
+}
+
+// Finding 2, the agent: two blobs of zeros planted on gitbroker/configurations took an agent
+// to 437 MB (its limit is 128Mi), and an agent OOM-killed before it repaired anything crashed
+// again on every start. The agent now fetches no file larger than it may read, and at most
+// gitsync.AgentMaxFetchBytes in one fetch: the zeros are never fetched, let alone inflated.
+func TestFailClosedPlantedBlobsNeverReachTheAgent(t *testing.T) {
+	s := newSignedLoop(t)
+	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
+	s.srv.On(verify.ConfigurationsBranch).Commit(map[string]string{
+		"configurations/a.yaml": strings.Repeat("\x00", 64<<20), "configurations/b.yaml": strings.Repeat("\x00", 64<<20),
+	}, nil, "zeros")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, stdout, stderr := gitbroker(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	runtime.ReadMemStats(&after)
+	require.Equal(t, exitRefused, code, "the planted tip is refused: %s%s", stdout, stderr)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the zeros were never fetched")
 }
