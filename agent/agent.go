@@ -82,6 +82,14 @@ type ConfigurationSource interface {
 	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
 }
 
+// publication is a ConfigurationSource that is the renderer's signed publication
+// (verify.Published): the agent names the one it used in its commits and, restarted, gives it
+// back as the floor below which nothing is taken.
+type publication interface {
+	Used() (string, time.Time)
+	SetFloor(commit string, when time.Time)
+}
+
 // configurationsKey keys the reported error of the Configurations' source.
 const configurationsKey = "(configurations)"
 
@@ -100,6 +108,7 @@ type Agent struct {
 	// logged once per change, not every cycle.
 	reported  map[string]string
 	loaded    bool
+	floorSet  bool // the publication floor was read from the agent's own last commit
 	noHandler map[string]bool
 
 	wake  chan struct{}
@@ -241,6 +250,19 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("reading the inventory's head: %w", err)
 	}
 	src := head
+	pub, published := a.opts.Configurations.(publication)
+	if published && !a.floorSet {
+		// A restarted agent never takes a publication older than the one its own last commit
+		// used: the renderer's publication can be moved back by anyone who can push to it.
+		if c := gitsync.HeadCommit(head); c != nil {
+			if v, ok := gitsync.TrailerValue(c.Raw, api.TrailerPublication); ok {
+				if commit, when, ok := api.ParsePublication(v); ok {
+					pub.SetFloor(commit, when)
+				}
+			}
+		}
+		a.floorSet = true
+	}
 	if a.opts.Configurations != nil {
 		src, err = a.opts.Configurations.Snapshot(ctx)
 		switch {
@@ -281,6 +303,12 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		a.ready.Store(true)
 		return out, nil
 	}
+	trailers := []gitsync.Trailer{{Key: "Gitbroker-Node", Value: a.opts.Node}}
+	if published {
+		if commit, when := pub.Used(); commit != "" {
+			trailers = append(trailers, gitsync.Trailer{Key: api.TrailerPublication, Value: api.FormatPublication(commit, when)})
+		}
+	}
 	res, err := a.opts.Store.Update(ctx, func(_ context.Context, h gitsync.Snapshot) (*gitsync.Change, error) {
 		b, _, err := a.inventory(h, configs, unsure)
 		if err != nil {
@@ -289,13 +317,11 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		author := a.opts.Author
 		author.When = a.opts.Now()
 		return &gitsync.Change{
-			Owned:   []string{a.path},
-			Files:   map[string][]byte{a.path: b},
-			Message: fmt.Sprintf("inventory: %s sees %d device(s)", a.opts.Node, count),
-			Trailers: []gitsync.Trailer{
-				{Key: "Gitbroker-Node", Value: a.opts.Node},
-			},
-			Author: author,
+			Owned:    []string{a.path},
+			Files:    map[string][]byte{a.path: b},
+			Message:  fmt.Sprintf("inventory: %s sees %d device(s)", a.opts.Node, count),
+			Trailers: trailers,
+			Author:   author,
 		}, nil
 	})
 	out.Result = res

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The refs of the GitOps repository, one per writer (docs/FORMATS.md).
@@ -78,3 +79,23 @@ func InventoryFolderError(example string) string {
 
 // InventoryPath is the file a node's agent writes.
 func InventoryPath(node string) string { return InventoryDir + "/" + node + ".yaml" }
+
+// TrailerPublication, on an agent's inventory commit, names the renderer's publication of
+// Configurations (gitbroker/configurations) the agent discovered with, and its committer time
+// (FormatPublication): a restarted agent never takes an older one.
+const TrailerPublication = "Gitbroker-Publication"
+
+// FormatPublication is TrailerPublication's value: the commit and its committer time.
+func FormatPublication(commit string, when time.Time) string {
+	return commit + " " + when.UTC().Format(time.RFC3339)
+}
+
+// ParsePublication reads TrailerPublication's value; ok is false when it is not one.
+func ParsePublication(v string) (commit string, when time.Time, ok bool) {
+	commit, t, found := strings.Cut(strings.TrimSpace(v), " ")
+	if !found || len(commit) != 40 {
+		return "", time.Time{}, false
+	}
+	when, err := time.Parse(time.RFC3339, t)
+	return commit, when, err == nil
+}

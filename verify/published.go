@@ -27,6 +27,8 @@ const (
 	// its files come from; a render commit or a folder commit, which the renderer signs too,
 	// never carries it, so neither can be pushed there in its place.
 	TrailerConfigurations = "Gitbroker-Configurations"
+	// TrailerPublication, on an agent's inventory commit, names the publication it used.
+	TrailerPublication = api.TrailerPublication
 )
 
 // isPublished reports whether a path is one the renderer publishes for the agents.
@@ -144,6 +146,28 @@ type Published struct {
 	}
 	// refused is why the branch's tip was last refused, "" when it was not.
 	refused string
+	// floor is the publication the agent's own last commit names (SetFloor): with nothing
+	// taken yet, an older one is refused as a rollback, as after the last one taken.
+	floor struct {
+		commit string
+		when   time.Time
+	}
+}
+
+// Used returns the publication taken last and its committer time, for the agent's commit
+// (TrailerPublication); "" before one is taken.
+func (p *Published) Used() (string, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last.commit, p.last.when
+}
+
+// SetFloor gives a restarted agent's floor: the publication its own last commit names
+// (TrailerPublication). Nothing older that does not descend from it is taken.
+func (p *Published) SetFloor(commit string, when time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.floor.commit, p.floor.when = commit, when
 }
 
 // Snapshot returns the Configurations to discover with. err is set when the branch's tip was
@@ -213,15 +237,19 @@ func (p *Published) accept(ctx context.Context, head gitsync.Snapshot) error {
 	if _, ok := gitsync.TrailerValue(c.Raw, TrailerConfigurations); !ok {
 		return fmt.Errorf("the renderer signed it, but not as published Configurations (no %s trailer)", TrailerConfigurations)
 	}
-	if p.last.commit != "" && !c.When.After(p.last.when) {
+	last, lastWhen, what := p.last.commit, p.last.when, "the publication taken last"
+	if last == "" {
+		last, lastWhen, what = p.floor.commit, p.floor.when, "the publication this node's own last commit used"
+	}
+	if last != "" && c.Hash != last && !c.When.After(lastWhen) {
 		// Signed, and not newer than what was taken: an older publication put back, unless it
 		// descends from the last one (a renderer whose clock runs behind).
-		ok, err := p.Repo.IsAncestor(ctx, ConfigurationsBranch, p.last.commit, c.Hash)
+		ok, err := p.Repo.IsAncestor(ctx, ConfigurationsBranch, last, c.Hash)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("older than %s, the publication taken last: a rollback", short(p.last.commit))
+			return fmt.Errorf("older than %s, %s: a rollback", short(last), what)
 		}
 	}
 	files := map[string][]byte{}

@@ -322,3 +322,33 @@ func TestFailClosedPlantedBlobsNeverReachTheAgent(t *testing.T) {
 	require.Equal(t, exitRefused, code, "the planted tip is refused: %s%s", stdout, stderr)
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the zeros were never fetched")
 }
+
+// Finding 9: the agent's floor against an older gitbroker/configurations was in memory only:
+// a restarted agent took whatever older publication the branch was moved back to. The agent
+// now names the publication it used in its own signed commits, and once restarted takes
+// nothing older than that.
+func TestFailClosedRestartedAgentKeepsItsPublicationFloor(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	older := s.srv.On(verify.ConfigurationsBranch).Head()
+	echo, _ := s.srv.File("configurations/akri-debug-echo.yaml")
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"configurations/akri-debug-echo.yaml": strings.Replace(echo, "memory: 10Mi", "memory: 12Mi", 1)}, nil, "more memory")
+	s.renderTrust()
+	newer := s.srv.On(verify.ConfigurationsBranch).Head()
+	require.NotEqual(t, older, newer)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "bar1")
+	s.discover()
+	raw := gitsynctest.Git(t, s.srv.Bare(), "cat-file", "commit", s.srv.On(verify.InventoryBranch("edge-a")).Head())
+	require.Contains(t, raw, api.TrailerPublication+": "+newer)
+
+	s.srv.SetRef(verify.ConfigurationsBranch, older)
+	restarted := s.startAgent("edge-a", s.keys["node:edge-a"], s.nodes["edge-a"], 0)
+	_, err := restarted.Sync(t.Context())
+	require.ErrorContains(t, err, "older than "+newer[:12]+", the publication this node's own last commit used: a rollback")
+	// The renderer puts its publication back on its next render, and the agent goes on.
+	s.renderTrust()
+	_, err = restarted.Sync(t.Context())
+	require.NoError(t, err)
+}
