@@ -30,6 +30,11 @@ type RolloutRecordSpec struct {
 	Available bool `json:"available"`
 	// Message says why not, bounded.
 	Message string `json:"message,omitempty"`
+	// ProgressDeadlineExceeded says the Deployment's controller gave up waiting for this spec to
+	// become Available (its Progressing condition's reason ProgressDeadlineExceeded, after
+	// spec.progressDeadlineSeconds, 10 minutes by default): a staged rollout passes it over
+	// instead of waiting for good on one node.
+	ProgressDeadlineExceeded bool `json:"progressDeadlineExceeded,omitempty"`
 }
 
 const (

@@ -80,7 +80,7 @@ func rolloutOf(d *appsv1.Deployment) api.RolloutRecordSpec {
 	st := d.Status
 	for _, c := range st.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" && st.ObservedGeneration >= d.Generation {
-			spec.Message = c.Message
+			spec.Message, spec.ProgressDeadlineExceeded = c.Message, true
 			return spec
 		}
 	}

@@ -72,7 +72,7 @@ func TestRecorderRecordsRollouts(t *testing.T) {
 		Message: `ReplicaSet "cam-1-5d4f" has timed out progressing.`}}
 	_, err := deployments.Update(ctx, stuck, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	waitContent(t, srv, path, head+"  available: false\n  inputsHash: cd34\n  message: ReplicaSet \"cam-1-5d4f\" has timed out progressing.\n")
+	waitContent(t, srv, path, head+"  available: false\n  inputsHash: cd34\n  message: ReplicaSet \"cam-1-5d4f\" has timed out progressing.\n  progressDeadlineExceeded: true\n")
 
 	for _, p := range []string{api.RolloutPath("plant", "cam-2"), api.RolloutPath("plant", "cam-3")} {
 		_, ok := srv.File(p)

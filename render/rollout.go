@@ -55,7 +55,7 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	if maxChanged == "" || len(p.prev) == 0 {
 		return nil
 	}
-	var changed, unsettled []stagedBroker
+	var changed, unsettled, passed []stagedBroker
 	total := 0
 	for _, in := range list {
 		if _, frozen := p.frozenInstances[cfg.Namespace+"/"+cfg.Name+"/"+in.name]; frozen || p.afterHeld(cfg, in) != "" {
@@ -75,6 +75,10 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 			switch {
 			case was != in.broker.hashes[j]:
 				changed = append(changed, b)
+			case !b.available && rec != nil && rec.Spec.ProgressDeadlineExceeded && rec.Spec.InputsHash == was:
+				// Its controller gave up on it: one node (a device that does not work, or one a
+				// node made up) never stalls the rollout for good.
+				passed = append(passed, b)
 			case !b.available:
 				unsettled = append(unsettled, b)
 			}
@@ -89,6 +93,9 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	wave, _ := api.RolloutWave(maxChanged, total)
 	hold := map[string]string{}
 	cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+	if len(passed) > 0 {
+		p.note(cfg, cp, fmt.Sprintf("staged rollout: passed over %s not Available within its progress deadline", strings.TrimSuffix(strings.TrimSuffix(brokerList(passed, p.rollouts, cfg.Namespace), " is"), " are")))
+	}
 	if len(unsettled) > 0 {
 		waiting := fmt.Sprintf("the next wave starts once %s recorded Available with the new spec", brokerList(unsettled, p.rollouts, cfg.Namespace))
 		for _, b := range changed {

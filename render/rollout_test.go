@@ -135,3 +135,43 @@ func TestInvalidRolloutRecordStartsNoWave(t *testing.T) {
 	require.Empty(t, res.Diff, "the next wave waits for a record it can read")
 	require.Contains(t, planText(res.Plan), "Deployment "+first[0]+" (its record "+f+" is invalid) is recorded Available")
 }
+
+// Finding 6 of the second trust review: one broker that never becomes Available (a node's
+// made-up device, a device that does not work) stalled a staged rollout for good. Once its
+// Deployment's controller gives up (ProgressDeadlineExceeded, which the recorder records), the
+// rollout passes it over, and the plan names it.
+func TestStagedRolloutPassesOverAStuckBroker(t *testing.T) {
+	run := func(tree render.Tree) *render.Result {
+		t.Helper()
+		res := render.Render(render.Request{Files: tree})
+		require.Empty(t, res.Errors)
+		require.Nil(t, res.Refused)
+		return res
+	}
+	var devices []string
+	for i := range 4 {
+		devices = append(devices, fmt.Sprintf("d%d", i))
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": stagedConfig("2", "v1"),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", devices...)),
+	})
+	tree = apply(tree, run(tree))
+	brokersAt(t, tree, "v1", true)
+	tree["configurations/cam.yaml"] = []byte(stagedConfig("2", "v2"))
+	tree = apply(tree, run(tree))
+	first := brokersAt(t, tree, "v2", false)
+	require.Len(t, first, 2)
+	// The first wave: one broker Available, the other stuck for good.
+	brokersAt(t, tree, "v2", true)
+	stuck := "status/rollouts/default/" + first[0] + ".yaml"
+	rec := strings.Replace(string(tree[stuck]), "available: true", "available: false\n  message: ReplicaSet has timed out progressing.", 1)
+	tree[stuck] = []byte(rec)
+	res := run(tree)
+	require.Len(t, brokersAt(t, apply(tree, res), "v2", false), 2, "a broker not Available holds the next wave")
+
+	tree[stuck] = []byte(rec + "  progressDeadlineExceeded: true\n")
+	res = run(tree)
+	require.Len(t, brokersAt(t, apply(tree, res), "v2", false), 4, "past its progress deadline it is passed over")
+	require.Contains(t, planText(res.Plan), "staged rollout: passed over Deployment "+first[0]+" (ReplicaSet has timed out progressing.) not Available within its progress deadline")
+}
