@@ -106,10 +106,13 @@ type Agent struct {
 	lastGood map[string][]*api.ParsedConfiguration
 	// reported is the error last logged for each invalid input file, so one invalid file is
 	// logged once per change, not every cycle.
-	reported  map[string]string
-	loaded    bool
-	floorSet  bool // the publication floor was read from the agent's own last commit
-	noHandler map[string]bool
+	reported map[string]string
+	loaded   bool
+	floorSet bool // the publication floor was read from the agent's own last commit
+	// instanceDigests are the publication's instance digests that are not Akri's 3-byte ones,
+	// by Configuration key (digestsOf).
+	instanceDigests map[string]map[api.DeviceKey]string
+	noHandler       map[string]bool
 
 	wake  chan struct{}
 	ready atomic.Bool
@@ -284,6 +287,12 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 	if err != nil {
 		a.ready.Store(false)
 		return Outcome{NotEnrolled: enrolErr}, err
+	}
+	if digests, err := readInstanceDigests(src); err != nil {
+		a.opts.Log.Error(err, "naming instances by Akri's digests alone")
+		a.instanceDigests = nil
+	} else {
+		a.instanceDigests = digests
 	}
 	if !a.loaded {
 		if err := a.loadInventory(head); err != nil {

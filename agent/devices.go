@@ -1,13 +1,19 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
 )
 
 // DeviceSink receives, after every discovery, the instances the node serves to kubelet: the
@@ -41,7 +47,7 @@ func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now ti
 			keys = append(keys, k)
 			byKey[k] = t
 		}
-		digests, _ := api.InstanceDigests(keys)
+		digests := a.digestsOf(key, keys)
 		for _, k := range keys {
 			t := byKey[k]
 			env := map[string]string{}
@@ -65,4 +71,67 @@ func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now ti
 		}
 	}
 	a.opts.Devices.Update(out)
+}
+
+// digestsOf names the instances of one Configuration's devices on this node as the renderer
+// named them: the digests its publication lists (api.InstanceDigestsPath: names are sticky, so
+// a device that collided keeps the name it was rendered with), else Akri's 3-byte digest, else,
+// for devices of this node that collide with each other and are not listed yet, the longer
+// digests api.InstanceDigests gives.
+func (a *Agent) digestsOf(config string, keys []api.DeviceKey) map[api.DeviceKey]string {
+	digests, _ := api.InstanceDigests(keys)
+	listed := a.instanceDigests[config]
+	for _, k := range keys {
+		if d, ok := listed[k]; ok {
+			digests[k] = d
+			continue
+		}
+		short := api.AkriDigest(k, 3)
+		if digests[k] == short {
+			continue
+		}
+		// A collision on this node: the short name is this device's unless another device of
+		// it, not listed either, shares it.
+		alone := true
+		for _, o := range keys {
+			if _, ok := listed[o]; o != k && !ok && api.AkriDigest(o, 3) == short {
+				alone = false
+			}
+		}
+		if alone {
+			digests[k] = short
+		}
+	}
+	return digests
+}
+
+// readInstanceDigests reads api.InstanceDigestsPath from the Configurations' source: by
+// Configuration, the device keys whose instance digests are not Akri's 3-byte ones.
+func readInstanceDigests(src gitsync.Snapshot) (map[string]map[api.DeviceKey]string, error) {
+	data, err := src.ReadFile(api.InstanceDigestsPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > api.MaxInstanceDigestsSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", api.InstanceDigestsPath, api.MaxInstanceDigestsSize)
+	}
+	var lists map[string][]api.InstanceDigest
+	if err := yaml.UnmarshalStrict(data, &lists); err != nil {
+		return nil, fmt.Errorf("%s: %w", api.InstanceDigestsPath, err)
+	}
+	out := make(map[string]map[api.DeviceKey]string, len(lists))
+	for cfg, l := range lists {
+		m := make(map[api.DeviceKey]string, len(l))
+		for _, d := range l {
+			if len(d.Digest) != 12 && len(d.Digest) != 32 || strings.Trim(d.Digest, "0123456789abcdef") != "" {
+				return nil, fmt.Errorf("%s: %s: device %q: digest %q is not 12 or 32 lower-case hex characters", api.InstanceDigestsPath, cfg, d.Device, d.Digest)
+			}
+			m[d.Key()] = d.Digest
+		}
+		out[cfg] = m
+	}
+	return out, nil
 }

@@ -106,3 +106,27 @@ func Shorten(name string) string {
 	prefix := strings.TrimRight(name[:MaxNameLength-9], "-.")
 	return prefix + "-" + hex.EncodeToString(sum[:4])
 }
+
+// InstanceDigest is a device whose instance does not use Akri's 3-byte digest (a digest
+// collision). Names are sticky: the render metadata lists these, and the renderer publishes
+// them to the agents (InstanceDigestsPath), so every node names its instances as the renderer
+// rendered them.
+type InstanceDigest struct {
+	Device string `json:"device"`
+	// Node is the node of an unshared device; empty for a shared one.
+	Node   string `json:"node,omitempty"`
+	Digest string `json:"digest"`
+}
+
+// Key is the device key of d.
+func (d InstanceDigest) Key() DeviceKey {
+	return DeviceKey{ID: d.Device, Node: d.Node, Shared: d.Node == ""}
+}
+
+// InstanceDigestsPath, on the renderer's publication (gitbroker/configurations), lists by
+// Configuration ("<namespace>/<name>") the devices whose instances do not use Akri's 3-byte
+// digest; absent when there are none.
+const InstanceDigestsPath = "instance-digests.yaml"
+
+// MaxInstanceDigestsSize bounds the file an agent reads.
+const MaxInstanceDigestsSize = 4 << 20

@@ -46,6 +46,9 @@ func (p *pass) buildInstances() {
 		k := keys[todo[j]]
 		sets[todo[j]] = p.groupInstances(k, reports[k])
 	})
+	for _, i := range todo {
+		p.stickyNames(keys[i], sets[i])
+	}
 	kept := make(map[string]*instanceSet, len(keys))
 	for i, k := range keys {
 		s := sets[i]

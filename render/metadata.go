@@ -32,6 +32,10 @@ type Metadata struct {
 	// Writers are the writer refs' tips the inputs were accepted from, by ref; a later tip must
 	// descend from its ref's entry here.
 	Writers map[string]string `json:"writers,omitempty"`
+	// InstanceDigests lists, by Configuration, the devices whose instances do not use Akri's
+	// 3-byte digest (a digest collision): names are sticky, so the next render and the agents
+	// name them the same.
+	InstanceDigests map[string][]InstanceDigest `json:"instanceDigests,omitempty"`
 }
 
 // lastMetadata is the metadata file last written or read. A daemon reads the one it wrote, once
@@ -64,6 +68,9 @@ func wroteMetadata(data []byte, m Metadata) {
 	}
 	if len(m.Discovery) == 0 {
 		m.Discovery = nil
+	}
+	if len(m.InstanceDigests) == 0 {
+		m.InstanceDigests = nil
 	}
 	lastMetadata.Lock()
 	defer lastMetadata.Unlock()
@@ -128,7 +135,9 @@ func (p *pass) writeMetadata() {
 	}
 	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
 	sameDiscovery := maps.Equal(p.prevMeta.Discovery, p.discovery)
-	if hadPrev && sameFiles && sameWriters && sameDiscovery && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
+	digests := p.instanceDigests()
+	sameDigests := fmt.Sprint(p.prevMeta.InstanceDigests) == fmt.Sprint(digests) || len(p.prevMeta.InstanceDigests) == 0 && len(digests) == 0
+	if hadPrev && sameFiles && sameWriters && sameDiscovery && sameDigests && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
 		p.out[MetadataPath] = prevData
 		return
 	}
@@ -140,6 +149,7 @@ func (p *pass) writeMetadata() {
 		ConfigurationFiles: p.configFiles,
 		Discovery:          p.discovery,
 		Writers:            writers,
+		InstanceDigests:    digests,
 	}
 	p.out[MetadataPath] = yamlcodec.Marshal(m)
 	wroteMetadata(p.out[MetadataPath], m)

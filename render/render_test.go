@@ -482,3 +482,43 @@ func TestUnrelatedConfigurationChangesLeavePodsAlone(t *testing.T) {
 	tree["configurations/cam.yaml"] = []byte(strings.Replace(cfg, "onvif-video-broker:latest", "onvif-video-broker:v2", 1))
 	require.Equal(t, 2, renderOK(t, tree).Plan.Summary.DeploymentsRolledOut)
 }
+
+// Names are sticky: a device whose 3-byte digest another node's newly reported device collides
+// with keeps its name (its Deployment, Service and Jobs stay where they are); only the newcomer
+// gets the longer digest, and the metadata lists it so the next renders keep it, also once the
+// collision is gone.
+func TestDigestCollisionDoesNotRenameAnInstance(t *testing.T) {
+	a, b := findCollision(t)
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:"+a)),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam")),
+	})
+	res := renderOK(t, tree)
+	before := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
+	require.Len(t, before, 1)
+	tree = apply(tree, res)
+
+	// edge-b reports a device whose digest collides with edge-a's.
+	tree["inventory/edge-b.yaml"] = []byte(inventory("edge-b", entry("cam", "shared:"+b)))
+	res = renderOK(t, tree)
+	after := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
+	require.Len(t, after, 2)
+	require.Contains(t, after, before[0], "edge-a's broker keeps its name")
+	require.Contains(t, planText(res.Plan), "share the Akri digest")
+	require.NotContains(t, planText(res.Plan), "removed")
+	meta := render.ParseMetadata(res.Files[render.MetadataPath])
+	require.Len(t, meta.InstanceDigests["default/cam"], 1)
+	require.Equal(t, b, meta.InstanceDigests["default/cam"][0].Device, "the newcomer has the longer digest")
+	require.Len(t, meta.InstanceDigests["default/cam"][0].Digest, 12)
+	tree = apply(tree, res)
+	again := renderOK(t, tree)
+	require.True(t, render.Equal(res.Files, again.Files), "stable")
+
+	// The collision gone, the newcomer keeps the name it was given.
+	tree["inventory/edge-a.yaml"] = []byte(inventory("edge-a", entry("cam")))
+	res = renderOK(t, tree)
+	left := filesUnder(res.Files, "rendered/default/cam/", "/deployment-")
+	require.Len(t, left, 1)
+	require.Contains(t, after, left[0], "the newcomer's broker keeps its longer name")
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
@@ -210,7 +212,7 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 			r.pushed = base
 		}
 		if r.Published != nil && rendered != nil && (err == nil || errors.Is(err, gitsync.ErrNoChanges)) {
-			out.Published, out.PublishErr = r.publish(ctx, out.Inputs)
+			out.Published, out.PublishErr = r.publish(ctx, out.Inputs, rendered)
 		}
 	}
 	out.Push, out.Commit = res, res.Commit
@@ -221,11 +223,20 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 // verify.ConfigurationsBranch for the agents, on the renderer's own signed history there: a
 // commit someone else pushed on that branch is dropped, and one whose tip holds other files is
 // put back, even when the Configurations did not change.
-func (r *Renderer) publish(ctx context.Context, in *verify.Inputs) (string, error) {
+func (r *Renderer) publish(ctx context.Context, in *verify.Inputs, rendered render.Tree) (string, error) {
 	author := r.Author
 	author.When = r.Now()
+	// The instance digests that are not Akri's 3-byte ones, as the render metadata lists them:
+	// the agents name their device plugin's resources as the renderer named the instances.
+	var digests []byte
+	if d := render.ParseMetadata(rendered[render.MetadataPath]).InstanceDigests; len(d) > 0 {
+		var err error
+		if digests, err = yaml.Marshal(d); err != nil {
+			return "", fmt.Errorf("publishing the instance digests: %w", err)
+		}
+	}
 	res, err := r.Published.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
-		return verify.PublishedChange(in, author), nil
+		return verify.PublishedChange(in, digests, author), nil
 	})
 	if errors.Is(err, gitsync.ErrNoChanges) {
 		return "", nil

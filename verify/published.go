@@ -38,16 +38,21 @@ func isPublished(p string) bool {
 }
 
 // publishedFiles are the single files published beside configurations/.
-var publishedFiles = []string{api.SettingsPath, AllowedSignersPath, RevokedKeysPath}
+var publishedFiles = []string{api.SettingsPath, AllowedSignersPath, RevokedKeysPath, api.InstanceDigestsPath}
 
 // PublishedChange is the commit that publishes, on ConfigurationsBranch, the settings and
-// Configurations of in: what the renderer verified (and rendered) from source commit in.Source.
-func PublishedChange(in *Inputs, author gitsync.Signature) *gitsync.Change {
+// Configurations of in: what the renderer verified (and rendered) from source commit in.Source,
+// and the instance digests the render gave that are not Akri's 3-byte ones (the render
+// metadata's, api.InstanceDigestsPath), nil when there are none.
+func PublishedChange(in *Inputs, instanceDigests []byte, author gitsync.Signature) *gitsync.Change {
 	files := map[string][]byte{}
 	for p, b := range in.Inputs {
-		if isPublished(p) {
+		if isPublished(p) && p != api.InstanceDigestsPath {
 			files[p] = b
 		}
+	}
+	if len(instanceDigests) > 0 {
+		files[api.InstanceDigestsPath] = instanceDigests
 	}
 	return &gitsync.Change{
 		Owned:    append([]string{api.ConfigurationsDir + "/"}, publishedFiles...),

@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/agent/deviceplugin"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
@@ -351,4 +356,75 @@ func TestFailClosedRestartedAgentKeepsItsPublicationFloor(t *testing.T) {
 	s.renderTrust()
 	_, err = restarted.Sync(t.Context())
 	require.NoError(t, err)
+}
+
+// pluginSink keeps what an agent last gave its device plugin.
+type pluginSink struct {
+	mu   sync.Mutex
+	last []deviceplugin.Instance
+}
+
+func (s *pluginSink) Update(list []deviceplugin.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = list
+}
+
+func (s *pluginSink) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, in := range s.last {
+		out = append(out, in.Name)
+	}
+	return out
+}
+
+// Finding 5: a node reported a device whose 3-byte Akri digest matches another node's
+// instance. The victim's Deployment and Service were recreated under the longer name, its
+// Succeeded Job ran again, and its broker then asked for akri.sh/<longer name>, which its own
+// device plugin did not serve. Names are now sticky: only the newcomer gets the longer name,
+// and its agent learns it from the renderer's publication.
+func TestFailClosedDigestCollisionRenamesNothing(t *testing.T) {
+	s := newSignedLoop(t)
+	seen := map[string]string{}
+	var a, b string
+	for i := 0; a == ""; i++ {
+		id := fmt.Sprintf("cam-%d", i)
+		d := api.AkriDigest(api.DeviceKey{ID: id, Shared: true}, 3)
+		if other, ok := seen[d]; ok {
+			a, b = other, id
+		}
+		seen[d] = id
+	}
+	s.nodes["edge-a"].set("default/akri-debug-echo", "shared:"+a)
+	s.discover()
+	s.renderTrust()
+	victim := s.podsOn("edge-a")
+	require.Len(t, victim, 1)
+	victimPod := s.renderedFile(victim[0])
+
+	// edge-b, whose key was stolen, reports the colliding device; its agent serves its plugin.
+	plugin := &pluginSink{}
+	store, _ := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory())
+	attacker, err := agent.New(agent.Options{Node: "edge-b", Store: store, Configurations: s.refs.published(s.allowed),
+		Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]}, Log: logr.Discard(), Devices: plugin})
+	require.NoError(t, err)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+b)
+	_, err = attacker.Sync(t.Context())
+	require.NoError(t, err)
+	out := s.renderTrust()
+	require.Equal(t, victim, s.podsOn("edge-a"), "the victim's broker keeps its name: %s", s.plan(out))
+	require.Equal(t, victimPod, s.renderedFile(victim[0]), "and its content")
+	require.NotContains(t, s.plan(out), "removed")
+	newcomer := s.podsOn("edge-b")
+	require.Len(t, newcomer, 1)
+	long := strings.TrimSuffix(strings.TrimPrefix(path.Base(newcomer[0]), "deployment-edge-b-"), ".yaml")
+	require.Len(t, long, len("akri-debug-echo-")+12, "the newcomer has the longer digest")
+
+	// The newcomer's agent, which sees only its own device, serves the name the renderer gave.
+	_, err = attacker.Sync(t.Context())
+	require.NoError(t, err)
+	require.Contains(t, plugin.names(), long)
+	require.Contains(t, s.renderedFile(newcomer[0]), "akri.sh/"+long+": \"1\"")
 }
