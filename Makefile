@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/gitbroker/gitbroker/cmd/internal/cli.version=$(VERSION) -X github.com/gitbroker/gitbroker/cmd/internal/cli.commit=$(COMMIT)
 
-.PHONY: bench-cluster all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm bench-100k vet fmt fmt-check fuzz golden generate clean
+.PHONY: adversary bench-cluster all build image test e2e e2e-tools demo bench bench-cli bench-git bench-helm bench-100k vet fmt fmt-check fuzz golden generate clean
 
 all: build
 
@@ -30,6 +30,15 @@ image:
 TEST_TIMEOUT ?= 30m
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# The adversary of docs/DESIGN.md ("Trust fails closed") at length: seeded random sequences of
+# what one node's credential can push, with writer restarts, against the real git server (make
+# test plays 4 sequences of 12 steps). GITBROKER_ADVERSARY_SEED=N replays one sequence.
+ADVERSARY_SEQUENCES ?= 100
+ADVERSARY_STEPS ?= 40
+adversary:
+	GITBROKER_ADVERSARY_SEQUENCES=$(ADVERSARY_SEQUENCES) GITBROKER_ADVERSARY_STEPS=$(ADVERSARY_STEPS) \
+	$(GO) test -count=1 -timeout 240m -run '^TestAdversary$$' ./cmd/gitbroker
 
 # The end-to-end suite (e2e/, build tag e2e): the whole loop on a real API server with Flux's
 # controllers, and with Argo CD's on a second one, kwok nodes for scale and a real node (kubelet,

@@ -116,6 +116,20 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 	if r.Review == nil {
 		sources.LastPushed = r.pushed
 	}
+	if r.Published != nil && sources.PublishedBefore == nil {
+		// The publication is on the renderer's own history (WithOwnHistory): a head it finds
+		// there is a commit this renderer's key signed.
+		sources.PublishedBefore = func(ctx context.Context) (string, error) {
+			snap, err := r.Published.Snapshot(ctx)
+			if errors.Is(err, gitsync.ErrNoBranch) {
+				return "", nil
+			}
+			if err != nil {
+				return "", err
+			}
+			return snap.Commit(), nil
+		}
+	}
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
 	var rendered, inputs render.Tree

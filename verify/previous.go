@@ -54,6 +54,16 @@ func (s Sources) known(commit string) (rendered, rest map[string][]byte, ok bool
 func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mode, in *Inputs) (owned, rest map[string][]byte, err error) {
 	head := rendered.Commit()
 	if head == "" && s.LastPushed == "" {
+		if (tip.allowed != nil || tip.err != nil) && s.PublishedBefore != nil && s.Adopt == "" {
+			published, err := s.PublishedBefore(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			if published != "" {
+				return nil, nil, fmt.Errorf("%s is gone, but this renderer published %s on %s, so it rendered before: starting over would accept replayed writer commits and forget every record. Push its last render back to %s, or check a render commit and give --adopt-rendered <commit> (a render daemon that pushed last repairs the branch by itself)",
+					s.RenderedBranch, short(published), ConfigurationsBranch, s.RenderedBranch)
+			}
+		}
 		return map[string][]byte{}, map[string][]byte{}, nil
 	}
 	if tip.allowed == nil && tip.err == nil {

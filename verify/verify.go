@@ -96,6 +96,11 @@ type Sources struct {
 	Known func(commit string) (rendered, inputs map[string][]byte, ok bool)
 	// Signatures, when set, remembers the writers' signatures verified by earlier renders.
 	Signatures *Signatures
+	// PublishedBefore, when set, says whether this renderer published before (a commit of
+	// ConfigurationsBranch it signed): with verification on, a rendered branch that is gone is
+	// then not a first render, and is never started over from nothing, which would accept
+	// replayed writer commits and forget every record.
+	PublishedBefore func(ctx context.Context) (string, error)
 	// LastPushed is the rendered branch's commit this renderer pushed (or rendered on) last, as
 	// a render daemon remembers it (in memory and in its leader Lease). With verification, a
 	// branch that does not descend from it is reported and rendered over from it, never

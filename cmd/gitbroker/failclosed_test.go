@@ -428,3 +428,32 @@ func TestFailClosedDigestCollisionRenamesNothing(t *testing.T) {
 	require.Contains(t, plugin.names(), long)
 	require.Contains(t, s.renderedFile(newcomer[0]), "akri.sh/"+long+": \"1\"")
 }
+
+// Finding 10: a one-shot render after gitbroker/rendered was deleted started from nothing: it
+// accepted a replayed older node commit, forgot every JobRecord and queued a Succeeded Job
+// again. A renderer that published before refuses to start over; the render daemon, which
+// remembers what it pushed, repairs the branch.
+func TestFailClosedDeletedRenderedBranchIsNotAFreshStart(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	old := s.srv.On(verify.InventoryBranch("edge-b")).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	s.renderTrust()
+
+	s.srv.SetRef(verify.RenderedBranch, "")
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), old)
+	_, err := s.refs.renderer(s.keys["renderer"]).Once(t.Context())
+	require.ErrorContains(t, err, "gitbroker/rendered is gone, but this renderer published")
+	require.Empty(t, s.rendered().Head(), "nothing is rendered from nothing")
+	code, _, stderr := gitbroker(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	require.Equal(t, exitRefused, code, stderr)
+
+	// The daemon that pushed last renders over the gap from what it pushed; the replay stays
+	// refused.
+	out := s.renderTrust()
+	s.untrusted(out, verify.InventoryBranch("edge-b"), "does not descend from")
+	require.True(t, s.inventoryWith("edge-b", "baz1"))
+}

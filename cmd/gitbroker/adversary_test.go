@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// The adversary of docs/DESIGN.md ("Trust fails closed"): seeded random sequences of what one
+// node's credential can push (edge-a's key and the shared git credential), interleaved with
+// restarts of the agents and the renderer, against the real git server, checking after every
+// step that the other node's (edge-b's) rendered objects, names and finished Jobs are
+// untouched and that nothing unverified is rendered; once the attacker stops, edge-b's next
+// change lands within a few cycles. GITBROKER_ADVERSARY_SEQUENCES and _STEPS play more
+// (make adversary); GITBROKER_ADVERSARY_SEED replays one sequence, as a failure prints it.
+func TestAdversary(t *testing.T) {
+	sequences, steps := envInt("GITBROKER_ADVERSARY_SEQUENCES", 4), envInt("GITBROKER_ADVERSARY_STEPS", 12)
+	seeds := make([]uint64, sequences)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	if s := os.Getenv("GITBROKER_ADVERSARY_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+		seeds = []uint64{n}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { playAdversary(t, seed, steps) })
+	}
+}
+
+// adversary is one sequence: the loop, the attacker's memory of old commits, and the victim's
+// state the invariants compare with.
+type adversary struct {
+	*signedLoop
+	rng     *rand.Rand
+	played  []string
+	oldA    []string // edge-a's commits, for rollbacks
+	oldB    []string // edge-b's commits, for replays
+	victim  map[string]string
+	history map[string]string
+	// collide is a device id whose Akri digest is that of the victim's shared camera.
+	camera, collide string
+}
+
+func playAdversary(t *testing.T, seed uint64, steps int) {
+	s := newSignedLoop(t)
+	a := &adversary{signedLoop: s, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	a.camera, a.collide = collidingIDs()
+	defer func() {
+		if t.Failed() {
+			t.Logf("replay with GITBROKER_ADVERSARY_SEED=%d GITBROKER_ADVERSARY_STEPS=%d; the steps played:\n  %s", seed, steps, strings.Join(a.played, "\n  "))
+		}
+	}()
+	// The victim: a shared camera, a local sensor, and a firmware Job that ran and finished.
+	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+a.camera, "sensor-b")
+	s.nodes["edge-b"].set("plant/plc-firmware", "shared:plc-b")
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	require.Len(t, s.apply(), 1)
+	job := strings.TrimSuffix(s.jobs(render.RenderedDir, "plc-firmware")[0], ".yaml")
+	s.finish("plant", job, true)
+	s.renderTrust()
+	require.Len(t, s.jobs("history/", "plc-firmware"), 1, "the finished Job is in history")
+	a.snapshot()
+	a.remember()
+
+	actions := []struct {
+		name string
+		do   func() string
+	}{
+		{"roll edge-a's ref back", a.rollbackOwn},
+		{"replay an old commit of edge-b", a.replayVictim},
+		{"delete a ref", a.deleteRef},
+		{"push a same-tree unsigned commit", a.sameTree},
+		{"push an orphan commit signed by edge-a on edge-b's ref", a.orphan},
+		{"push an unsigned commit", a.unsigned},
+		{"write edge-b's inventory with edge-a's key", a.foreign},
+		{"push a large blob on edge-a's ref", a.bigBlob},
+		{"report a device colliding with edge-b's camera", a.colliding},
+		{"report devices edge-a does not have", a.fake},
+		{"move gitbroker/rendered back", a.rollbackRendered},
+		{"restart a writer", a.restart},
+	}
+	for i := range steps {
+		act := actions[a.rng.IntN(len(actions))]
+		a.played = append(a.played, fmt.Sprintf("%d. %s", i+1, act.name))
+		a.played[len(a.played)-1] += ": " + act.do()
+		out, err := s.renderer.Once(t.Context())
+		if err != nil {
+			require.ErrorIs(t, err, gitsync.ErrNoChanges, "step %d (%s): the render fails: %v", i+1, act.name, err)
+		}
+		a.check(fmt.Sprintf("step %d (%s)", i+1, act.name), out)
+		a.remember()
+	}
+
+	// The attacker stops: edge-b's next change lands within a few cycles, whatever was done.
+	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+a.camera, "sensor-b", "sensor-b2")
+	landed := false
+	for cycle := 0; cycle < 3 && !landed; cycle++ {
+		_, err := s.agents["edge-b"].Sync(t.Context())
+		require.NoError(t, err)
+		_, err = s.agents["edge-a"].Sync(t.Context())
+		require.NoError(t, err)
+		if _, err := s.renderer.Once(t.Context()); err != nil {
+			require.ErrorIs(t, err, gitsync.ErrNoChanges)
+		}
+		landed = strings.Contains(s.brokersText(), "sensor-b2")
+	}
+	require.True(t, landed, "edge-b's change did not land within 3 cycles after the attacker stopped")
+}
+
+// collidingIDs finds two device ids whose 3-byte Akri digests (as shared devices) are one.
+func collidingIDs() (string, string) {
+	seen := map[string]string{}
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("cam-%d", i)
+		d := api.AkriDigest(api.DeviceKey{ID: id, Shared: true}, 3)
+		if other, ok := seen[d]; ok {
+			return other, id
+		}
+		seen[d] = id
+	}
+}
+
+// snapshot records what the attacker must not change: edge-b's broker objects and every
+// finished Job in history/.
+func (a *adversary) snapshot() {
+	a.victim, a.history = map[string]string{}, map[string]string{}
+	for _, p := range a.rendered().Files() {
+		c, _ := a.rendered().File(p)
+		switch {
+		case strings.HasPrefix(p, "history/"):
+			a.history[p] = c
+		case strings.HasPrefix(p, render.RenderedDir) && strings.Contains(c, "akri.sh/target-node: edge-b"):
+			a.victim[p] = c
+		}
+	}
+	a.t.Logf("victim: %d objects, history: %d files", len(a.victim), len(a.history))
+}
+
+// remember keeps the nodes' commits for later rollbacks and replays.
+func (a *adversary) remember() {
+	if h := a.srv.On(verify.InventoryBranch("edge-a")).Head(); h != "" {
+		a.oldA = append(a.oldA, h)
+	}
+	if h := a.srv.On(verify.InventoryBranch("edge-b")).Head(); h != "" {
+		a.oldB = append(a.oldB, h)
+	}
+}
+
+// check asserts the invariants after a step.
+func (a *adversary) check(step string, out renderer.Outcome) {
+	t := a.t
+	t.Helper()
+	for p, c := range a.victim {
+		got, ok := a.rendered().File(p)
+		require.True(t, ok, "%s: edge-b's %s is gone:\n%s", step, p, a.plan(out))
+		require.Equal(t, c, got, "%s: edge-b's %s changed", step, p)
+	}
+	for p, c := range a.history {
+		got, ok := a.rendered().File(p)
+		require.True(t, ok, "%s: the finished Job %s is gone", step, p)
+		require.Equal(t, c, got, "%s: the finished Job %s changed", step, p)
+	}
+	require.NotContains(t, a.renderedFile(api.InventoryPath("edge-b")), "evil", "%s: a forged inventory of edge-b was rendered", step)
+	require.Contains(t, a.renderedFile(api.InventoryPath("edge-b")), "sensor-b", "%s: edge-b's inventory", step)
+	for _, p := range a.rendered().Files() {
+		if strings.Contains(p, "/job-plc-firmware-") && strings.HasPrefix(p, render.RenderedDir) {
+			t.Fatalf("%s: the finished firmware Job runs again: %s", step, p)
+		}
+	}
+	msg, err := a.srv.VerifyCommit(a.rendered().Head(), a.allowed)
+	require.NoError(t, err, "%s: the head of gitbroker/rendered is not the renderer's: %s", step, msg)
+	require.Contains(t, msg, "renderer", step)
+}
+
+func (a *adversary) pick(list []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	return list[a.rng.IntN(len(list))]
+}
+
+func (a *adversary) rollbackOwn() string {
+	c := a.pick(a.oldA)
+	a.srv.SetRef(verify.InventoryBranch("edge-a"), c)
+	return short(c)
+}
+
+func (a *adversary) replayVictim() string {
+	c := a.pick(a.oldB)
+	a.srv.SetRef(verify.InventoryBranch("edge-b"), c)
+	return short(c)
+}
+
+func (a *adversary) deleteRef() string {
+	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch("edge-b"), verify.StatusBranch, verify.ConfigurationsBranch, verify.RenderedBranch})
+	a.srv.SetRef(ref, "")
+	return ref
+}
+
+func (a *adversary) sameTree() string {
+	ref := a.pick([]string{verify.RenderedBranch, verify.InventoryBranch("edge-b"), verify.ConfigurationsBranch, verify.StatusBranch})
+	head := a.srv.On(ref).Head()
+	if head == "" {
+		return ref + " (absent)"
+	}
+	c := strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree"))
+	a.srv.SetRef(ref, c)
+	return ref
+}
+
+func (a *adversary) orphan() string {
+	inv := fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-b\nspec:\n  configurations:\n  - name: akri-debug-echo\n    namespace: default\n    devices:\n    - id: evil-%d\n", a.rng.IntN(1000))
+	c := a.push("node:edge-a", "gitbroker/adversary-scratch", map[string][]byte{api.InventoryPath("edge-b"): []byte(inv)})
+	a.srv.SetRef("gitbroker/adversary-scratch", "")
+	a.srv.SetRef(verify.InventoryBranch("edge-b"), c)
+	return short(c)
+}
+
+func (a *adversary) unsigned() string {
+	ref := a.pick([]string{"main", verify.InventoryBranch("edge-b"), verify.StatusBranch, verify.RenderedBranch})
+	files := map[string]string{"notes/adversary.txt": fmt.Sprint(a.rng.Int())}
+	switch ref {
+	case verify.InventoryBranch("edge-b"):
+		files = map[string]string{api.InventoryPath("edge-b"): "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-b\nspec: {}\n"}
+	case verify.StatusBranch:
+		files = map[string]string{"status/nodes/edge-b.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\nmetadata:\n  name: edge-b\nspec:\n  since: \"2026-01-01T00:00:00Z\"\n  reason: NotReady\n"}
+	}
+	if a.srv.On(ref).Head() == "" {
+		return ref + " (absent)"
+	}
+	a.srv.On(ref).Commit(files, nil, "unsigned")
+	return ref
+}
+
+func (a *adversary) foreign() string {
+	c := a.push("node:edge-a", verify.InventoryBranch("edge-b"), map[string][]byte{
+		api.InventoryPath("edge-b"): []byte(strings.ReplaceAll(a.renderedFile(api.InventoryPath("edge-b")), "sensor-b", "evil-sensor")),
+	})
+	return short(c)
+}
+
+func (a *adversary) bigBlob() string {
+	c := a.push("node:edge-a", verify.InventoryBranch("edge-a"), map[string][]byte{api.InventoryPath("edge-a"): make([]byte, api.MaxInventorySize+1+a.rng.IntN(1<<20))})
+	return short(c)
+}
+
+func (a *adversary) colliding() string {
+	a.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "shared:"+a.collide)
+	_, err := a.agents["edge-a"].Sync(a.t.Context())
+	require.NoError(a.t, err)
+	return a.collide
+}
+
+func (a *adversary) fake() string {
+	// edge-a claims the victim's camera (with its own properties), and devices it does not have.
+	a.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "shared:"+a.camera, fmt.Sprintf("ghost-%d", a.rng.IntN(100)))
+	_, err := a.agents["edge-a"].Sync(a.t.Context())
+	require.NoError(a.t, err)
+	return a.camera
+}
+
+func (a *adversary) rollbackRendered() string {
+	commits, _, err := a.refs.open(verify.RenderedBranch).FirstParents(a.t.Context(), verify.RenderedBranch, a.rendered().Head(), "", 20)
+	if err != nil || len(commits) < 2 {
+		return "(no older render)"
+	}
+	c := commits[1+a.rng.IntN(len(commits)-1)].Hash
+	a.srv.SetRef(verify.RenderedBranch, c)
+	return short(c)
+}
+
+// restart restarts an agent (nothing in memory, its accepted tip read from the render
+// metadata, as deploy/ runs it) or the renderer (which takes the commit it pushed last from its
+// Lease, as Daemon.Lead does).
+func (a *adversary) restart() string {
+	switch who := a.pick([]string{"edge-a", "edge-b", "renderer"}); who {
+	case "renderer":
+		pushed := a.rendered().Head()
+		a.renderer = a.refs.renderer(a.keys["renderer"])
+		// The Lease holds what the renderer pushed last; the renders before this step left
+		// the branch at it.
+		if msg, err := a.srv.VerifyCommit(pushed, a.allowed); err == nil && strings.Contains(msg, "renderer") {
+			a.renderer.StartFrom(pushed)
+		}
+		return who
+	default:
+		ref := verify.InventoryBranch(who)
+		a.agents[who] = a.startAgent(who, a.keys["node:"+who], a.nodes[who], 0,
+			gitsync.WithRecoverFrom(verify.AcceptedTip(a.refs.open(verify.RenderedBranch), ref)))
+		return who
+	}
+}
+
+// push commits files on branch with principal's key, as forge does; a commit that would change
+// nothing is not made, and "" is returned.
+func (a *adversary) push(principal, branch string, files map[string][]byte) string {
+	var owned []string
+	for p := range files {
+		owned = append(owned, p)
+	}
+	res, err := a.as(principal, branch).Update(a.t.Context(), func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		return &gitsync.Change{Owned: owned, Files: files, Message: "pushed by the adversary as " + principal,
+			Author: gitsync.Signature{Name: "mallory", Email: "mallory@example.com", When: time.Now()}}, nil
+	})
+	if errors.Is(err, gitsync.ErrNoChanges) {
+		return ""
+	}
+	require.NoError(a.t, err)
+	return res.Commit
+}
