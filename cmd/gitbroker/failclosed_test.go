@@ -7,9 +7,11 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
@@ -456,4 +458,76 @@ func TestFailClosedDeletedRenderedBranchIsNotAFreshStart(t *testing.T) {
 	out := s.renderTrust()
 	s.untrusted(out, verify.InventoryBranch("edge-b"), "does not descend from")
 	require.True(t, s.inventoryWith("edge-b", "baz1"))
+}
+
+// peakRSS runs the real gitbroker binary with args and returns its exit code, output and peak
+// resident memory: the high-water mark of its own address space (VmHWM), read while it runs.
+// (getrusage's maxrss would not do: Linux carries the parent's high-water mark across fork and
+// exec, so a child of this test would report the test's.)
+func peakRSS(t *testing.T, args ...string) (int, string, int64) {
+	t.Helper()
+	var out syncBuffer
+	cmd := exec.Command(binary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	var peak int64
+	read := func() {
+		data, err := os.ReadFile(status)
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				peak = max(peak, kib<<10)
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cmd.Wait()
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-time.After(5 * time.Millisecond):
+			read()
+		}
+	}
+	require.Positive(t, peak, "the process's memory was never read")
+	return cmd.ProcessState.ExitCode(), out.String(), peak
+}
+
+// Finding 2, measured on the real binaries: nine refs under gitbroker/inventory/ holding a
+// 62 MB blob of zeros each (a few hundred KB on the wire) took the renderer to 1,157 MB (its
+// deploy/ limit is 1Gi), and two such blobs on gitbroker/configurations an agent to 437 MB
+// (limit 128Mi). Each process now stays inside its limit.
+func TestFailClosedWritersStayInsideTheirMemoryLimits(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	zeros := strings.Repeat("\x00", 62<<20)
+	for i := range 9 {
+		ref := verify.InventoryBranch(fmt.Sprintf("bomb-%d", i))
+		s.srv.On(ref).Commit(map[string]string{api.InventoryPath(fmt.Sprintf("bomb-%d", i)): zeros + fmt.Sprint(i)}, nil, "zeros")
+	}
+	s.srv.On(verify.ConfigurationsBranch).Commit(map[string]string{"configurations/a.yaml": zeros + "a", "configurations/b.yaml": zeros + "b"}, nil, "zeros")
+
+	code, out, rss := peakRSS(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	t.Logf("renderer: exit %d, peak RSS %d MiB", code, rss>>20)
+	require.Contains(t, []int{exitOK, exitRefused}, code, out)
+	require.Less(t, rss, int64(1<<30), "the renderer stays inside its deploy/ limit (1Gi)")
+
+	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
+	// The render above put the publication back; plant the zeros again on top.
+	s.srv.On(verify.ConfigurationsBranch).Commit(map[string]string{"configurations/a.yaml": zeros + "c", "configurations/b.yaml": zeros + "d"}, nil, "zeros again")
+	code, out, rss = peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
+	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi): %s", out)
 }

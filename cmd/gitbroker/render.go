@@ -263,7 +263,10 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 			pub.Inherit(remote.Git)
 		}
 		pub.Branch = verify.ConfigurationsBranch
-		if r.Published, err = pub.Open(append(extra, gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...); err != nil {
+		// What it publishes are inputs (at most api.MaxFileSize each): a larger file someone
+		// pushed there is never fetched.
+		if r.Published, err = pub.Open(append(slices.Clip(extra), gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory(),
+			gitsync.WithLimits(0, api.MaxFileSize))...); err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}
 	}
