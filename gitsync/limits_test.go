@@ -112,3 +112,37 @@ func TestInflationBombIsIsolated(t *testing.T) {
 		require.Equal(t, "ok: 3\n", string(b))
 	}
 }
+
+// A branch moved back to a commit older than the reader's shallow store holds: told the newer
+// tip is here, the server sent nothing, and every later read failed ("object not found"), an
+// agent's own ref replayed to an older commit of its included. Found by the adversary
+// (cmd/gitbroker TestAdversary). The reader now fetches the branch afresh.
+func TestBranchMovedBackPastTheStore(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"a.yaml": "a: 1\n"})
+	older := srv.Head()
+	srv.Commit(map[string]string{"a.yaml": "a: 2\n"}, nil, "two")
+	ctx := context.Background()
+	for _, branches := range []bool{false, true} {
+		r := open(t, srv)
+		read := func() gitsync.Snapshot {
+			t.Helper()
+			if branches {
+				snaps, err := r.Branches(ctx, "main")
+				require.NoError(t, err)
+				return snaps["main"]
+			}
+			snap, err := r.Snapshot(ctx)
+			require.NoError(t, err)
+			return snap
+		}
+		newer := srv.Head()
+		require.Equal(t, newer, read().Commit())
+		srv.SetRef("main", older)
+		snap := read()
+		require.Equal(t, older, snap.Commit(), "branches=%v", branches)
+		b, err := snap.ReadFile("a.yaml")
+		require.NoError(t, err)
+		require.Equal(t, "a: 1\n", string(b))
+		srv.SetRef("main", newer)
+	}
+}

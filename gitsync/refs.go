@@ -240,6 +240,20 @@ func (r *Repository) fetchMoved(ctx context.Context, names []string) error {
 			return tooLarge(err)
 		}
 	}
+	// A branch moved back to an older commit than the store holds (the store is shallow): the
+	// server, told the newer tip is here, sent nothing for it. Those tips are asked for again,
+	// alone, one commit deep, as a first fetch is.
+	var missing []plumbing.Hash
+	for _, h := range wants {
+		if _, err := r.repo.Storer.EncodedObject(plumbing.CommitObject, h); err != nil {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		if err := r.fetchShallow(ctx, sess, ar, missing); err != nil {
+			return tooLarge(err)
+		}
+	}
 	for name, h := range moved {
 		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(name, h)); err != nil {
 			return err
@@ -669,4 +683,44 @@ func (r *Repository) RefFirstParents(ctx context.Context, name string, stop func
 	}
 	commits, found, _, err = r.firstParents(ctx, name, ref.Hash().String(), stop, max, nil)
 	return commits, found, err
+}
+
+// fetchShallow fetches wants one commit deep, naming no haves, into the store, and records
+// the new shallow boundary.
+func (r *Repository) fetchShallow(ctx context.Context, sess transport.UploadPackSession, ar *packp.AdvRefs, wants []plumbing.Hash) error {
+	req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
+	if ar.Capabilities.Supports(capability.NoProgress) {
+		_ = req.Capabilities.Set(capability.NoProgress)
+	}
+	if !ar.Capabilities.Supports(capability.Shallow) {
+		return fmt.Errorf("the server cannot send %d commits the branches were moved back to without their history (no shallow capability)", len(wants))
+	}
+	_ = req.Capabilities.Set(capability.Shallow)
+	req.Wants, req.Depth = wants, packp.DepthCommits(1)
+	resp, err := sess.UploadPack(ctx, req)
+	if err != nil {
+		return err
+	}
+	var pack io.Reader = resp
+	switch {
+	case req.Capabilities.Supports(capability.Sideband64k):
+		pack = sideband.NewDemuxer(sideband.Sideband64k, resp)
+	case req.Capabilities.Supports(capability.Sideband):
+		pack = sideband.NewDemuxer(sideband.Sideband, resp)
+	}
+	err = packfile.UpdateObjectStorage(r.repo.Storer, pack)
+	if cerr := resp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if shallows := resp.ShallowUpdate.Shallows; len(shallows) > 0 {
+		old, err := r.repo.Storer.Shallow()
+		if err != nil {
+			return err
+		}
+		return r.repo.Storer.SetShallow(append(old, shallows...))
+	}
+	return nil
 }

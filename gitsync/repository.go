@@ -43,6 +43,8 @@ type Repository struct {
 	signer      Signer
 	ownHistory  bool
 	recoverFrom func(ctx context.Context) (string, error)
+	// refetching: fetch is fetching the branch afresh after it moved back past the store.
+	refetching bool
 	// accepted is recoverFrom's answer, read once by a writer that starts with nothing pushed.
 	accepted struct {
 		tip  string
@@ -509,6 +511,19 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 		return nil, fmt.Errorf("resolving %s: %w", r.branch.Short(), err)
 	}
 	c, err := r.repo.CommitObject(ref.Hash())
+	if errors.Is(err, plumbing.ErrObjectNotFound) && !r.refetching {
+		// The branch was moved back to an older commit than the (shallow) store holds: the
+		// server, told the newer one is here, sent nothing. The store starts anew and the
+		// branch is fetched as at first; a writer then finds its own base again, and reads the
+		// tip the renderer accepted again (WithRecoverFrom).
+		r.log.Info("the branch moved back past what the store holds; fetching it afresh", "branch", r.branch.Short(), "head", ref.Hash().String())
+		r.repo, r.accepted.read, r.refetching = nil, false, true
+		defer func() { r.refetching = false }()
+		if err := r.ensureStore(); err != nil {
+			return nil, err
+		}
+		return r.fetch(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading commit %s: %w", ref.Hash(), err)
 	}
