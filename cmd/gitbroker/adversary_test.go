@@ -288,11 +288,15 @@ func (a *adversary) rollbackRendered() string {
 	return short(c)
 }
 
-// restart restarts an agent (nothing in memory, its accepted tip read from the render
-// metadata, as deploy/ runs it) or the renderer (which takes the commit it pushed last from its
+// restart restarts an agent or the recorder (nothing in memory, its accepted tip read from the
+// render metadata, as deploy/ runs them) or the renderer (which takes the commit it pushed last from its
 // Lease, as Daemon.Lead does).
 func (a *adversary) restart() string {
-	switch who := a.pick([]string{"edge-a", "edge-b", "renderer"}); who {
+	switch who := a.pick([]string{"edge-a", "edge-b", "renderer", "recorder"}); who {
+	case "recorder":
+		a.stopRecorder()
+		a.startRecorder()
+		return who
 	case "renderer":
 		pushed := a.rendered().Head()
 		a.renderer = a.refs.renderer(a.keys["renderer"])

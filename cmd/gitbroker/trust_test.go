@@ -36,6 +36,8 @@ type signedLoop struct {
 	keyFiles map[string]string
 	allowed  string
 	refs     layout
+	// stopRecorder stops the recorder startRecorder started.
+	stopRecorder func()
 }
 
 func newSignedLoop(t *testing.T) *signedLoop {
@@ -75,17 +77,27 @@ func newSignedLoop(t *testing.T) *signedLoop {
 		require.NoError(t, err)
 		l.agents[node] = a
 	}
-	l.rec, err = recorder.New(recorder.Options{Client: l.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()),
-		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: -1, Log: logr.Discard()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.rec.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 	s.loop = l
+	s.startRecorder()
+	t.Cleanup(func() { s.stopRecorder() })
 	// The agents read the Configurations the renderer verified: its first render publishes them.
 	s.renderTrust()
 	return s
+}
+
+// startRecorder starts the recorder as a restarted one is: nothing in memory, signing with its
+// key, keeping to its own history, and naming the tip the renderer accepted should it start a
+// new line.
+func (s *signedLoop) startRecorder() {
+	rec, err := recorder.New(recorder.Options{Client: s.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory(),
+		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), verify.StatusBranch))),
+		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: -1, Log: logr.Discard()})
+	require.NoError(s.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	s.rec = rec
+	s.stopRecorder = func() { cancel(); require.NoError(s.t, <-done) }
 }
 
 // as returns a writer holding principal's key and the shared credential, writing branch.
