@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"maps"
+	"path"
 	"reflect"
 	"sort"
 	"strconv"
@@ -46,8 +47,33 @@ func (p *pass) buildInstances() {
 		k := keys[todo[j]]
 		sets[todo[j]] = p.groupInstances(k, reports[k])
 	})
+	// Names are sticky (sticky.go). When a broker of the instance is not where its name puts
+	// it, the files of prev that may hold an instance whose 3-byte name a collision now contests
+	// are found in one pass over prev, on first need.
+	var contested map[string][]string
+	lookup := func(name string) []string {
+		if contested == nil {
+			contested = map[string][]string{}
+			for _, i := range todo {
+				for _, in := range sets[i].list {
+					if in.collided {
+						contested[instanceName(sets[i].cfg.Name, api.AkriDigest(in.key(), 3))] = nil
+					}
+				}
+			}
+			for f := range p.prev {
+				base := path.Base(f)
+				for n := range contested {
+					if strings.Contains(base, n) {
+						contested[n] = append(contested[n], f)
+					}
+				}
+			}
+		}
+		return contested[name]
+	}
 	for _, i := range todo {
-		p.stickyNames(keys[i], sets[i])
+		p.stickyNames(keys[i], sets[i], lookup)
 	}
 	kept := make(map[string]*instanceSet, len(keys))
 	for i, k := range keys {

@@ -34,7 +34,7 @@ func (in *instance) key() api.DeviceKey {
 // 3-byte digest, the one the last render named with it keeps it. Everything else is as
 // api.InstanceDigests names it. Should two instances end with one name, the default naming
 // stands for all of them.
-func (p *pass) stickyNames(k string, s *instanceSet) {
+func (p *pass) stickyNames(k string, s *instanceSet, lookup func(name string) []string) {
 	recorded := map[api.DeviceKey]string{}
 	for _, d := range p.prevMeta.InstanceDigests[k] {
 		recorded[d.Key()] = d.Digest
@@ -51,7 +51,7 @@ func (p *pass) stickyNames(k string, s *instanceSet) {
 		if d, ok := recorded[key]; ok && len(d) > 6 {
 			digests[i] = d
 		} else if in.collided {
-			if short := api.AkriDigest(key, 3); p.renderedAs(cfg, instanceName(cfg.Name, short), key) {
+			if short := api.AkriDigest(key, 3); p.renderedAs(cfg, in, instanceName(cfg.Name, short), key, lookup) {
 				digests[i] = short
 			}
 		}
@@ -81,22 +81,24 @@ func (p *pass) stickyNames(k string, s *instanceSet) {
 }
 
 // renderedAs reports whether the previous render holds an object of instance name for the
-// device key: a broker, Service or Job of the Configuration, or a finished Job in history/.
-func (p *pass) renderedAs(cfg *api.ParsedConfiguration, name string, key api.DeviceKey) bool {
-	paths := p.prevPaths()
-	for _, prefix := range []string{configFolder(cfg.Namespace, cfg.Name) + "/", path.Join("history/jobs", cfg.Namespace, cfg.Name, name) + "/"} {
-		for i := sort.SearchStrings(paths, prefix); i < len(paths) && strings.HasPrefix(paths[i], prefix); i++ {
-			f := paths[i]
-			if !strings.Contains(path.Base(f), name) {
-				continue
-			}
-			h := p.head(f, p.prev[f])
-			if h == nil || h.Metadata.Labels[api.LabelInstance] != name || h.Metadata.Annotations[api.AnnotationDeviceID] != key.ID {
-				continue
-			}
-			if key.Shared || h.Metadata.Labels[api.LabelTargetNode] == key.Node {
-				return true
-			}
+// device key: first where the name puts them (its broker on a node that reports it, its
+// Service), else among the files lookup gives (a broker elsewhere, a Job of the Configuration,
+// a finished Job in history/).
+func (p *pass) renderedAs(cfg *api.ParsedConfiguration, in *instance, name string, key api.DeviceKey, lookup func(string) []string) bool {
+	holds := func(f string) bool {
+		h := p.head(f, p.prev[f])
+		return h != nil && h.Metadata.Labels[api.LabelInstance] == name && h.Metadata.Annotations[api.AnnotationDeviceID] == key.ID &&
+			(key.Shared || h.Metadata.Labels[api.LabelTargetNode] == key.Node)
+	}
+	for _, node := range in.nodes {
+		if f, ok := p.prevID(objectKey{"deployment", cfg.Namespace, brokerName(name, node, in.shared)}); ok && holds(f) {
+			return true
+		}
+	}
+	folder, history := configFolder(cfg.Namespace, cfg.Name)+"/", path.Join("history/jobs", cfg.Namespace, cfg.Name, name)+"/"
+	for _, f := range lookup(name) {
+		if (strings.HasPrefix(f, folder) || strings.HasPrefix(f, history)) && holds(f) {
+			return true
 		}
 	}
 	return false
