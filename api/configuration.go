@@ -62,7 +62,28 @@ func ParseConfigurations(file string, data []byte, defaultNamespace string) ([]*
 	}
 	var out []*ParsedConfiguration
 	var errs ErrorList
+	// A List, as `kubectl get akric -o yaml` prints a cluster's Akri Configurations, is its
+	// items.
+	var expanded []*Document
 	for _, d := range docs {
+		items, isList, err := d.ListItems()
+		switch {
+		case err != nil:
+			if fe, ok := err.(*FieldError); ok {
+				errs = append(errs, fe)
+			} else {
+				errs = append(errs, d.Errorf("items", "%v", err))
+			}
+		case isList:
+			expanded = append(expanded, items...)
+		default:
+			expanded = append(expanded, d)
+		}
+	}
+	if len(expanded) == 0 && len(errs) == 0 {
+		return nil, ErrorList{{File: file, Message: "no Configuration in file (an empty List)"}}
+	}
+	for _, d := range expanded {
 		c, e := parseConfiguration(d, defaultNamespace)
 		errs = append(errs, e...)
 		if c != nil {

@@ -34,6 +34,47 @@ type Document struct {
 	text     []byte
 	rootOnce sync.Once
 	root     *yamlv3.Node
+	// prefix is the path of this document within the one its text holds: "items[2]." for an
+	// item of a List (ListItems); field paths are reported and looked up under it.
+	prefix string
+}
+
+// ListItems returns the items of a document of kind List (apiVersion v1, as kubectl get -o
+// yaml prints several objects), each a Document whose errors name "items[<i>].<field>" at its
+// line; ok is false for any other document. Fields the API server sets and a reviewed file
+// never holds are dropped from each item: status, and metadata's uid, resourceVersion,
+// generation, creationTimestamp, managedFields and selfLink.
+func (d *Document) ListItems() (items []*Document, ok bool, err error) {
+	apiVersion, kind := d.TypeMeta()
+	if kind != "List" || apiVersion != "v1" {
+		return nil, false, nil
+	}
+	var l struct {
+		Items []map[string]json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(d.JSON, &l); err != nil {
+		return nil, true, d.Errorf("items", "expected a list of objects: %v", err)
+	}
+	for i, item := range l.Items {
+		delete(item, "status")
+		if raw, ok := item["metadata"]; ok {
+			var meta map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &meta); err == nil {
+				for _, f := range []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink"} {
+					delete(meta, f)
+				}
+				if item["metadata"], err = json.Marshal(meta); err != nil {
+					return nil, true, err
+				}
+			}
+		}
+		js, err := json.Marshal(item)
+		if err != nil {
+			return nil, true, err
+		}
+		items = append(items, &Document{File: d.File, Line: d.Line, JSON: js, text: d.text, prefix: fmt.Sprintf("%sitems[%d].", d.prefix, i)})
+	}
+	return items, true, nil
 }
 
 // tree is the document's node tree, lines counted in its file.
@@ -390,6 +431,9 @@ func (d *Document) Errorf(field string, format string, args ...any) *FieldError 
 	e := &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 	if d != nil {
 		e.File, e.Line = d.File, d.LineOf(field)
+		if d.prefix != "" {
+			e.Field = strings.TrimSuffix(d.prefix+field, ".")
+		}
 	}
 	return e
 }
@@ -406,6 +450,9 @@ func (d *Document) LineOf(field string) int {
 	n := d.tree()
 	if n.Kind == yamlv3.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
+	}
+	if d.prefix != "" {
+		field = strings.TrimSuffix(d.prefix+field, ".")
 	}
 	line, _ := lookup(n, parsePath(field))
 	if line == 0 {

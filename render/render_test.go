@@ -522,3 +522,19 @@ func TestDigestCollisionDoesNotRenameAnInstance(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Contains(t, after, left[0], "the newcomer's broker keeps its longer name")
 }
+
+// Moving from a running Akri: its Configurations as `kubectl get akric -o yaml` prints them (a
+// List, with the fields the API server sets) render as the same Configurations would.
+func TestKubectlListRenders(t *testing.T) {
+	list := "apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: \"\"\nitems:\n" +
+		"- apiVersion: akri.sh/v0\n  kind: Configuration\n  metadata:\n    name: cam\n    namespace: default\n    uid: 0b5b5f9e-5d1c-4a43-9d6c-1c4b1b7e2f01\n    resourceVersion: \"4711\"\n    generation: 2\n    creationTimestamp: \"2026-11-30T10:00:00Z\"\n" +
+		"  spec:\n    discoveryHandler:\n      name: debugEcho\n      discoveryDetails: \"descriptions: [c1]\"\n    brokerSpec:\n      brokerPodSpec:\n        containers:\n        - name: broker\n          image: nginx:stable-alpine\n  status: {}\n"
+	single := "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata:\n  name: cam\n  namespace: default\n" +
+		"spec:\n  discoveryHandler:\n    name: debugEcho\n    discoveryDetails: \"descriptions: [c1]\"\n  brokerSpec:\n    brokerPodSpec:\n      containers:\n      - name: broker\n        image: nginx:stable-alpine\n"
+	inv := inventory("edge-a", entry("cam", "shared:c1"))
+	fromList := renderOK(t, repo(map[string]string{"configurations/cam.yaml": list, "inventory/edge-a.yaml": inv}))
+	fromFile := renderOK(t, repo(map[string]string{"configurations/cam.yaml": single, "inventory/edge-a.yaml": inv}))
+	brokers := filesUnder(fromList.Files, "rendered/default/cam/", "/deployment-")
+	require.Len(t, brokers, 1)
+	require.Equal(t, string(fromFile.Files[brokers[0]]), string(fromList.Files[brokers[0]]), "the server's fields change nothing")
+}
