@@ -216,27 +216,9 @@ func (r *Repository) fetchMoved(ctx context.Context, names []string) error {
 		}
 	}
 	if len(wants) > 0 {
-		req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
-		if ar.Capabilities.Supports(capability.NoProgress) {
-			_ = req.Capabilities.Set(capability.NoProgress)
-		}
+		req := r.uploadRequest(ar)
 		req.Wants, req.Haves = wants, haves
-		resp, err := sess.UploadPack(ctx, req)
-		if err != nil {
-			return tooLarge(err)
-		}
-		var pack io.Reader = resp
-		switch {
-		case req.Capabilities.Supports(capability.Sideband64k):
-			pack = sideband.NewDemuxer(sideband.Sideband64k, resp)
-		case req.Capabilities.Supports(capability.Sideband):
-			pack = sideband.NewDemuxer(sideband.Sideband, resp)
-		}
-		err = packfile.UpdateObjectStorage(r.repo.Storer, pack)
-		if cerr := resp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if _, err := r.uploadPack(ctx, sess, req); err != nil {
 			return tooLarge(err)
 		}
 	}
@@ -688,18 +670,41 @@ func (r *Repository) RefFirstParents(ctx context.Context, name string, stop func
 // fetchShallow fetches wants one commit deep, naming no haves, into the store, and records
 // the new shallow boundary.
 func (r *Repository) fetchShallow(ctx context.Context, sess transport.UploadPackSession, ar *packp.AdvRefs, wants []plumbing.Hash) error {
+	if !ar.Capabilities.Supports(capability.Shallow) {
+		return fmt.Errorf("the server cannot send %d commits the branches were moved back to without their history (no shallow capability)", len(wants))
+	}
+	req := r.uploadRequest(ar)
+	_ = req.Capabilities.Set(capability.Shallow)
+	req.Wants, req.Depth = wants, packp.DepthCommits(1)
+	resp, err := r.uploadPack(ctx, sess, req)
+	if err != nil {
+		return err
+	}
+	if shallows := resp.ShallowUpdate.Shallows; len(shallows) > 0 {
+		old, err := r.repo.Storer.Shallow()
+		if err != nil {
+			return err
+		}
+		return r.repo.Storer.SetShallow(append(old, shallows...))
+	}
+	return nil
+}
+
+// uploadRequest is an upload-pack request with the server's capabilities, asking for no
+// progress when it can.
+func (r *Repository) uploadRequest(ar *packp.AdvRefs) *packp.UploadPackRequest {
 	req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
 	if ar.Capabilities.Supports(capability.NoProgress) {
 		_ = req.Capabilities.Set(capability.NoProgress)
 	}
-	if !ar.Capabilities.Supports(capability.Shallow) {
-		return fmt.Errorf("the server cannot send %d commits the branches were moved back to without their history (no shallow capability)", len(wants))
-	}
-	_ = req.Capabilities.Set(capability.Shallow)
-	req.Wants, req.Depth = wants, packp.DepthCommits(1)
+	return req
+}
+
+// uploadPack sends req and stores the pack it brings, through the side band when there is one.
+func (r *Repository) uploadPack(ctx context.Context, sess transport.UploadPackSession, req *packp.UploadPackRequest) (*packp.UploadPackResponse, error) {
 	resp, err := sess.UploadPack(ctx, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var pack io.Reader = resp
 	switch {
@@ -712,15 +717,5 @@ func (r *Repository) fetchShallow(ctx context.Context, sess transport.UploadPack
 	if cerr := resp.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
-	}
-	if shallows := resp.ShallowUpdate.Shallows; len(shallows) > 0 {
-		old, err := r.repo.Storer.Shallow()
-		if err != nil {
-			return err
-		}
-		return r.repo.Storer.SetShallow(append(old, shallows...))
-	}
-	return nil
+	return resp, err
 }
