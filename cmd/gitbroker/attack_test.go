@@ -419,29 +419,39 @@ func TestAttackDeviceEnv(t *testing.T) {
 	}
 }
 
+// enrollCANode enrolls a fleet SSH CA in a person's signed commit and gives node a key and a
+// certificate for node:<node> signed by it; it returns the node's signer and the folder of its
+// key (<node>, <node>.pub, <node>-cert.pub).
+func (s *signedLoop) enrollCANode(node string) (*trust.Signer, string) {
+	t := s.t
+	t.Helper()
+	dir := t.TempDir()
+	keygen := func(args ...string) {
+		out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	keygen("-q", "-t", "ed25519", "-N", "", "-C", "fleet-ca", "-f", filepath.Join(dir, "ca"))
+	keygen("-q", "-t", "ed25519", "-N", "", "-C", node, "-f", filepath.Join(dir, node))
+	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", node, "-n", "node:"+node, "-V", "+52w", filepath.Join(dir, node+".pub"))
+	caPub, err := os.ReadFile(filepath.Join(dir, "ca.pub"))
+	require.NoError(t, err)
+	s.allowed += `"node:*" cert-authority ` + string(caPub)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the fleet CA")
+	signer, err := trust.LoadSigner(filepath.Join(dir, node))
+	require.NoError(t, err)
+	return signer, dir
+}
+
 // Finding 13: a fleet enrolled through an SSH CA could not decommission one node: its
 // certificate stayed valid. .gitbroker/revoked_keys (git's gpg.ssh.revocationFile) retires it,
 // here and in git's own verify-commit.
 func TestAttackRevokedNodeKey(t *testing.T) {
 	s := newSignedLoop(t)
-	dir := t.TempDir()
-	ssh := func(args ...string) {
-		out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	ssh("-q", "-t", "ed25519", "-N", "", "-C", "fleet-ca", "-f", filepath.Join(dir, "ca"))
-	ssh("-q", "-t", "ed25519", "-N", "", "-C", "edge-c", "-f", filepath.Join(dir, "edge-c"))
-	ssh("-q", "-s", filepath.Join(dir, "ca"), "-I", "edge-c", "-n", "node:edge-c", "-V", "+52w", filepath.Join(dir, "edge-c.pub"))
-	caPub, err := os.ReadFile(filepath.Join(dir, "ca.pub"))
-	require.NoError(t, err)
-	s.allowed += `"node:*" cert-authority ` + string(caPub)
-	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the fleet CA")
-
-	signer, err := trust.LoadSigner(filepath.Join(dir, "edge-c"))
-	require.NoError(t, err)
+	signer, dir := s.enrollCANode("edge-c")
 	devices := &nodeDevices{devices: map[string][]api.Device{}}
 	devices.set("default/akri-debug-echo", "cam0")
 	c := s.startAgent("edge-c", signer, devices, 0)
+	var err error
 	_, err = c.Sync(t.Context())
 	require.NoError(t, err)
 	out := s.renderTrust()

@@ -21,7 +21,6 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
-	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -146,24 +145,11 @@ func TestFailClosedSameTreeCommitOnRenderedIsReplaced(t *testing.T) {
 // does, whether its ref moves, stays or is deleted.
 func TestFailClosedRevocationDecommissions(t *testing.T) {
 	s := newSignedLoop(t)
-	dir := t.TempDir()
-	keygen := func(args ...string) {
-		out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	keygen("-q", "-t", "ed25519", "-N", "", "-C", "fleet-ca", "-f", filepath.Join(dir, "ca"))
-	keygen("-q", "-t", "ed25519", "-N", "", "-C", "edge-c", "-f", filepath.Join(dir, "edge-c"))
-	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", "edge-c", "-n", "node:edge-c", "-V", "+52w", filepath.Join(dir, "edge-c.pub"))
-	caPub, err := os.ReadFile(filepath.Join(dir, "ca.pub"))
-	require.NoError(t, err)
-	s.allowed += `"node:*" cert-authority ` + string(caPub)
-	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{verify.AllowedSignersPath: s.allowed}, nil, "enroll the fleet CA")
-	signer, err := trust.LoadSigner(filepath.Join(dir, "edge-c"))
-	require.NoError(t, err)
+	signer, dir := s.enrollCANode("edge-c")
 	devices := &nodeDevices{devices: map[string][]api.Device{}}
 	devices.set("default/akri-debug-echo", "cam0")
 	c := s.startAgent("edge-c", signer, devices, 0)
-	_, err = c.Sync(t.Context())
+	_, err := c.Sync(t.Context())
 	require.NoError(t, err)
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
 	s.discover()
