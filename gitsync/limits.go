@@ -23,8 +23,10 @@ const (
 // and the largest file read (a larger one the server leaves out, filter.go). The agent reads its
 // own inventory (at most 4 MiB) and the renderer's publication; the recorder its records.
 const (
-	AgentMaxFetchBytes    = 24 << 20
-	AgentMaxFileSize      = 6 << 20
+	AgentMaxFetchBytes = 24 << 20
+	// AgentMaxFileSize is an input's own bound (api.MaxFileSize): a Configuration the renderer
+	// accepted and published is never one the agent cannot read.
+	AgentMaxFileSize      = 8 << 20
 	RecorderMaxFetchBytes = 64 << 20
 	RecorderMaxFileSize   = 6 << 20
 )

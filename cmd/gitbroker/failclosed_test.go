@@ -300,6 +300,7 @@ func TestFailClosedNodeRefBlobsNeverReachTheRenderer(t *testing.T) {
 // again on every start. The agent now fetches no file larger than it may read, and at most
 // gitsync.AgentMaxFetchBytes in one fetch: the zeros are never fetched, let alone inflated.
 func TestFailClosedPlantedBlobsNeverReachTheAgent(t *testing.T) {
+	require.EqualValues(t, api.MaxFileSize, gitsync.AgentMaxFileSize, "an agent reads every file an input may be")
 	s := newSignedLoop(t)
 	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
