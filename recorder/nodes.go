@@ -23,8 +23,11 @@ import (
 )
 
 // DefaultNodeLossGrace is how long a node is NotReady or gone before the recorder records it
-// lost (docs/DESIGN.md, "Nodes that are lost").
-const DefaultNodeLossGrace = 5 * time.Minute
+// lost (DESIGN.md, "Seconds, not minutes"): Akri frees a node's slots when it turns NotReady,
+// and the node controller has already waited its own monitor grace (40-50 s of silent
+// kubelet) before it says NotReady, so 30 s more moves a dead node's shared brokers within
+// about 90 s while a kubelet restart (NotReady for seconds) moves nothing.
+const DefaultNodeLossGrace = 30 * time.Second
 
 // nodeState is what the recorder knows of a node that is not Ready: since when and why.
 type nodeState struct {
