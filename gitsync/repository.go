@@ -797,7 +797,7 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 			return ErrNoChanges
 		}
 		moved, err := r.push(ctx, ref, old, base.Hash, nil, change)
-		res.CompanionsMoved = moved
+		res.CompanionsMoved, res.CompanionBranches = len(moved), moved
 		if err != nil {
 			return err
 		}
@@ -817,7 +817,7 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	if err != nil {
 		return err
 	}
-	res.Commit, res.CompanionsMoved = commit.String(), moved
+	res.Commit, res.CompanionsMoved, res.CompanionBranches = commit.String(), len(moved), moved
 	if r.ownHistory && ref == r.branch {
 		r.pushed = commit
 	}
@@ -848,10 +848,10 @@ func (e *writerError) Unwrap() error { return e.err }
 // must not exist yet; commit equal to old leaves ref where it is. The
 // companions of c move in the same atomic push, each also only from the
 // value the server advertised. It returns how many companions it moved.
-func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, commit plumbing.Hash, objects []plumbing.Hash, c *Change) (int, error) {
+func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, commit plumbing.Hash, objects []plumbing.Hash, c *Change) ([]string, error) {
 	ep, err := transport.NewEndpoint(r.url)
 	if err != nil {
-		return 0, &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
+		return nil, &writerError{fmt.Errorf("parsing git URL: %w", redactURLError(err))}
 	}
 	var forget func() bool
 	ep.Proxy, forget = sshBounds(r.url, 0, r.stall)
@@ -859,22 +859,22 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	ctx = r.netContext(ctx, false)
 	cl, err := client.NewClient(ep)
 	if err != nil {
-		return 0, &writerError{err}
+		return nil, &writerError{err}
 	}
 	sess, err := cl.NewReceivePackSession(ep, r.auth)
 	if err != nil {
-		return 0, fmt.Errorf("connecting to %s: %w", r.URL(), err)
+		return nil, fmt.Errorf("connecting to %s: %w", r.URL(), err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
-		return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
+		return nil, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 	}
 	advertised := map[plumbing.ReferenceName]plumbing.Hash{}
 	if ar != nil {
 		refs, err := ar.AllReferences()
 		if err != nil {
-			return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
+			return nil, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 		}
 		for name, ref := range refs {
 			if ref.Type() == plumbing.HashReference {
@@ -884,9 +884,9 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	}
 	if advertised[ref] != old {
 		if ref != r.branch {
-			return 0, &writerError{fmt.Errorf("%s: %w", ref.Short(), ErrBranchExists)}
+			return nil, &writerError{fmt.Errorf("%s: %w", ref.Short(), ErrBranchExists)}
 		}
-		return 0, errConflict
+		return nil, errConflict
 	}
 	caps := capability.NewList()
 	if ar != nil {
@@ -901,7 +901,7 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	}
 	if len(r.pushOptions) > 0 {
 		if !caps.Supports(capability.PushOptions) {
-			return 0, &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
+			return nil, &writerError{fmt.Errorf("pushing to %s: the server does not accept push options", r.URL())}
 		}
 		_ = req.Capabilities.Set(capability.PushOptions)
 		for _, k := range slices.Sorted(maps.Keys(r.pushOptions)) {
@@ -913,16 +913,16 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	}
 	companions, more, err := r.companionCommands(advertised, commit, c)
 	if err != nil {
-		return 0, &writerError{err}
+		return nil, &writerError{err}
 	}
 	req.Commands = append(req.Commands, companions...)
 	objects = append(objects, more...)
 	switch {
 	case len(req.Commands) == 0:
-		return 0, nil
+		return nil, nil
 	case len(req.Commands) > 1:
 		if !caps.Supports(capability.Atomic) {
-			return 0, &writerError{fmt.Errorf("pushing to %s: the server does not accept atomic pushes, which companion branches need", r.URL())}
+			return nil, &writerError{fmt.Errorf("pushing to %s: the server does not accept atomic pushes, which companion branches need", r.URL())}
 		}
 		_ = req.Capabilities.Set(capability.Atomic)
 	}
@@ -948,32 +948,36 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 		_ = req.Packfile.Close()
 	}
 	if perr := <-done; perr != nil && err == nil {
-		return 0, fmt.Errorf("encoding pack: %w", perr)
+		return nil, fmt.Errorf("encoding pack: %w", perr)
 	}
 	// The server's report comes back with an error when it refused the
 	// update; read the report before the error.
 	if rs != nil {
 		if rs.UnpackStatus != "" && rs.UnpackStatus != "ok" {
-			return 0, fmt.Errorf("pushing to %s: server could not unpack: %s", r.URL(), rs.UnpackStatus)
+			return nil, fmt.Errorf("pushing to %s: server could not unpack: %s", r.URL(), rs.UnpackStatus)
 		}
 		for _, cs := range rs.CommandStatuses {
 			if cs.Status == "ok" {
 				continue
 			}
 			if movedRef(cs.Status) {
-				return 0, errConflict
+				return nil, errConflict
 			}
 			// An atomic push refuses every other command for the one that failed; report that one.
 			if (strings.Contains(cs.Status, "atomic push failure") || strings.Contains(cs.Status, "atomic transaction failed")) && len(rs.CommandStatuses) > 1 {
 				continue
 			}
-			return 0, &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
+			return nil, &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("pushing to %s: %w", r.URL(), err)
+		return nil, fmt.Errorf("pushing to %s: %w", r.URL(), err)
 	}
-	return len(companions), nil
+	moved := make([]string, 0, len(companions))
+	for _, c := range companions {
+		moved = append(moved, c.Name.Short())
+	}
+	return moved, nil
 }
 
 // companionCommands returns the ref updates that bring c's companions to commit (see

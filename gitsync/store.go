@@ -123,6 +123,8 @@ type Result struct {
 	Retries int
 	// CompanionsMoved counts the companion branches the push created, moved or deleted.
 	CompanionsMoved int
+	// CompanionBranches are the short names of those branches, in the order pushed.
+	CompanionBranches []string
 	// Replaced, with WithOwnHistory, is the head the push replaced because its writer had not
 	// signed it (or the branch had moved away from the writer's last push); "" otherwise.
 	Replaced string
