@@ -79,6 +79,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Counter is the count of notifications with result.
+func (m *Metrics) Counter(result string) prometheus.Counter {
+	return m.notifications.WithLabelValues(result)
+}
+
 // Hook is the render daemon's endpoint for push notifications. It authenticates a
 // notification by any one of its forms, with HostSecret (the git host's webhook secret: GitHub,
 // Gitea/Forgejo, GitLab, generic) or NudgeSecret (the agents' and hooks' generic form), then

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	le "k8s.io/client-go/tools/leaderelection"
 
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -32,6 +34,9 @@ type Metrics struct {
 	sourceToPush prometheus.Histogram
 	duration     prometheus.Histogram
 	leader       prometheus.Gauge
+	wakes        *prometheus.CounterVec
+	triggers     *prometheus.GaugeVec
+	told         *prometheus.CounterVec
 }
 
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -74,18 +79,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gitbroker_renderer_leader",
 			Help: "1 while this replica holds the leader election Lease (or runs without election).",
 		}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitbroker_renderer_wakes_total",
+			Help: "Renders started, by what started them: interval, or notification (a push webhook or an agent's nudge; a burst coalesces into one).",
+		}, []string{"trigger"}),
+		triggers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gitbroker_renderer_trigger_active",
+			Help: "1 for each way this renderer is woken or tells others: interval, webhook (push notifications in), flux-receiver and argocd-webhook (told after each render that lands).",
+		}, []string{"trigger"}),
+		told: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitbroker_renderer_gitops_notifications_total",
+			Help: "Notifications sent to the GitOps tools after a render landed, by target and result (sent, failed: the tool's own interval picks the render up).",
+		}, []string{"target", "result"}),
 	}
-	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.unpublished, m.sourceToPush, m.duration, m.leader)
+	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.unpublished, m.sourceToPush, m.duration, m.leader,
+		m.wakes, m.triggers, m.told)
 	return m
 }
 
-// Daemon renders the branch every interval while it leads.
+// Daemon renders the branch while it leads: when woken by a push notification (Wake), and
+// every Interval after its last render whatever happens, the safety net.
 type Daemon struct {
 	Renderer *Renderer
-	// Interval is the time between renders.
+	// Interval is the longest time between renders.
 	Interval time.Duration
-	Log      logr.Logger
-	Metrics  *Metrics
+	// Webhook says the renderer serves push notifications (for the triggers metric and log).
+	Webhook bool
+	// Targets are the GitOps tools told what each render that lands moved; RepoURL is the
+	// repository as they know it, RenderedBranch the branch the renderer commits to.
+	Targets        []notify.Target
+	RepoURL        string
+	RenderedBranch string
+	Log            logr.Logger
+	Metrics        *Metrics
 	// Timeout bounds one render; 0 means none.
 	Timeout time.Duration
 	// Pushed, when set, keeps the commit the renderer pushed last where a next leader finds
@@ -98,20 +124,74 @@ type Daemon struct {
 	lastBad       string
 	lastHeld      string
 	lastUntrusted string
+
+	wakeOnce sync.Once
+	wake     chan struct{}
+	// telling counts notifications to the GitOps tools still being sent.
+	telling sync.WaitGroup
 }
 
-// Run renders until ctx ends.
+func (d *Daemon) wakeChan() chan struct{} {
+	d.wakeOnce.Do(func() { d.wake = make(chan struct{}, 1) })
+	return d.wake
+}
+
+// Wake asks for a render as soon as the one under way (if any) ends; it never blocks. Any
+// number of wakes during a render coalesce into one more render: a thousand agents' nudges
+// cost two renders at most.
+func (d *Daemon) Wake(string) {
+	select {
+	case d.wakeChan() <- struct{}{}:
+	default:
+	}
+}
+
+// Triggers names what wakes this daemon and whom it tells, for the log and metrics.
+func (d *Daemon) Triggers() []string {
+	t := []string{"interval"}
+	if d.Webhook {
+		t = append(t, "webhook")
+	}
+	for _, target := range d.Targets {
+		t = append(t, targetLabel(target))
+	}
+	return t
+}
+
+func targetLabel(t notify.Target) string {
+	switch t.(type) {
+	case *notify.FluxReceiver:
+		return "flux-receiver"
+	case *notify.ArgoCD:
+		return "argocd-webhook"
+	}
+	return t.String()
+}
+
+// Run renders until ctx ends: at once, then whenever woken, and Interval after the last
+// render at the latest.
 func (d *Daemon) Run(ctx context.Context) {
 	d.Metrics.leader.Set(1)
 	defer d.Metrics.leader.Set(0)
-	t := time.NewTicker(d.Interval)
+	for _, t := range d.Triggers() {
+		d.Metrics.triggers.WithLabelValues(t).Set(1)
+	}
+	defer d.telling.Wait()
+	wake := d.wakeChan()
+	t := time.NewTimer(d.Interval)
 	defer t.Stop()
+	trigger := "interval"
 	for {
+		d.Metrics.wakes.WithLabelValues(trigger).Inc()
 		d.cycle(ctx)
+		t.Reset(d.Interval)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			trigger = "interval"
+		case <-wake:
+			trigger = "notification"
 		}
 	}
 }
@@ -183,6 +263,45 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.Log.Info("render committed", "commit", out.Commit, "source", out.Source,
 			"summary", out.Result.Plan.Summary.String(), "attempts", out.Push.Attempts, "folderSourcesMoved", out.Push.CompanionsMoved, "duration", time.Since(start).String())
 		d.ready.Store(true)
+	}
+	if err == nil || errors.Is(err, gitsync.ErrNoChanges) {
+		d.tell(ctx, out)
+	}
+}
+
+// tell sends the GitOps tools what the render moved: the rendered branch when it committed,
+// and the folder sources' branches that moved with it (or alone, when a render repaired
+// them). It does not wait for them: a tool that does not answer delays no render.
+func (d *Daemon) tell(ctx context.Context, out Outcome) {
+	if len(d.Targets) == 0 {
+		return
+	}
+	m := notify.Moved{RepoURL: d.RepoURL, Before: out.Push.Base, After: out.Commit}
+	if out.Commit != "" {
+		m.Branches = append(m.Branches, d.RenderedBranch)
+		if out.Result != nil && len(out.Result.Diff) > 0 && len(out.Result.Diff) <= notify.MaxPaths {
+			m.Paths = out.Result.Diff
+		}
+	}
+	m.Branches = append(m.Branches, out.Push.CompanionBranches...)
+	if len(m.Branches) == 0 {
+		return
+	}
+	if m.After == "" {
+		m.After = out.Push.Base
+	}
+	for _, t := range d.Targets {
+		d.telling.Add(1)
+		go func() {
+			defer d.telling.Done()
+			label := targetLabel(t)
+			if err := t.Notify(context.WithoutCancel(ctx), m); err != nil {
+				d.Metrics.told.WithLabelValues(label, "failed").Inc()
+				d.Log.Error(err, "telling the GitOps tool about the render failed; its own interval picks it up", "target", t.String(), "commit", m.After)
+				return
+			}
+			d.Metrics.told.WithLabelValues(label, "sent").Inc()
+		}()
 	}
 }
 
