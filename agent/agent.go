@@ -75,6 +75,9 @@ type Options struct {
 	// ShutdownGrace is how long a cycle in flight may go on after Run's
 	// context ends.
 	ShutdownGrace time.Duration
+	// Pushed, when set, is called after each commit of the inventory lands, with the commit:
+	// the nudge that wakes the renderer (notify.Nudge). It must not block the cycle for long.
+	Pushed func(commit string)
 }
 
 // ConfigurationSource returns the snapshot the Configurations are read from.
@@ -345,6 +348,9 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 	}
 	a.ready.Store(true)
 	out.Commit = res.Commit
+	if a.opts.Pushed != nil {
+		a.opts.Pushed(res.Commit)
+	}
 	a.opts.Log.Info("inventory written", "devices", count,
 		"commit", res.Commit, "attempts", res.Attempts, "conflicts", res.Conflicts, "retries", res.Retries,
 		"duration", res.Elapsed.String())

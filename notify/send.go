@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -213,3 +214,27 @@ func zeroIfEmpty(commit string) string {
 	}
 	return commit
 }
+
+// ReadSecret reads a shared secret from a file (a mounted Secret's key): its trailing newline
+// and spaces are not part of it, and an empty or oversized file is an error naming the file.
+func ReadSecret(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecret+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxSecret {
+		return nil, fmt.Errorf("%s: a secret is at most %d bytes", path, maxSecret)
+	}
+	b = bytes.TrimRight(b, "\r\n\t ")
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s: the secret is empty", path)
+	}
+	return b, nil
+}
+
+const maxSecret = 4096

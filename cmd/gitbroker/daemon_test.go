@@ -24,6 +24,7 @@ type daemon struct {
 	MetricsAddr string `json:"metricsAddr"`
 	HealthAddr  string `json:"healthAddr"`
 	Node        string `json:"node"`
+	WebhookAddr string `json:"webhookAddr"`
 }
 
 // startDaemon runs gitbroker with args and waits for the log line whose

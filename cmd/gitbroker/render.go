@@ -275,7 +275,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 			return exitf(exitInvalid, "--%s is for one render, not --%s", flagPRDescription, flagWatch)
 		}
 		watch.CycleTimeout = remote.Git.PushTimeout + time.Minute
-		return runRenderDaemon(cmd, r, watch)
+		return runRenderDaemon(cmd, r, watch, remote.Git.URL, remote.RenderedBranch)
 	}
 	// A connection that stalls must not hang the command: one render gets
 	// the push timeout, plus a minute for the render itself.

@@ -38,6 +38,7 @@ type watchOptions struct {
 	LeaderNS     string
 	LeaderID     string
 	Kube         kubeOptions
+	Notify       notifyOptions
 }
 
 func (o *watchOptions) BindFlags(cmd *cobra.Command) {
@@ -54,11 +55,12 @@ func (o *watchOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.LeaderNS, flagLeaderElectionNamespace, ns, "Namespace of the leader election Lease; $POD_NAMESPACE sets the default.")
 	fs.StringVar(&o.LeaderID, flagLeaderElectionID, "gitbroker-renderer", "Name of the leader election Lease.")
 	o.Kube.BindFlags(cmd)
+	o.Notify.BindFlags(cmd)
 }
 
 // runRenderDaemon renders every interval, behind leader election when it
 // is enabled, until SIGTERM.
-func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions) error {
+func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, repoURL, renderedBranch string) error {
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's leader election logs through klog
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -72,7 +74,17 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions) 
 		client = c
 	}
 	reg := prometheus.NewRegistry()
-	d := &renderer.Daemon{Renderer: r, Interval: o.Interval, Log: log, Metrics: renderer.NewMetrics(reg), Timeout: o.CycleTimeout}
+	d := &renderer.Daemon{Renderer: r, Interval: o.Interval, Log: log, Metrics: renderer.NewMetrics(reg), Timeout: o.CycleTimeout,
+		RenderedBranch: renderedBranch}
+	targets, repoURL, err := o.Notify.targets(repoURL, renderedBranch)
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
+	d.Targets, d.RepoURL = targets, repoURL
+	hookAddr, err := o.Notify.serveHook(ctx, log, reg, d, renderedBranch)
+	if err != nil {
+		return exitf(exitInvalid, "%v", err)
+	}
 	started := time.Now()
 	stall := 3*o.Interval + 5*time.Minute
 	metricsAddr, healthAddr, err := cli.ServeEndpoints(ctx, log, o.Endpoints, reg, cli.Probes{
@@ -97,7 +109,7 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions) 
 		return exitf(exitInvalid, "%v", err)
 	}
 	log.Info("renderer started", "branch", r.Branch, "interval", o.Interval.String(), "leaderElection", o.Leader.Enable,
-		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
+		"metricsAddr", metricsAddr, "healthAddr", healthAddr, "webhookAddr", hookAddr, "triggers", d.Triggers())
 	if client != nil {
 		err = d.Lead(ctx, client, renderer.Election{Options: o.Leader, Namespace: o.LeaderNS, Name: o.LeaderID})
 	} else {

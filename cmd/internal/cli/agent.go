@@ -19,6 +19,7 @@ import (
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -27,6 +28,9 @@ import (
 const (
 	flagNode                  = "node"
 	flagInterval              = "interval"
+	flagDeviceEvents          = "device-events"
+	flagRendererURL           = "renderer-url"
+	flagNudgeSecretFile       = "nudge-secret-file"
 	flagGracePeriod           = "grace-period"
 	flagLocalGracePeriod      = "local-grace-period"
 	flagOnce                  = "once"
@@ -60,6 +64,9 @@ type agentOptions struct {
 	Dir                   string
 	Node                  string
 	Interval              time.Duration
+	DeviceEvents          bool
+	RendererURL           string
+	NudgeSecretFile       string
 	GracePeriod           time.Duration
 	LocalGracePeriod      time.Duration
 	Once                  bool
@@ -104,6 +111,9 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
 	fs.StringVar(&o.PropertiesDir, flagPropertiesDir, agent.DefaultPropertiesDir, "Folder of the values discoveryProperties[].valueFrom refer to, as the agent's Pod mounts them: secrets/<namespace>/<name>/<key> and configmaps/<namespace>/<name>/<key> (a reference without a namespace is in default, as in Akri). A reference that is missing and not optional keeps its Configuration's devices undiscovered and the agent not ready; values are never logged or written to git.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
+	fs.BoolVar(&o.DeviceEvents, flagDeviceEvents, true, "Rescan as soon as the kernel or udev reports a device change (netlink uevents, with hostNetwork; the udev database under --udev-root), not only every --interval.")
+	fs.StringVar(&o.RendererURL, flagRendererURL, "", "The renderer's push notification endpoint (render --webhook-addr, path /hook), told after each push of this node's ref so the render starts at once; the renderer's --interval picks the push up without it.")
+	fs.StringVar(&o.NudgeSecretFile, flagNudgeSecretFile, "", "File holding the secret that signs the nudge (the renderer's --nudge-secret-file); required with --renderer-url.")
 }
 
 // unverifiedSource reads the Configurations from the people's branch as they are, and says once
@@ -277,6 +287,27 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		agent.DebugEchoName: agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability},
 		agent.UdevName:      agent.Udev{Root: o.UdevRoot},
 	}}
+	var pushed func(commit string)
+	if o.RendererURL != "" {
+		if o.NudgeSecretFile == "" {
+			return Exitf(ExitInvalid, "--%s needs --%s", flagRendererURL, flagNudgeSecretFile)
+		}
+		secret, err := notify.ReadSecret(o.NudgeSecretFile)
+		if err != nil {
+			return Exitf(ExitInvalid, "--%s: %v", flagNudgeSecretFile, err)
+		}
+		nudge := &notify.Nudge{URL: o.RendererURL, Secret: secret}
+		ref := "refs/heads/" + verify.InventoryBranch(o.Node)
+		pushed = func(commit string) {
+			// The renderer's answer does not hold the next cycle; a nudge lost costs only
+			// latency (the renderer's interval picks the push up).
+			go func() {
+				if err := nudge.Send(ctx, ref, commit); err != nil {
+					log.Info("the renderer was not nudged; its interval picks the push up", "reason", err.Error())
+				}
+			}()
+		}
+	}
 	var plugin *deviceplugin.Plugin
 	if o.DevicePluginDir != "" && !o.Once {
 		plugin = deviceplugin.New(deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket, Log: log.WithName("device-plugin")})
@@ -296,6 +327,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		ShutdownGrace:     o.ShutdownGrace,
 		Devices:           sink(plugin),
 		PropertiesDir:     o.PropertiesDir,
+		Pushed:            pushed,
 	})
 	if err != nil {
 		return Exitf(ExitInvalid, "%v", err)
@@ -365,7 +397,11 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	} else {
 		close(pluginDone)
 	}
-	log.Info("agent started", "store", where, "interval", o.Interval.String(),
+	var events []string
+	if o.DeviceEvents {
+		events = agent.DeviceEvents(ctx, o.UdevRoot, log, a.Notify)
+	}
+	log.Info("agent started", "store", where, "interval", o.Interval.String(), "deviceEvents", events, "nudge", o.RendererURL != "",
 		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
 	runErr := a.Run(ctx)
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

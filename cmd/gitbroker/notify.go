@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"golang.org/x/time/rate"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/notify"
+	"github.com/gitbroker/gitbroker/renderer"
+)
+
+// Flag names of the render daemon's push notifications.
+const (
+	flagWebhookAddr         = "webhook-addr"
+	flagWebhookSecretFile   = "webhook-secret-file"
+	flagNudgeSecretFile     = "nudge-secret-file"
+	flagWebhookRate         = "webhook-rate"
+	flagWebhookBurst        = "webhook-burst"
+	flagFluxReceiverURL     = "flux-receiver-url"
+	flagFluxReceiver        = "flux-receiver"
+	flagFluxReceiverToken   = "flux-receiver-token-file"
+	flagArgoCDWebhookURL    = "argocd-webhook-url"
+	flagArgoCDWebhookSecret = "argocd-webhook-secret-file"
+	flagGitOpsRepoURL       = "gitops-repo-url"
+)
+
+// notifyOptions are the render daemon's push notifications, in (the endpoint) and out (the
+// GitOps tools told after each render that lands).
+type notifyOptions struct {
+	Addr            string
+	HostSecretFile  string
+	NudgeSecretFile string
+	Rate            float64
+	Burst           int
+
+	FluxURL, FluxReceiver, FluxTokenFile string
+	ArgoURL, ArgoSecretFile              string
+	RepoURL                              string
+}
+
+func (o *notifyOptions) BindFlags(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&o.Addr, flagWebhookAddr, ":9292", "With --watch, address of the push notification endpoint (POST /hook), served when --webhook-secret-file or --nudge-secret-file is given: a notification wakes the renderer at once; the --interval stays the safety net.")
+	fs.StringVar(&o.HostSecretFile, flagWebhookSecretFile, "", "File holding the git host's push webhook secret (GitHub's X-Hub-Signature-256, Gitea's and Forgejo's signature, GitLab's X-Gitlab-Token, or the generic X-Signature: sha256=<HMAC of the body>).")
+	fs.StringVar(&o.NudgeSecretFile, flagNudgeSecretFile, "", "File holding the secret of the agents' nudge after each push (agent --nudge-secret-file), in the generic X-Signature form.")
+	fs.Float64Var(&o.Rate, flagWebhookRate, notify.DefaultRate, "Push notifications accepted per second (more are answered 429 unread and logged); each costs one fetch at most, and a burst one render.")
+	fs.IntVar(&o.Burst, flagWebhookBurst, notify.DefaultBurst, "Push notifications accepted at once above --webhook-rate.")
+	fs.StringVar(&o.FluxURL, flagFluxReceiverURL, "", "After each render that lands, tell Flux's notification-controller (its webhook-receiver, e.g. http://webhook-receiver.flux-system.svc) which sources moved, through a generic-hmac Receiver (deploy/flux's receiver.yaml).")
+	fs.StringVar(&o.FluxReceiver, flagFluxReceiver, "flux-system/gitbroker", "The Receiver, namespace/name: its webhook path is derived from them and the token.")
+	fs.StringVar(&o.FluxTokenFile, flagFluxReceiverToken, "", "File holding the Receiver's token (the key token of its Secret).")
+	fs.StringVar(&o.ArgoURL, flagArgoCDWebhookURL, "", "After each render that lands, tell Argo CD's webhook (argocd-server's /api/webhook) in GitHub's push form.")
+	fs.StringVar(&o.ArgoSecretFile, flagArgoCDWebhookSecret, "", "File holding the secret argocd-secret keeps as webhook.github.secret.")
+	fs.StringVar(&o.RepoURL, flagGitOpsRepoURL, "", "The repository's URL as Flux's GitRepository and Argo CD's Applications name it; --git's URL when empty.")
+}
+
+// targets are the GitOps tools to tell, from the flags.
+func (o *notifyOptions) targets(repoURL, renderedBranch string) ([]notify.Target, string, error) {
+	var targets []notify.Target
+	if o.RepoURL != "" {
+		repoURL = o.RepoURL
+	}
+	// Credentials in the URL are never sent on.
+	if u, err := url.Parse(repoURL); err == nil && u.User != nil {
+		u.User = nil
+		repoURL = u.String()
+	}
+	if o.FluxURL != "" {
+		ns, name, ok := strings.Cut(o.FluxReceiver, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, "", fmt.Errorf("--%s: want namespace/name, got %q", flagFluxReceiver, o.FluxReceiver)
+		}
+		if o.FluxTokenFile == "" {
+			return nil, "", fmt.Errorf("--%s needs --%s", flagFluxReceiverURL, flagFluxReceiverToken)
+		}
+		token, err := notify.ReadSecret(o.FluxTokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--%s: %w", flagFluxReceiverToken, err)
+		}
+		targets = append(targets, &notify.FluxReceiver{URL: o.FluxURL, Namespace: ns, Name: name, Token: token})
+	}
+	if o.ArgoURL != "" {
+		if o.ArgoSecretFile == "" {
+			return nil, "", fmt.Errorf("--%s needs --%s", flagArgoCDWebhookURL, flagArgoCDWebhookSecret)
+		}
+		secret, err := notify.ReadSecret(o.ArgoSecretFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--%s: %w", flagArgoCDWebhookSecret, err)
+		}
+		targets = append(targets, &notify.ArgoCD{URL: o.ArgoURL, Branch: renderedBranch, Secret: secret})
+	}
+	return targets, repoURL, nil
+}
+
+// serveHook serves the push notification endpoint until ctx ends, when a secret is given;
+// it returns the address it listens on ("" when not served).
+func (o *notifyOptions) serveHook(ctx context.Context, log logr.Logger, reg prometheus.Registerer, d *renderer.Daemon, renderedBranch string) (string, error) {
+	if o.HostSecretFile == "" && o.NudgeSecretFile == "" {
+		return "", nil
+	}
+	h := &notify.Hook{Wake: d.Wake, Log: log.WithName("webhook"), Metrics: notify.NewMetrics(reg),
+		Limiter: rate.NewLimiter(rate.Limit(o.Rate), o.Burst),
+		Own: func(ref string) bool {
+			b := strings.TrimPrefix(ref, "refs/heads/")
+			return b == renderedBranch || b == api.ConfigurationsBranch || strings.HasPrefix(b, api.FolderBranchPrefix)
+		}}
+	var err error
+	if o.HostSecretFile != "" {
+		if h.HostSecret, err = notify.ReadSecret(o.HostSecretFile); err != nil {
+			return "", fmt.Errorf("--%s: %w", flagWebhookSecretFile, err)
+		}
+	}
+	if o.NudgeSecretFile != "" {
+		if h.NudgeSecret, err = notify.ReadSecret(o.NudgeSecretFile); err != nil {
+			return "", fmt.Errorf("--%s: %w", flagNudgeSecretFile, err)
+		}
+	}
+	if o.Rate <= 0 || o.Burst <= 0 {
+		return "", fmt.Errorf("--%s and --%s must be positive", flagWebhookRate, flagWebhookBurst)
+	}
+	lis, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flagWebhookAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/hook", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "push notification endpoint stopped", "addr", lis.Addr().String())
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	d.Webhook = true
+	return lis.Addr().String(), nil
+}
