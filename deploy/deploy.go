@@ -48,6 +48,8 @@ func Objects(folder, url, branch string) (map[string][]byte, error) {
 		text = branchField.ReplaceAllStringFunc(text, func(m string) string {
 			return branchField.FindStringSubmatch(m)[1] + quote(branch)
 		})
+		// The Receiver's filter names the branch too, as a CEL string.
+		text = strings.ReplaceAll(text, quote(receiverFilter("gitbroker/rendered")), quote(receiverFilter(branch)))
 		out[strings.TrimPrefix(p, folder+"/")] = []byte(text)
 		return nil
 	})
@@ -58,4 +60,14 @@ func Objects(folder, url, branch string) (map[string][]byte, error) {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// receiverFilter is deploy/flux's Receiver's resourceFilter for a rendered branch.
+func receiverFilter(branch string) string {
+	return "req.branches.exists(b, b == " + celQuote(branch) + ")"
+}
+
+// celQuote writes s as a CEL string literal (single-quoted, escaped).
+func celQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }

@@ -51,6 +51,14 @@ func TestObjectsSetURLAndBranch(t *testing.T) {
 	// GitRepository may fetch.
 	require.Contains(t, string(flux["admission.yaml"]), `url: "https://git.example.org/plant/edge.git"`)
 	require.Equal(t, "release/2026: 11", repo.Spec.Ref.Branch)
+	// The Receiver the renderer tells fetches the GitRepository when that branch moved.
+	var receiver struct {
+		Spec struct {
+			ResourceFilter string `json:"resourceFilter"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(flux["receiver.yaml"], &receiver))
+	require.Equal(t, `req.branches.exists(b, b == 'release/2026: 11')`, receiver.Spec.ResourceFilter)
 
 	objs, err := Objects("argocd", "https://x.example/r.git", "prod")
 	require.NoError(t, err)

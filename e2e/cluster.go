@@ -58,6 +58,9 @@ type Cluster struct {
 	// cluster (a ClusterLogs rule), through the API server's pods/log: what a test writes there
 	// is what kubectl logs, and the recorder, read.
 	ContainerLog string
+	// ReceiverURL is notification-controller's webhook receiver (what deploy/config.yaml's
+	// flux-receiver-url names in a cluster).
+	ReceiverURL string
 
 	bin   string
 	pki   *pki
@@ -67,8 +70,8 @@ type Cluster struct {
 }
 
 // StartCluster starts etcd, the API server, the controller manager, the
-// scheduler, kwok, and Flux's source-controller and kustomize-controller
-// from the programs in bin, with their state and logs under dir. On error
+// scheduler, kwok, and Flux's source-controller, kustomize-controller and
+// notification-controller from the programs in bin, with their state and logs under dir. On error
 // whatever was started is stopped again.
 func StartCluster(ctx context.Context, bin, dir string) (*Cluster, error) {
 	return startCluster(ctx, bin, dir, true)
@@ -285,7 +288,7 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
-	if err := c.WaitForKinds(ctx, "GitRepository.source.toolkit.fluxcd.io", "Kustomization.kustomize.toolkit.fluxcd.io"); err != nil {
+	if err := c.WaitForKinds(ctx, "GitRepository.source.toolkit.fluxcd.io", "Kustomization.kustomize.toolkit.fluxcd.io", "Receiver.notification.toolkit.fluxcd.io"); err != nil {
 		return err
 	}
 	if err := c.CreateNamespace(ctx, FluxNamespace); err != nil {
@@ -295,8 +298,13 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	receiverPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.ReceiverURL = "http://" + addr(receiverPort)
 	env := []string{"KUBECONFIG=" + c.Kubeconfig, "RUNTIME_NAMESPACE=" + FluxNamespace}
-	for _, name := range []string{"source-controller", "kustomize-controller"} {
+	for _, name := range []string{"source-controller", "kustomize-controller", "notification-controller"} {
 		metrics, err := freePort()
 		if err != nil {
 			return err
@@ -315,12 +323,21 @@ func (c *Cluster) startFlux(ctx context.Context) error {
 		// GITBROKER_E2E_KUSTOMIZE_CONTROLLER_ARGS, GITBROKER_E2E_SOURCE_CONTROLLER_ARGS.
 		knobs := "GITBROKER_E2E_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_ARGS"
 		args = append(args, strings.Fields(os.Getenv(knobs))...)
-		if name == "source-controller" {
+		switch name {
+		case "source-controller":
 			args = append(args,
 				"--storage-path="+filepath.Join(c.Dir, "storage"),
 				"--storage-addr="+addr(storagePort),
 				"--storage-adv-addr="+addr(storagePort),
 			)
+		case "notification-controller":
+			// The Receivers' webhooks (what a cluster's webhook-receiver Service exposes), and its
+			// events endpoint, which nothing here sends to.
+			events, err := freePort()
+			if err != nil {
+				return err
+			}
+			args = append(args, "--receiverAddr="+addr(receiverPort), "--events-addr="+addr(events))
 		}
 		p, err := c.start(name, args, env...)
 		if err != nil {

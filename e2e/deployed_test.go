@@ -31,6 +31,22 @@ const gitbrokerImage = nodeRegistry + "/gitbroker:e2e"
 // `kubectl apply -k deploy/`, with what docs/DEPLOYING.md has the user create first.
 type deployed struct {
 	objs []*unstructured.Unstructured
+	// dir is where DEPLOYING.md's steps ran (the keys and secrets they made are there).
+	dir string
+	// webhook is the loopback address the renderer serves push notifications on (deploy/'s
+	// :9292, on a free port: its Pod runs on the host's network).
+	webhook string
+}
+
+// hook is the renderer's push notification endpoint, as the agents and the git host call it.
+func (d *deployed) hook() string { return "http://" + d.webhook + "/hook" }
+
+// secret is a file a DEPLOYING.md step made.
+func (d *deployed) secret(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.dir, name))
+	require.NoError(t, err)
+	return b
 }
 
 // deployGitbroker runs docs/DEPLOYING.md's shell steps 2 to 4 as a user types them, with
@@ -43,7 +59,7 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS("../deploy")))
-	made := []string{"secret/gitbroker-renderer-signing", "secret/gitbroker-recorder-signing", "configmap/gitbroker-renderer-key"}
+	made := []string{"secret/gitbroker-renderer-signing", "secret/gitbroker-recorder-signing", "configmap/gitbroker-renderer-key", "secret/gitbroker-notify"}
 	for _, w := range []string{"agent", "renderer", "recorder"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
 		made = append(made, "secret/gitbroker-"+w+"-git")
@@ -54,7 +70,10 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")                              // step 2
 	deploying(t, dir, "kubectl -n gitbroker-system create configmap gitbroker-renderer-key") // step 3
 	deploying(t, dir, "create secret generic gitbroker-$w-git")                              // step 4
-	d := &deployed{objs: build(t, filepath.Join(dir, "deploy"))}
+	deploying(t, dir, "create secret generic gitbroker-notify")                              // step 4
+	port, err := freePort()
+	require.NoError(t, err)
+	d := &deployed{objs: build(t, filepath.Join(dir, "deploy")), dir: dir, webhook: "127.0.0.1:" + strconv.Itoa(port)}
 	for _, obj := range d.objs {
 		switch {
 		case obj.GetKind() == "Namespace":
@@ -63,6 +82,7 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 			// deploy/config.yaml, edited as its comment says.
 			data := obj.Object["data"].(map[string]any)
 			data["git-url"], data["inventory-git-url"], data["branch"] = gitURL, gitURL, "main"
+			data["flux-receiver-url"] = cluster.ReceiverURL
 			require.NoError(t, cluster.ApplyObject(context.Background(), obj))
 			t.Cleanup(func() { deleteObject(obj) })
 		}

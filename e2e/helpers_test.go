@@ -89,7 +89,13 @@ type gbProcess struct {
 // stopped with SIGTERM when the test ends.
 func startGitbroker(t testing.TB, name, started string, args ...string) *gbProcess {
 	t.Helper()
-	p, err := startProcess(cluster.LogDir, name, gitbroker, args, nil)
+	return startGitbrokerEnv(t, name, started, nil, args...)
+}
+
+// startGitbrokerEnv is startGitbroker with more environment (KEY=value).
+func startGitbrokerEnv(t testing.TB, name, started string, env []string, args ...string) *gbProcess {
+	t.Helper()
+	p, err := startProcess(cluster.LogDir, name, gitbroker, args, env)
 	require.NoError(t, err)
 	g := &gbProcess{process: p}
 	t.Cleanup(func() { p.Stop(30 * time.Second) })

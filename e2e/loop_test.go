@@ -437,6 +437,7 @@ func TestLoop(t *testing.T) {
 		eventually(t, time.Minute, "the standby to lead and render", func() (bool, string) {
 			return hasLine(t, l.standby, "leading: rendering") && hasLine(t, l.standby, "render committed"), "not yet"
 		})
+		webhookLeads(t, l.standby)
 		eventually(t, 3*time.Minute, "the broker Pods re-created without the property", func() (bool, string) {
 			pods := l.pods(ctx, "default", echoConfig)
 			n := 0
@@ -560,11 +561,17 @@ func startLoop(t *testing.T) *loop {
 	kubeconfig, err := cluster.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-renderer")
 	require.NoError(t, err)
 	var replicas []*gbProcess
-	for _, name := range []string{"renderer-a", "renderer-b"} {
-		replicas = append(replicas, startGitbroker(t, name, "renderer started", "render",
+	// Each serves push notifications (deploy/'s gitbroker-notify Secret, here the nudge's
+	// alone), and the one that leads points the gitbroker-renderer-webhook Service at itself.
+	notifyDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(notifyDir, "nudge-secret"), []byte("loop-nudge\n"), 0o600))
+	for i, name := range []string{"renderer-a", "renderer-b"} {
+		replicas = append(replicas, startGitbrokerEnv(t, name, "renderer started",
+			[]string{"POD_NAME=" + name, fmt.Sprintf("POD_IP=127.0.0.%d", i+1)}, "render",
 			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", l.keys["renderer"],
 			"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
 			"--leader-election-lease-duration", "15s", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "1s",
+			"--webhook-addr", "127.0.0.1:0", "--notify-secrets-dir", notifyDir,
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"))
 	}
 	eventually(t, time.Minute, "one renderer to hold the Lease", func() (bool, string) {
@@ -579,7 +586,26 @@ func startLoop(t *testing.T) *loop {
 	lease, err := cluster.Client.CoordinationV1().Leases(fleetSystem).Get(ctx, "gitbroker-renderer", metav1.GetOptions{})
 	require.NoError(t, err, "the renderer's Role allows its Lease")
 	require.NotEmpty(t, *lease.Spec.HolderIdentity)
+	webhookLeads(t, l.renderer)
 	return l
+}
+
+// webhookLeads waits for the gitbroker-renderer-webhook EndpointSlice to name the leader's Pod
+// (deploy/'s Role allows the renderer that one EndpointSlice).
+func webhookLeads(t *testing.T, leader *gbProcess) {
+	t.Helper()
+	pod := leader.Name // its POD_NAME
+	eventually(t, time.Minute, "the webhook Service to point at "+pod, func() (bool, string) {
+		es, err := cluster.Client.DiscoveryV1().EndpointSlices(fleetSystem).Get(context.Background(), "gitbroker-renderer-webhook", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(es.Endpoints) != 1 || es.Endpoints[0].TargetRef == nil {
+			return false, fmt.Sprintf("%+v", es.Endpoints)
+		}
+		return es.Endpoints[0].TargetRef.Name == pod && es.Labels["kubernetes.io/service-name"] == "gitbroker-renderer-webhook",
+			es.Endpoints[0].TargetRef.Name + " " + strings.Join(es.Endpoints[0].Addresses, ",")
+	})
 }
 
 func (l *loop) startRecorder(t *testing.T) {

@@ -215,6 +215,18 @@ func zeroIfEmpty(commit string) string {
 	return commit
 }
 
+// The files of a folder of notification secrets (render and agent --notify-secrets-dir), as
+// the keys of deploy/'s gitbroker-notify Secret, each optional.
+const (
+	SecretFileWebhook      = "webhook-secret"        // the git host's push webhook secret
+	SecretFileNudge        = "nudge-secret"          // the agents' nudge
+	SecretFileFluxReceiver = "flux-receiver-token"   // the Flux Receiver's token
+	SecretFileArgoCD       = "argocd-webhook-secret" // argocd-secret's webhook.github.secret
+)
+
+// SecretFiles lists them.
+var SecretFiles = []string{SecretFileWebhook, SecretFileNudge, SecretFileFluxReceiver, SecretFileArgoCD}
+
 // ReadSecret reads a shared secret from a file (a mounted Secret's key): its trailing newline
 // and spaces are not part of it, and an empty or oversized file is an error naming the file.
 func ReadSecret(path string) ([]byte, error) {

@@ -110,6 +110,8 @@ type Daemon struct {
 	Targets        []notify.Target
 	RepoURL        string
 	RenderedBranch string
+	// Endpoint, when set, is pointed at this replica while it leads (Lead).
+	Endpoint *WebhookEndpoint
 	Log            logr.Logger
 	Metrics        *Metrics
 	// Timeout bounds one render; 0 means none.
@@ -322,6 +324,9 @@ func (d *Daemon) Lead(ctx context.Context, client kubernetes.Interface, e Electi
 		identity: host + "_" + rand.String(8)}
 	d.Pushed = lock.Pushed
 	return lead(ctx, e, d.Log, lock, func(ctx context.Context) {
+		if d.Endpoint != nil {
+			go d.Endpoint.publish(ctx, client, d.Log, e.RetryPeriod)
+		}
 		d.Renderer.StartFrom(lock.Found())
 		d.Run(ctx)
 	})

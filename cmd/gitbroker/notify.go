@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,6 +36,8 @@ const (
 	flagArgoCDWebhookURL    = "argocd-webhook-url"
 	flagArgoCDWebhookSecret = "argocd-webhook-secret-file"
 	flagGitOpsRepoURL       = "gitops-repo-url"
+	flagNotifySecretsDir    = "notify-secrets-dir"
+	flagWebhookService      = "webhook-service"
 )
 
 // notifyOptions are the render daemon's push notifications, in (the endpoint) and out (the
@@ -47,6 +52,11 @@ type notifyOptions struct {
 	FluxURL, FluxReceiver, FluxTokenFile string
 	ArgoURL, ArgoSecretFile              string
 	RepoURL                              string
+	// SecretsDir holds the secrets as files named after notify.SecretFile* (a mounted Secret
+	// whose keys are all optional); a --*-file flag wins over its file here.
+	SecretsDir string
+	// Service is the selector-less Service whose EndpointSlice the leader points at itself.
+	Service string
 }
 
 func (o *notifyOptions) BindFlags(cmd *cobra.Command) {
@@ -62,11 +72,39 @@ func (o *notifyOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.ArgoURL, flagArgoCDWebhookURL, "", "After each render that lands, tell Argo CD's webhook (argocd-server's /api/webhook) in GitHub's push form.")
 	fs.StringVar(&o.ArgoSecretFile, flagArgoCDWebhookSecret, "", "File holding the secret argocd-secret keeps as webhook.github.secret.")
 	fs.StringVar(&o.RepoURL, flagGitOpsRepoURL, "", "The repository's URL as Flux's GitRepository and Argo CD's Applications name it; --git's URL when empty.")
+	fs.StringVar(&o.SecretsDir, flagNotifySecretsDir, "", "Folder of the notification secrets, each optional, as a mounted Secret holds them: "+strings.Join(notify.SecretFiles, ", ")+" (what the --*-file flags name one by one; a flag wins). A secret that is not there turns its part off.")
+	fs.StringVar(&o.Service, flagWebhookService, "gitbroker-renderer-webhook", "With --enable-leader-election and $POD_IP, the Service (selector-less, in the Lease's namespace) whose EndpointSlice the leader points at itself, so the git host's and the agents' notifications reach the replica that renders; empty leaves it alone.")
+}
+
+// fromDir fills the secret files the flags left empty from SecretsDir, where they exist.
+func (o *notifyOptions) fromDir() error {
+	if o.SecretsDir == "" {
+		return nil
+	}
+	for _, f := range []struct {
+		flag *string
+		name string
+	}{{&o.HostSecretFile, notify.SecretFileWebhook}, {&o.NudgeSecretFile, notify.SecretFileNudge},
+		{&o.FluxTokenFile, notify.SecretFileFluxReceiver}, {&o.ArgoSecretFile, notify.SecretFileArgoCD}} {
+		if *f.flag != "" {
+			continue
+		}
+		p := filepath.Join(o.SecretsDir, f.name)
+		if _, err := os.Stat(p); err == nil {
+			*f.flag = p
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("--%s: %w", flagNotifySecretsDir, err)
+		}
+	}
+	return nil
 }
 
 // targets are the GitOps tools to tell, from the flags.
 func (o *notifyOptions) targets(repoURL, renderedBranch string) ([]notify.Target, string, error) {
 	var targets []notify.Target
+	if err := o.fromDir(); err != nil {
+		return nil, "", err
+	}
 	if o.RepoURL != "" {
 		repoURL = o.RepoURL
 	}
@@ -81,7 +119,7 @@ func (o *notifyOptions) targets(repoURL, renderedBranch string) ([]notify.Target
 			return nil, "", fmt.Errorf("--%s: want namespace/name, got %q", flagFluxReceiver, o.FluxReceiver)
 		}
 		if o.FluxTokenFile == "" {
-			return nil, "", fmt.Errorf("--%s needs --%s", flagFluxReceiverURL, flagFluxReceiverToken)
+			return nil, "", fmt.Errorf("--%s needs --%s (or %s in --%s)", flagFluxReceiverURL, flagFluxReceiverToken, notify.SecretFileFluxReceiver, flagNotifySecretsDir)
 		}
 		token, err := notify.ReadSecret(o.FluxTokenFile)
 		if err != nil {
@@ -91,7 +129,7 @@ func (o *notifyOptions) targets(repoURL, renderedBranch string) ([]notify.Target
 	}
 	if o.ArgoURL != "" {
 		if o.ArgoSecretFile == "" {
-			return nil, "", fmt.Errorf("--%s needs --%s", flagArgoCDWebhookURL, flagArgoCDWebhookSecret)
+			return nil, "", fmt.Errorf("--%s needs --%s (or %s in --%s)", flagArgoCDWebhookURL, flagArgoCDWebhookSecret, notify.SecretFileArgoCD, flagNotifySecretsDir)
 		}
 		secret, err := notify.ReadSecret(o.ArgoSecretFile)
 		if err != nil {

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -84,6 +86,17 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, 
 	hookAddr, err := o.Notify.serveHook(ctx, log, reg, d, renderedBranch)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
+	}
+	if ip := os.Getenv("POD_IP"); hookAddr != "" && client != nil && o.Notify.Service != "" && ip != "" {
+		_, port, err := net.SplitHostPort(hookAddr)
+		if err != nil {
+			return exitf(exitInvalid, "--%s: %v", flagWebhookAddr, err)
+		}
+		p, err := strconv.ParseInt(port, 10, 32)
+		if err != nil {
+			return exitf(exitInvalid, "--%s: %v", flagWebhookAddr, err)
+		}
+		d.Endpoint = &renderer.WebhookEndpoint{Namespace: o.LeaderNS, Service: o.Notify.Service, PodName: os.Getenv("POD_NAME"), IP: ip, Port: int32(p)}
 	}
 	started := time.Now()
 	stall := 3*o.Interval + 5*time.Minute

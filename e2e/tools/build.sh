@@ -2,7 +2,7 @@
 # build.sh builds the programs the e2e suite runs, from Go modules, into a
 # cache outside the clone, and prints the folder that holds them.
 #
-#   e2e/tools/build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm
+#   e2e/tools/build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|notification-controller|argocd|kustomize|helm
 #   e2e/tools/build.sh all
 #
 # helm is for make bench-helm only; "all" does not build it.
@@ -21,7 +21,7 @@
 # interrupted build is never taken for a finished one.
 set -euo pipefail
 
-component=${1:?usage: build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|argocd|kustomize|helm|all}
+component=${1:?usage: build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|notification-controller|argocd|kustomize|helm|all}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GITBROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitbroker}/e2e
 mod=$here/$component
@@ -30,7 +30,7 @@ mod=$here/$component
 # all: the API server, kubelet and kubectl are one release) compile once in Go's build cache
 # instead of once per cgo setting.
 export CGO_ENABLED=0
-components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller argocd kustomize)
+components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller notification-controller argocd kustomize)
 
 if [[ $component == all ]]; then
 	dirs=()
@@ -97,7 +97,7 @@ kwok)
 	module=sigs.k8s.io/kwok
 	pkgs=(sigs.k8s.io/kwok/cmd/kwok)
 	;;
-source-controller | kustomize-controller)
+source-controller | kustomize-controller | notification-controller)
 	module=github.com/fluxcd/$component
 	pkgs=("$module")
 	;;

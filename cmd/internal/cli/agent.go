@@ -31,6 +31,7 @@ const (
 	flagDeviceEvents          = "device-events"
 	flagRendererURL           = "renderer-url"
 	flagNudgeSecretFile       = "nudge-secret-file"
+	flagNotifySecretsDir      = "notify-secrets-dir"
 	flagGracePeriod           = "grace-period"
 	flagLocalGracePeriod      = "local-grace-period"
 	flagOnce                  = "once"
@@ -67,6 +68,7 @@ type agentOptions struct {
 	DeviceEvents          bool
 	RendererURL           string
 	NudgeSecretFile       string
+	NotifySecretsDir      string
 	GracePeriod           time.Duration
 	LocalGracePeriod      time.Duration
 	Once                  bool
@@ -113,7 +115,8 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 	fs.BoolVar(&o.DeviceEvents, flagDeviceEvents, true, "Rescan as soon as the kernel or udev reports a device change (netlink uevents, with hostNetwork; the udev database under --udev-root), not only every --interval.")
 	fs.StringVar(&o.RendererURL, flagRendererURL, "", "The renderer's push notification endpoint (render --webhook-addr, path /hook), told after each push of this node's ref so the render starts at once; the renderer's --interval picks the push up without it.")
-	fs.StringVar(&o.NudgeSecretFile, flagNudgeSecretFile, "", "File holding the secret that signs the nudge (the renderer's --nudge-secret-file); required with --renderer-url.")
+	fs.StringVar(&o.NudgeSecretFile, flagNudgeSecretFile, "", "File holding the secret that signs the nudge (the renderer's --nudge-secret-file); --renderer-url needs it or --notify-secrets-dir.")
+	fs.StringVar(&o.NotifySecretsDir, flagNotifySecretsDir, "", "Folder of a mounted Secret whose optional key "+notify.SecretFileNudge+" is the nudge's secret: when it is not there, the agent does not nudge (the renderer's interval picks its pushes up) and says so at start.")
 }
 
 // unverifiedSource reads the Configurations from the people's branch as they are, and says once
@@ -288,11 +291,20 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		agent.UdevName:      agent.Udev{Root: o.UdevRoot},
 	}}
 	var pushed func(commit string)
-	if o.RendererURL != "" {
-		if o.NudgeSecretFile == "" {
-			return Exitf(ExitInvalid, "--%s needs --%s", flagRendererURL, flagNudgeSecretFile)
+	nudgeFile := o.NudgeSecretFile
+	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir != "" {
+		p := filepath.Join(o.NotifySecretsDir, notify.SecretFileNudge)
+		if _, err := os.Stat(p); err == nil {
+			nudgeFile = p
+		} else {
+			log.Info("not nudging the renderer: the nudge's secret is not there; the renderer's interval picks the pushes up", "file", p)
 		}
-		secret, err := notify.ReadSecret(o.NudgeSecretFile)
+	}
+	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir == "" {
+		return Exitf(ExitInvalid, "--%s needs --%s or --%s", flagRendererURL, flagNudgeSecretFile, flagNotifySecretsDir)
+	}
+	if o.RendererURL != "" && nudgeFile != "" {
+		secret, err := notify.ReadSecret(nudgeFile)
 		if err != nil {
 			return Exitf(ExitInvalid, "--%s: %v", flagNudgeSecretFile, err)
 		}
@@ -401,7 +413,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	if o.DeviceEvents {
 		events = agent.DeviceEvents(ctx, o.UdevRoot, log, a.Notify)
 	}
-	log.Info("agent started", "store", where, "interval", o.Interval.String(), "deviceEvents", events, "nudge", o.RendererURL != "",
+	log.Info("agent started", "store", where, "interval", o.Interval.String(), "deviceEvents", events, "nudge", pushed != nil,
 		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
 	runErr := a.Run(ctx)
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
