@@ -210,6 +210,12 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 	return os.WriteFile(filepath.Join(n.Dir, "cni", "net.d", "10-gitbroker-e2e.conflist"), []byte(cni), 0o644)
 }
 
+// nodeStatusEvery is how often the real node's kubelet posts its node status
+// (nodeStatusUpdateFrequency; kubelet's default is 10s): a new device's akri.sh resource reaches
+// the scheduler only then, the one wait of a plugged device's broker gitbroker cannot shorten
+// (Akri's brokers wait for it too).
+const nodeStatusEvery = 5 * time.Second
+
 // kubeletConfig keeps every listener on loopback, the cgroup v1 host allowed, image garbage
 // collection off (imported images cannot be pulled again), and evictions only for real pressure.
 func (n *Node) kubeletConfig(port, healthPort int) string {
@@ -238,7 +244,7 @@ evictionHard:
   imagefs.available: "1%%"
 serializeImagePulls: false
 syncFrequency: 10s
-nodeStatusUpdateFrequency: 5s
+nodeStatusUpdateFrequency: `+nodeStatusEvery.String()+`
 `, port, healthPort, filepath.Join(n.Sock, "containerd.sock"), filepath.Join(n.Dir, "pod-logs"))
 }
 

@@ -180,6 +180,11 @@ func pluggedToBroker(t *testing.T, n *Node, sysRoot string, plugs int, agentEver
 	t.Helper()
 	var took []time.Duration
 	for i := range plugs {
+		// A plug comes at any time, not just after the last broker started: the last broker
+		// started right after kubelet posted its node status (what the scheduler waits for), so
+		// plugs one after the other would all land at the same point of kubelet's status
+		// period (nodeStatusUpdateFrequency) and measure the same wait. Spread over it instead.
+		time.Sleep(time.Duration(i) * nodeStatusEvery / time.Duration(plugs))
 		name := fmt.Sprintf("gitbroker-e2e%d", 10+i)
 		start := time.Now()
 		deviceNode(t, n, sysRoot, name)
@@ -235,7 +240,7 @@ func TestRealNodeDevices(t *testing.T) {
 	}
 	// The Receiver's Secret, as step 5 makes it, in this test's Flux namespace.
 	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-receiver", Namespace: deviceFlux},
-		Data: map[string][]byte{"token": gb.secret(t, "flux-receiver-token")}})
+		StringData: map[string]string{"token": string(gb.secret(t, "flux-receiver-token"))}})
 	applyFluxFrom(t, "../deploy/flux", deviceFlux, srv.URL(), rendererKey+".pub", func(obj *unstructured.Unstructured) {
 		if obj.GetKind() == "GitRepository" {
 			obj.Object["spec"].(map[string]any)["interval"] = fetchEvery.String()

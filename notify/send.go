@@ -222,10 +222,11 @@ const (
 	SecretFileNudge        = "nudge-secret"          // the agents' nudge
 	SecretFileFluxReceiver = "flux-receiver-token"   // the Flux Receiver's token
 	SecretFileArgoCD       = "argocd-webhook-secret" // argocd-secret's webhook.github.secret
+	SecretFileArgoCDCA     = "argocd-webhook-ca.crt" // the CA of argocd-server's certificate
 )
 
 // SecretFiles lists them.
-var SecretFiles = []string{SecretFileWebhook, SecretFileNudge, SecretFileFluxReceiver, SecretFileArgoCD}
+var SecretFiles = []string{SecretFileWebhook, SecretFileNudge, SecretFileFluxReceiver, SecretFileArgoCD, SecretFileArgoCDCA}
 
 // ReadSecret reads a shared secret from a file (a mounted Secret's key): its trailing newline
 // and spaces are not part of it, and an empty or oversized file is an error naming the file.

@@ -16,8 +16,9 @@ import (
 )
 
 // EndpointSliceManager is the value of an EndpointSlice's managed-by label that the leader
-// writes.
-const EndpointSliceManager = "gitbroker.dev/renderer"
+// writes (a label value: no slash, as the EndpointSlice controller's own
+// endpointslice-controller.k8s.io).
+const EndpointSliceManager = "renderer.gitbroker.dev"
 
 // WebhookEndpoint is where the leader's push notification endpoint is published: a
 // selector-less Service's EndpointSlice, which the leader points at its own Pod, so that
@@ -93,7 +94,15 @@ func (e *WebhookEndpoint) apply(ctx context.Context, client kubernetes.Interface
 	if err != nil {
 		return err
 	}
-	have.Labels, have.AddressType, have.Endpoints, have.Ports = want.Labels, want.AddressType, want.Endpoints, want.Ports
+	if have.AddressType != want.AddressType {
+		// An EndpointSlice's address type cannot change: replace it.
+		if err := slices.Delete(ctx, e.Service, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		_, err = slices.Create(ctx, want, metav1.CreateOptions{})
+		return err
+	}
+	have.Labels, have.Endpoints, have.Ports = want.Labels, want.Endpoints, want.Ports
 	_, err = slices.Update(ctx, have, metav1.UpdateOptions{})
 	return err
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -35,6 +37,7 @@ const (
 	flagFluxReceiverToken   = "flux-receiver-token-file"
 	flagArgoCDWebhookURL    = "argocd-webhook-url"
 	flagArgoCDWebhookSecret = "argocd-webhook-secret-file"
+	flagArgoCDWebhookCA     = "argocd-webhook-ca-file"
 	flagGitOpsRepoURL       = "gitops-repo-url"
 	flagNotifySecretsDir    = "notify-secrets-dir"
 	flagWebhookService      = "webhook-service"
@@ -50,7 +53,7 @@ type notifyOptions struct {
 	Burst           int
 
 	FluxURL, FluxReceiver, FluxTokenFile string
-	ArgoURL, ArgoSecretFile              string
+	ArgoURL, ArgoSecretFile, ArgoCAFile  string
 	RepoURL                              string
 	// SecretsDir holds the secrets as files named after notify.SecretFile* (a mounted Secret
 	// whose keys are all optional); a --*-file flag wins over its file here.
@@ -71,6 +74,7 @@ func (o *notifyOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.FluxTokenFile, flagFluxReceiverToken, "", "File holding the Receiver's token (the key token of its Secret).")
 	fs.StringVar(&o.ArgoURL, flagArgoCDWebhookURL, "", "After each render that lands, tell Argo CD's webhook (argocd-server's /api/webhook) in GitHub's push form.")
 	fs.StringVar(&o.ArgoSecretFile, flagArgoCDWebhookSecret, "", "File holding the secret argocd-secret keeps as webhook.github.secret.")
+	fs.StringVar(&o.ArgoCAFile, flagArgoCDWebhookCA, "", "PEM file of the CA that signed argocd-server's certificate (its own self-signed one: argocd-secret's tls.crt), for an https --argocd-webhook-url; the system's roots when empty.")
 	fs.StringVar(&o.RepoURL, flagGitOpsRepoURL, "", "The repository's URL as Flux's GitRepository and Argo CD's Applications name it; --git's URL when empty.")
 	fs.StringVar(&o.SecretsDir, flagNotifySecretsDir, "", "Folder of the notification secrets, each optional, as a mounted Secret holds them: "+strings.Join(notify.SecretFiles, ", ")+" (what the --*-file flags name one by one; a flag wins). A secret that is not there turns its part off.")
 	fs.StringVar(&o.Service, flagWebhookService, "gitbroker-renderer-webhook", "With --enable-leader-election and $POD_IP, the Service (selector-less, in the Lease's namespace) whose EndpointSlice the leader points at itself, so the git host's and the agents' notifications reach the replica that renders; empty leaves it alone.")
@@ -85,7 +89,8 @@ func (o *notifyOptions) fromDir() error {
 		flag *string
 		name string
 	}{{&o.HostSecretFile, notify.SecretFileWebhook}, {&o.NudgeSecretFile, notify.SecretFileNudge},
-		{&o.FluxTokenFile, notify.SecretFileFluxReceiver}, {&o.ArgoSecretFile, notify.SecretFileArgoCD}} {
+		{&o.FluxTokenFile, notify.SecretFileFluxReceiver}, {&o.ArgoSecretFile, notify.SecretFileArgoCD},
+		{&o.ArgoCAFile, notify.SecretFileArgoCDCA}} {
 		if *f.flag != "" {
 			continue
 		}
@@ -135,7 +140,21 @@ func (o *notifyOptions) targets(repoURL, renderedBranch string) ([]notify.Target
 		if err != nil {
 			return nil, "", fmt.Errorf("--%s: %w", flagArgoCDWebhookSecret, err)
 		}
-		targets = append(targets, &notify.ArgoCD{URL: o.ArgoURL, Branch: renderedBranch, Secret: secret})
+		argo := &notify.ArgoCD{URL: o.ArgoURL, Branch: renderedBranch, Secret: secret}
+		if o.ArgoCAFile != "" {
+			pem, err := os.ReadFile(o.ArgoCAFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("--%s: %w", flagArgoCDWebhookCA, err)
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(pem) {
+				return nil, "", fmt.Errorf("--%s: %s holds no PEM certificate", flagArgoCDWebhookCA, o.ArgoCAFile)
+			}
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+			argo.Client = &http.Client{Transport: tr}
+		}
+		targets = append(targets, argo)
 	}
 	return targets, repoURL, nil
 }
