@@ -112,8 +112,8 @@ type Daemon struct {
 	RenderedBranch string
 	// Endpoint, when set, is pointed at this replica while it leads (Lead).
 	Endpoint *WebhookEndpoint
-	Log            logr.Logger
-	Metrics        *Metrics
+	Log      logr.Logger
+	Metrics  *Metrics
 	// Timeout bounds one render; 0 means none.
 	Timeout time.Duration
 	// Pushed, when set, keeps the commit the renderer pushed last where a next leader finds
