@@ -21,13 +21,21 @@ import (
 // ArgoNamespace is where Argo CD's objects live.
 const ArgoNamespace = "argocd"
 
-// ArgoCD is Argo CD's application controller, repo-server and applicationset controller, with
-// the redis they share, running as processes on loopback against the cluster, as they would in
+// ArgoCD is Argo CD's application controller, repo-server, applicationset controller and
+// server (for its webhook), with the redis they share, running as processes on loopback against the cluster, as they would in
 // it: ARGOCD_FAKE_IN_CLUSTER makes https://kubernetes.default.svc mean this API server.
 type ArgoCD struct {
 	procs     []*process
 	gnupgHome string
+	// WebhookURL is argocd-server's webhook (/api/webhook), served without TLS (--insecure),
+	// which takes GitHub's push events signed with ArgoWebhookSecret.
+	WebhookURL string
+	// Server is argocd-server's process, whose log says what the webhook did.
+	Server *process
 }
+
+// ArgoWebhookSecret is argocd-secret's webhook.github.secret in the suite.
+const ArgoWebhookSecret = "e2e-argocd-webhook-secret"
 
 // StartArgoCD installs Argo CD's CRDs and configuration in the cluster and starts its
 // controllers. gpgKeys, when not empty, is a folder of ASCII-armored public keys the repo-server
@@ -73,7 +81,8 @@ func (c *Cluster) StartArgoCD(ctx context.Context, gpgKeys string) (_ *ArgoCD, e
 	}
 	_, err = c.Client.CoreV1().Secrets(ArgoNamespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "argocd-secret", Labels: part},
-		Data:       map[string][]byte{"server.secretkey": []byte("e2e-not-a-secret-0123456789abcdef")},
+		Data: map[string][]byte{"server.secretkey": []byte("e2e-not-a-secret-0123456789abcdef"),
+			"webhook.github.secret": []byte(ArgoWebhookSecret)},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
@@ -189,6 +198,33 @@ func (c *Cluster) StartArgoCD(ctx context.Context, gpgKeys string) (_ *ArgoCD, e
 	}
 	a.procs = append(a.procs, p)
 	if err := waitHTTP(ctx, p, "http://"+addr(ports[0])+"/metrics", nil, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	// argocd-server, for its webhook: what a git host (or gitbroker's renderer) calls after a
+	// push so the Applications refresh at once.
+	serverPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	serverMetrics, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err = startProcess(c.LogDir, "argocd-server", argocd, []string{
+		"--namespace", ArgoNamespace, "--insecure",
+		"--address", "127.0.0.1", "--port", strconv.Itoa(serverPort),
+		"--metrics-address", "127.0.0.1", "--metrics-port", strconv.Itoa(serverMetrics),
+		"--repo-server", addr(repoPort), "--repo-server-plaintext",
+		"--redis", addr(redisPort),
+		"--staticassets", dir,
+		"--loglevel", "debug",
+	}, append([]string{"ARGOCD_BINARY_NAME=argocd-server"}, env...))
+	if err != nil {
+		return nil, err
+	}
+	a.procs = append(a.procs, p)
+	a.Server, a.WebhookURL = p, "http://"+addr(serverPort)+"/api/webhook"
+	if err := waitHTTP(ctx, p, "http://"+addr(serverPort)+"/healthz", nil, 2*time.Minute); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -426,4 +426,43 @@ func TestArgoCD(t *testing.T) {
 		_, err = cluster.Client.CoreV1().Pods(argoBrokers).Get(ctx, "planted", metav1.GetOptions{})
 		require.True(t, apierrors.IsNotFound(err))
 	})
+
+	t.Run("the render daemon tells Argo CD's webhook, which refreshes the Application whose folder changed", func(t *testing.T) {
+		secret := filepath.Join(keys, "argocd-webhook-secret")
+		require.NoError(t, os.WriteFile(secret, []byte(ArgoWebhookSecret+"\n"), 0o600))
+		host := filepath.Join(keys, "webhook-secret")
+		require.NoError(t, os.WriteFile(host, []byte("argo-host-secret"), 0o600))
+		// The git host's push wakes the daemon (its interval is an hour), which tells Argo CD.
+		daemon := startGitbroker(t, "argo-renderer", "renderer started", "render", "--git", srv.URL(), "--signing-key", rendererKey,
+			"--watch", "--interval", "1h", "--argocd-webhook-url", argo.WebhookURL, "--argocd-webhook-secret-file", secret,
+			"--webhook-addr", "127.0.0.1:0", "--webhook-secret-file", host,
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		srv.SendWebhooks("http://"+daemon.WebhookAddr+"/hook", []byte("argo-host-secret"))
+		mark := len(logLines(t, argo.Server.Log))
+		// A change to the cam Configuration: the daemon's first render commits it.
+		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"2160p"`, 1)}, nil, "cam: 2160p")
+		eventually(t, time.Minute, "the render daemon to tell Argo CD", func() (bool, string) {
+			return daemon.metric(t, `gitbroker_renderer_gitops_notifications_total{result="sent",target="argocd-webhook"}`) >= 1, "not yet"
+		})
+		head := rendered.Head()
+		eventually(t, time.Minute, "argocd-server to refresh the cam Application from the webhook", func() (bool, string) {
+			var seen []string
+			push, refreshed := false, false
+			for _, line := range logLines(t, argo.Server.Log)[mark:] {
+				msg, _ := line["msg"].(string)
+				if strings.Contains(msg, "Received push event") && strings.Contains(msg, "revision: "+verify.RenderedBranch) {
+					push = true
+				}
+				if msg == "refreshing app from webhook" && line["application"] == "gitbroker-"+argoBrokers+"-cam" {
+					refreshed = true
+				}
+				if strings.Contains(msg, "webhook") || strings.Contains(msg, "push event") {
+					seen = append(seen, msg)
+				}
+			}
+			return push && refreshed, strings.Join(seen, " | ")
+		})
+		synced(t, "cam", "Healthy")
+		require.Equal(t, head, rendered.Head())
+	})
 }

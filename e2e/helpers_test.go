@@ -82,6 +82,7 @@ func build(t testing.TB, dir string) []*unstructured.Unstructured {
 type gbProcess struct {
 	*process
 	MetricsAddr string // from its started log line
+	WebhookAddr string // the renderer's push notification endpoint, when it serves one
 }
 
 // startGitbroker runs the gitbroker binary with args, logging to the
@@ -106,6 +107,7 @@ func startGitbrokerEnv(t testing.TB, name, started string, env []string, args ..
 		for _, line := range logLines(t, p.Log) {
 			if line["msg"] == started {
 				g.MetricsAddr, _ = line["metricsAddr"].(string)
+				g.WebhookAddr, _ = line["webhookAddr"].(string)
 				return true, ""
 			}
 		}

@@ -84,17 +84,23 @@ func (n *Node) Logs(t *testing.T, ns, pod, container string) string {
 }
 
 func camConfiguration(capacity int) string {
+	return udevConfiguration("cam", "gitbroker-e2e", capacity)
+}
+
+// udevConfiguration is a udev Configuration of the devices whose names are prefix and digits,
+// whose unprivileged broker opens its device.
+func udevConfiguration(name, prefix string, capacity int) string {
 	return `apiVersion: akri.sh/v0
 kind: Configuration
 metadata:
-  name: cam
+  name: ` + name + `
 spec:
   capacity: ` + strconv.Itoa(capacity) + `
   discoveryHandler:
     name: udev
     discoveryDetails: |
       udevRules:
-      - 'KERNEL=="gitbroker-e2e[0-9]*"'
+      - 'KERNEL=="` + prefix + `[0-9]*"'
   brokerSpec:
     brokerPodSpec:
       securityContext:
@@ -164,18 +170,12 @@ func udevdWrites(t *testing.T, sysRoot, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(sysRoot, "run", "udev", "data", "c1:5"), []byte("E:ID_GITBROKER_LAST="+name+"\n"), 0o644))
 }
 
-// unplug removes a device deviceNode added (its sysfs folder; udevd's database entry written
-// again, as udevd does on a remove).
-func unplug(t *testing.T, sysRoot, name string) {
-	t.Helper()
-	require.NoError(t, os.RemoveAll(filepath.Join(sysRoot, "sys", "devices", "virtual", "misc", name)))
-	udevdWrites(t, sysRoot, "-"+name)
-}
-
 // pluggedToBroker plugs devices one after another with deploy/'s intervals and reports, for
 // each, the time from the plug to its broker running and holding the device (DESIGN.md,
-// "Seconds, not minutes": p50 <= 5 s, the worst <= 10 s; docs/PERFORMANCE.md), then unplugs
-// them. The figures are reported, not asserted: the machine is shared.
+// "Seconds, not minutes": p50 <= 5 s, the worst <= 10 s; docs/PERFORMANCE.md). They stay
+// plugged: unplugging them all would remove most of the node's brokers at once, which the
+// deletion budget holds (as it should). The figures are reported, not asserted: the machine
+// is shared.
 func pluggedToBroker(t *testing.T, n *Node, sysRoot string, plugs int, agentEvery, renderEvery, fetchEvery time.Duration) {
 	t.Helper()
 	var took []time.Duration
@@ -185,10 +185,10 @@ func pluggedToBroker(t *testing.T, n *Node, sysRoot string, plugs int, agentEver
 		// plugs one after the other would all land at the same point of kubelet's status
 		// period (nodeStatusUpdateFrequency) and measure the same wait. Spread over it instead.
 		time.Sleep(time.Duration(i) * nodeStatusEvery / time.Duration(plugs))
-		name := fmt.Sprintf("gitbroker-e2e%d", 10+i)
+		name := fmt.Sprintf("gitbroker-lat%d", i)
 		start := time.Now()
 		deviceNode(t, n, sysRoot, name)
-		waitBrokerOpened(t, n, "cam", "/dev/"+name)
+		waitBrokerOpened(t, n, "lat", "/dev/"+name)
 		took = append(took, time.Since(start))
 		t.Logf("%s plugged to its broker running and holding it: %s", name, took[i].Round(100*time.Millisecond))
 	}
@@ -196,9 +196,6 @@ func pluggedToBroker(t *testing.T, n *Node, sysRoot string, plugs int, agentEver
 	slices.Sort(sorted)
 	t.Logf("device plugged to broker running and holding it, %d plugs (agent interval %s, renderer %s, Flux source %s): p50 %s, worst %s, all %v",
 		plugs, agentEvery, renderEvery, fetchEvery, sorted[(len(sorted)-1)/2].Round(100*time.Millisecond), sorted[len(sorted)-1].Round(100*time.Millisecond), took)
-	for i := range plugs {
-		unplug(t, sysRoot, fmt.Sprintf("gitbroker-e2e%d", 10+i))
-	}
 }
 
 // TestRealNodeDevices runs gitbroker from deploy/ on a real node (renderer, agent and recorder
@@ -225,6 +222,8 @@ func TestRealNodeDevices(t *testing.T) {
 		"gitbroker.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + deviceNamespace +
 			"\n  discoveryHandlers: [" + plcHandler + "]\n  flux:\n    namespace: " + deviceFlux + "\n    retryInterval: 5s\n",
 		"configurations/cam.yaml": camConfiguration(2),
+		// The devices whose plug-to-broker time is measured (pluggedToBroker), apart from cam's.
+		"configurations/lat.yaml": udevConfiguration("lat", "gitbroker-lat", 1),
 		"configurations/plc.yaml": plcConfiguration,
 	})
 	// gitbroker itself from deploy/ and make image's images, as a user deploys it: first the
