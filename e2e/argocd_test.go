@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -442,26 +444,36 @@ func TestArgoCD(t *testing.T) {
 		// A change to the cam Configuration: the daemon's first render commits it.
 		srv.Commit(map[string]string{"configurations/cam.yaml": strings.Replace(argoCamera(), `"720p"`, `"2160p"`, 1)}, nil, "cam: 2160p")
 		eventually(t, time.Minute, "the render daemon to tell Argo CD", func() (bool, string) {
-			return daemon.metric(t, `gitbroker_renderer_gitops_notifications_total{result="sent",target="argocd-webhook"}`) >= 1, "not yet"
+			resp, err := http.Get("http://" + daemon.MetricsAddr + "/metrics")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return strings.Contains(string(body), `gitbroker_renderer_gitops_notifications_total{result="sent",target="argocd-webhook"} 1`), "not yet"
 		})
 		head := rendered.Head()
+		// Argo CD matched the push to the Applications of this repository and branch, and
+		// refreshed only the one whose folder the render changed (manifest-generate-paths).
+		refreshed := map[string]bool{}
 		eventually(t, time.Minute, "argocd-server to refresh the cam Application from the webhook", func() (bool, string) {
 			var seen []string
-			push, refreshed := false, false
+			push := false
 			for _, line := range logLines(t, argo.Server.Log)[mark:] {
 				msg, _ := line["msg"].(string)
 				if strings.Contains(msg, "Received push event") && strings.Contains(msg, "revision: "+verify.RenderedBranch) {
 					push = true
 				}
-				if msg == "refreshing app from webhook" && line["application"] == "gitbroker-"+argoBrokers+"-cam" {
-					refreshed = true
+				if msg == "refreshing app from webhook" {
+					refreshed[line["application"].(string)] = true
 				}
-				if strings.Contains(msg, "webhook") || strings.Contains(msg, "push event") {
+				if strings.Contains(msg, "ebhook") || strings.Contains(msg, "push event") {
 					seen = append(seen, msg)
 				}
 			}
-			return push && refreshed, strings.Join(seen, " | ")
+			return push && refreshed["gitbroker-"+argoBrokers+"-cam"], strings.Join(seen, " | ")
 		})
+		require.False(t, refreshed["gitbroker-"+argoBrokers+"-fw"], "the firmware Application's folder did not change")
 		synced(t, "cam", "Healthy")
 		require.Equal(t, head, rendered.Head())
 	})
