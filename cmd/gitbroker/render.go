@@ -148,7 +148,7 @@ func newRenderCommand() *cobra.Command {
   # the daemon deploy/renderer runs
   gitbroker render --git https://git.example.com/fleet/edge.git --git-password-file token \
     --signing-key renderer-signing-key --watch --interval 30s`,
-		Long: `Render expands every Configuration x node inventory into Pod, Job and Service manifests under
+		Long: `Render expands every Configuration x node inventory into Deployment, Job and Service manifests under
 rendered/, moves recorded Jobs to history/, and prints the plan of what changed.
 
 Invalid inputs keep their previous output; everything else renders, and the command exits 2
