@@ -63,13 +63,14 @@ func TestDeployManifests(t *testing.T) {
 		require.Equal(t, map[string]int{
 			"Namespace": 1, "ConfigMap": 1, "ServiceAccount": 3, "DaemonSet": 1, "Deployment": 2,
 			"Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
+			"Service": 1, // the renderer's push notification endpoint
 		}, kinds(objs))
 		dryRun(t, objs)
 	})
 	t.Run("flux", func(t *testing.T) {
 		objs := build(t, "../deploy/flux")
 		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 3, "Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
-			"ConfigMap": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2}, kinds(objs))
+			"ConfigMap": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "Receiver": 1}, kinds(objs))
 		dryRun(t, objs)
 		applier, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
 		require.NoError(t, err)

@@ -567,7 +567,9 @@ func startLoop(t *testing.T) *loop {
 	require.NoError(t, os.WriteFile(filepath.Join(notifyDir, "nudge-secret"), []byte("loop-nudge\n"), 0o600))
 	for i, name := range []string{"renderer-a", "renderer-b"} {
 		replicas = append(replicas, startGitbrokerEnv(t, name, "renderer started",
-			[]string{"POD_NAME=" + name, fmt.Sprintf("POD_IP=127.0.0.%d", i+1)}, "render",
+			// Pod addresses as a cluster gives them (an EndpointSlice refuses loopback ones); only
+			// the EndpointSlice is checked, nothing is sent there.
+			[]string{"POD_NAME=" + name, fmt.Sprintf("POD_IP=10.244.0.%d", i+1)}, "render",
 			"--git", l.srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", l.keys["renderer"],
 			"--enable-leader-election", "--leader-election-namespace", fleetSystem, "--kubeconfig", kubeconfig,
 			"--leader-election-lease-duration", "15s", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "1s",

@@ -38,6 +38,9 @@ func (e *WebhookEndpoint) slice() (*discoveryv1.EndpointSlice, error) {
 	if ip == nil {
 		return nil, fmt.Errorf("POD_IP %q is not an IP address", e.IP)
 	}
+	if ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+		return nil, fmt.Errorf("POD_IP %s cannot be an endpoint (loopback, unspecified, link-local or multicast)", ip)
+	}
 	family := discoveryv1.AddressTypeIPv4
 	if ip.To4() == nil {
 		family = discoveryv1.AddressTypeIPv6

@@ -38,4 +38,6 @@ func TestWebhookEndpointFollowsTheLeader(t *testing.T) {
 
 	_, err = (&WebhookEndpoint{IP: "not-an-ip"}).slice()
 	require.ErrorContains(t, err, "not an IP address")
+	_, err = (&WebhookEndpoint{IP: "127.0.0.1"}).slice()
+	require.ErrorContains(t, err, "cannot be an endpoint", "the API server refuses a loopback endpoint")
 }
