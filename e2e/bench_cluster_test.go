@@ -247,6 +247,35 @@ func (cb *clusterBench) settings(url string) string {
 	return s
 }
 
+// Secrets of the benchmark's push notifications: the git server's webhook to the render daemon,
+// and the daemon's calls to deploy/flux-folder-sources' Receiver.
+const (
+	benchHostSecret    = "bench-host-secret"
+	benchReceiverToken = "bench-receiver-token"
+)
+
+// startDaemon runs the render daemon as deploy/ does, with its interval an hour: woken by the git
+// server's push webhook, telling Flux's Receiver which branches each render moved. It returns
+// once the daemon's first render (of what is already there) is done.
+func (cb *clusterBench) startDaemon(name string) *gbProcess {
+	b := cb.b
+	b.Helper()
+	dir := b.TempDir()
+	host, token := filepath.Join(dir, "webhook-secret"), filepath.Join(dir, "flux-receiver-token")
+	require.NoError(b, os.WriteFile(host, []byte(benchHostSecret), 0o600))
+	require.NoError(b, os.WriteFile(token, []byte(benchReceiverToken), 0o600))
+	d := startGitbroker(b, name, "renderer started", "render",
+		"--git", cb.srv.URL(), "--branch", "main", "--watch", "--interval", "1h", "--signing-key", cb.rendererKey,
+		"--webhook-addr", "127.0.0.1:0", "--webhook-secret-file", host,
+		"--flux-receiver-url", cluster.ReceiverURL, "--flux-receiver", fluxNS+"/gitbroker", "--flux-receiver-token-file", token,
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	eventually(b, 10*time.Minute, name+"'s first render", func() (bool, string) {
+		return d.metric(b, "gitbroker_renderer_renders_total") >= 1, "not yet"
+	})
+	cb.srv.SendWebhooks("http://"+d.WebhookAddr+"/hook", []byte(benchHostSecret))
+	return d
+}
+
 // renderOnce renders and pushes with the one-shot command, and returns how long it took.
 func (cb *clusterBench) renderOnce() time.Duration {
 	cb.b.Helper()
@@ -332,6 +361,10 @@ func (cb *clusterBench) fluxPhase() phase {
 	profiled := profileController(b, "kustomize-controller", cb.cfg.profile, 60)
 	dumped := dumpAPIServer(b, cb.cfg.dumps)
 	start := time.Now()
+	// The Receiver's Secret first (step 5 of DEPLOYING.md), then deploy/flux-folder-sources with
+	// its Receiver.
+	mustCreate(b, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-receiver", Namespace: fluxNS},
+		StringData: map[string]string{"token": benchReceiverToken}})
 	applyFluxFrom(b, "../deploy/flux-folder-sources", fluxNS, cb.srv.URL(), cb.rendererKey+".pub", cb.rootInterval)
 	waitRollout(b, cb.srv, fluxNS, cb.cpu.names, 3*time.Hour)
 	ph := phase{took: time.Since(start), cpu: cb.cpu.since()}
@@ -361,11 +394,17 @@ func (cb *clusterBench) change(what string) changed {
 	before := renderedFiles(b, cb.srv)
 	cb.cpu.mark()
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
+	// The render daemon as deploy/ runs it, woken by the git server's push webhook, tells Flux's
+	// Receiver which branches moved: the changed folder's source fetches, no other.
+	daemon := cb.startDaemon("renderer-change-" + what)
+	defer daemon.Stop(30 * time.Second)
+	rendered := cb.srv.On(verify.RenderedBranch)
+	head := rendered.Head()
 	start := time.Now()
 	cb.srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
 	cb.inventories[node] = inv
-	renderTook := cb.renderOnce()
-	requestFetch(b, fluxNS)
+	eventually(b, 10*time.Minute, "the device's render pushed", func() (bool, string) { return rendered.Head() != head, "not yet" })
+	renderTook := time.Since(start)
 	var broker *unstructured.Unstructured
 	for p, data := range renderedFiles(b, cb.srv) {
 		if _, ok := before[p]; !ok && strings.HasPrefix(path.Base(p), "deployment-") {
@@ -393,7 +432,7 @@ func (cb *clusterBench) change(what string) changed {
 		}
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
 	})
-	ch := changed{toPod: time.Since(start), steps: fmt.Sprintf("rendered and pushed by gitbroker render --git after %s, the Pod created by Flux after %s, on its node after %s",
+	ch := changed{toPod: time.Since(start), steps: fmt.Sprintf("rendered and pushed by the render daemon (woken by the push webhook) after %s, the Pod created by Flux after %s, on its node after %s",
 		renderTook.Round(time.Millisecond), created.Round(time.Millisecond), scheduled.Round(time.Millisecond))}
 	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 20*time.Minute)
 	time.Sleep(2 * time.Second)
@@ -402,18 +441,15 @@ func (cb *clusterBench) change(what string) changed {
 }
 
 // churn adds a device every 2 s for a minute, spread over the Pod Configurations' nodes, with
-// the renderer as a daemon and its pushes announced to the sources every 2 s, as a Receiver on
-// the git host's webhook would. Flux keeps up when every new device's Pod runs soon after the
+// the renderer as a daemon woken by each push's webhook and telling Flux's Receiver which
+// sources moved. Flux keeps up when every new device's Pod runs soon after the
 // last change; nothing is lost when every one of them does, and only the folders the devices
 // went to reconcile.
 func (cb *clusterBench) churn() {
 	b := cb.b
-	renderer := startGitbroker(b, "renderer-bench", "renderer started", "render",
-		"--git", cb.srv.URL(), "--branch", "main", "--watch", "--interval", "1s", "--signing-key", cb.rendererKey,
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	renderer := cb.startDaemon("renderer-bench")
 	cb.cpu.mark()
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
-	stopFetching := announcePushes(b, fluxNS, 2*time.Second)
 	var instances, configs []string
 	churnStart := time.Now()
 	var last time.Time
@@ -443,7 +479,6 @@ func (cb *clusterBench) churn() {
 		return running == len(instances), fmt.Sprintf("%d of %d running", running, len(instances))
 	})
 	caughtUp := time.Since(last)
-	stopFetching()
 	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 20*time.Minute)
 	time.Sleep(2 * time.Second)
 	churnCPU := cb.cpu.since()
@@ -497,60 +532,9 @@ func suspendFlux(t testing.TB, ns string) {
 
 // benchSourceInterval is how often the folder sources poll: a production-like minute, not the
 // suite's 2 s, which for 80 sources would keep source-controller and the git server busy. A
-// device change is announced the way a Flux Receiver does on the git host's push webhook
-// (requestFetch).
+// device change reaches them through Flux's Receiver, which the render daemon tells after each
+// render (startDaemon).
 const benchSourceInterval = time.Minute
-
-// requestFetch asks source-controller to fetch every GitRepository in ns now, as a Flux Receiver
-// does when the git host calls its webhook: the sources whose branch did not move fetch the same
-// revision and reconcile nothing.
-func requestFetch(t testing.TB, ns string) {
-	t.Helper()
-	require.NoError(t, fetchNow(ns))
-}
-
-func fetchNow(ns string) error {
-	ctx := context.Background()
-	list, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	patch := []byte(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
-	for _, g := range list.Items {
-		if _, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Patch(ctx, g.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// announcePushes does what requestFetch does every interval until the function it returns is
-// called: a Receiver called on each of a busy renderer's pushes.
-func announcePushes(t testing.TB, ns string, interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	failed := make(chan error, 1)
-	go func() {
-		defer close(failed)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				if err := fetchNow(ns); err != nil {
-					failed <- err
-					return
-				}
-			}
-		}
-	}()
-	return func() {
-		t.Helper()
-		close(done)
-		require.NoError(t, <-failed, "asking the sources to fetch")
-	}
-}
 
 func isBroker(file string) bool {
 	for _, k := range []string{"deployment-", "job-", "service-"} {

@@ -137,7 +137,7 @@ func logLines(t testing.TB, path string) []map[string]any {
 var metricLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([0-9.eE+-]+)$`)
 
 // metric sums a metric's samples over all their labels.
-func (g *gbProcess) metric(t *testing.T, name string) float64 {
+func (g *gbProcess) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + g.MetricsAddr + "/metrics")
 	require.NoError(t, err)

@@ -453,7 +453,7 @@ func userDeployment(t *testing.T, name string, res corev1.ResourceName, env stri
 
 // mustCreate applies obj and deletes it when the test ends, so the suite's later tests find the
 // shared namespaces as they were.
-func mustCreate(t *testing.T, obj runtime.Object) {
+func mustCreate(t testing.TB, obj runtime.Object) {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	require.NoError(t, err)

@@ -60,6 +60,10 @@ func TestFolderSources(t *testing.T) {
 	rendererKey := filepath.Join(t.TempDir(), "renderer")
 	_, _, err := trust.LoadOrCreateSigner(rendererKey, "renderer")
 	require.NoError(t, err)
+	// The Receiver's Secret before the Receiver (deploy/flux's; its token, the renderer's
+	// --flux-receiver-token-file in the churn below).
+	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-receiver", Namespace: sourcesFluxNamespace},
+		StringData: map[string]string{"token": "sources-receiver-token"}})
 	applyFlux(t, sourcesFluxNamespace, srv.URL(), rendererKey+".pub")
 	require.NoError(t, cluster.AddNode(ctx, sourcesNode))
 	run := func(args ...string) {
@@ -175,9 +179,16 @@ func TestFolderSources(t *testing.T) {
 			"--git", srv.URL(), "--branch", "main", "--node", sourcesNode, "--interval", agentInterval.String(),
 			"--debug-echo-shared=false", "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"),
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		// The renderer tells deploy/flux-folder-sources' Receiver which branches each render
+		// moved; its resourceFilter keeps the sources that follow them.
+		token := filepath.Join(t.TempDir(), "flux-receiver-token")
+		require.NoError(t, os.WriteFile(token, []byte("sources-receiver-token"), 0o600))
 		startGitbroker(t, "renderer-sources", "renderer started", "render",
 			"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", rendererKey,
+			"--flux-receiver-url", cluster.ReceiverURL, "--flux-receiver", sourcesFluxNamespace+"/gitbroker", "--flux-receiver-token-file", token,
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		nc := cluster.Process("notification-controller")
+		ncMark := logLineCount(t, nc.Log)
 		mark := logLineCount(t, kc.Log)
 		cpu0, err := kc.CPU()
 		require.NoError(t, err)
@@ -226,6 +237,21 @@ func TestFolderSources(t *testing.T) {
 		require.Zero(t, rec["gitbroker-sources"], "no source changed: %v", rec)
 		require.Positive(t, rec["gitbroker-sources-cam-b"])
 		require.Positive(t, rec["gitbroker-sources-cam-c"])
+		// The Receiver asked for exactly the sources whose branch moved: never cam-a's, nor the
+		// root's (rendered/flux/ did not change).
+		annotated := map[string]int{}
+		for _, line := range logLines(t, nc.Log)[ncMark:] {
+			msg, _ := line["msg"].(string)
+			if name, ok := strings.CutPrefix(msg, "resource 'GitRepository/"); ok {
+				name, _, _ = strings.Cut(name, "."+sourcesFluxNamespace+"' annotated")
+				annotated[name]++
+			}
+		}
+		t.Logf("the Receiver annotated %v", annotated)
+		require.Positive(t, annotated["gitbroker-sources-cam-b"], "%v", annotated)
+		require.Positive(t, annotated["gitbroker-sources-cam-c"], "%v", annotated)
+		require.Zero(t, annotated["gitbroker-sources-cam-a"], "%v", annotated)
+		require.Zero(t, annotated["gitbroker"], "%v", annotated)
 	})
 }
 
