@@ -61,3 +61,10 @@ func run(t *testing.T, args []string, stdout, stderr *bytes.Buffer) int {
 	t.Helper()
 	return runRoot(context.Background(), args, stdout, stderr)
 }
+
+// gitbroker-agent version names itself, not gitbroker.
+func TestVersionNamesTheAgent(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(t, []string{"version"}, &stdout, &stderr), stderr.String())
+	require.True(t, strings.HasPrefix(stdout.String(), "gitbroker-agent "), stdout.String())
+}

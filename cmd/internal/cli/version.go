@@ -64,7 +64,7 @@ func VersionCommand() *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print gitbroker's version, the commit it was built from, and its Go version and platform",
+		Short: "Print this binary's version, the commit it was built from, and its Go version and platform",
 		Example: `  gitbroker version
   gitbroker version -o json     # {"version": ..., "commit": ..., "goVersion": ..., "platform": ...}`,
 		Args: cobra.NoArgs,
@@ -73,7 +73,8 @@ func VersionCommand() *cobra.Command {
 			info := versionInfo{Version: v, Commit: commit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 			switch format {
 			case "text":
-				fmt.Fprintf(cmd.OutOrStdout(), "gitbroker %s\ncommit %s\n%s %s\n", info.Version, info.Commit, info.GoVersion, info.Platform)
+				// The binary's own name: gitbroker, or gitbroker-agent on an edge node.
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\ncommit %s\n%s %s\n", cmd.Root().Name(), info.Version, info.Commit, info.GoVersion, info.Platform)
 				return nil
 			case "json", "yaml":
 				b, err := json.MarshalIndent(info, "", "  ")
