@@ -79,6 +79,9 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			if err := validBranch(flagRepoBranch, o.RepoBranch); err != nil {
 				return exitf(exitInvalid, "%v", err)
 			}
+			if peoplesBranch(o.RepoBranch) {
+				return exitf(exitInvalid, "--%s %s: that is where people commit Configurations, not what the renderer writes: Flux or Argo CD would apply the people's branch, unverified and unrendered; give the renderer's branch (render --rendered-branch, default %s)", flagRepoBranch, o.RepoBranch, verify.RenderedBranch)
+			}
 			files, err := o.files()
 			if err != nil {
 				return exitf(exitInvalid, "%v", err)
@@ -216,4 +219,14 @@ func ciVersion(version, commit string) (pin, warning string) {
 		return commit, ""
 	}
 	return "latest", fmt.Sprintf("this gitbroker knows neither its release nor its commit (version %s); the CI installs gitbroker@latest until you set GITBROKER_VERSION in %s and %s", version, ciGitHub, ciGitLab)
+}
+
+// peoplesBranch reports whether name is one of the names people's branches go by: never the
+// branch a GitOps tool should apply from a gitbroker repository.
+func peoplesBranch(name string) bool {
+	switch name {
+	case "main", "master", "trunk", "develop", "development":
+		return true
+	}
+	return false
 }

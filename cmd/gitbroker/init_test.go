@@ -246,6 +246,9 @@ func TestInitRepositoryURLs(t *testing.T) {
 		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "gitbroker/../main"}, "--repo-branch \"gitbroker/../main\": not a valid branch name"},
 		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "-x"}, "not beginning with -"},
 		{[]string{"--repo-url", "https://git.example.org/edge.git"}, "give --flux or --argocd with it"},
+		// Flux would apply the people's branch.
+		{[]string{"--flux", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "main"}, "Flux or Argo CD would apply the people's branch"},
+		{[]string{"--argocd", "--repo-url", "https://git.example.org/edge.git", "--repo-branch", "master"}, "give the renderer's branch (render --rendered-branch, default gitbroker/rendered)"},
 	} {
 		dir := filepath.Join(t.TempDir(), "x")
 		code, _, stderr := gitbroker(t, append([]string{"init", "--dir", dir}, tc.args...)...)
