@@ -719,3 +719,47 @@ func (r *Repository) uploadPack(ctx context.Context, sess transport.UploadPackSe
 	}
 	return resp, err
 }
+
+// OtherBranches lists, sorted, the branches the server has outside gitbroker/ (the writers'
+// refs): what a person's branch could be called, for an error about one that does not exist.
+// At most max are listed; more says how many were left out.
+func (r *Repository) OtherBranches(ctx context.Context, max int) (names []string, more int, err error) {
+	ep, err := transport.NewEndpoint(r.url)
+	if err != nil {
+		return nil, 0, redactURLError(err)
+	}
+	var forget func() bool
+	ep.Proxy, forget = sshBounds(r.url, 0, r.stall)
+	defer forget()
+	ctx = r.netContext(ctx, false)
+	cl, err := client.NewClient(ep)
+	if err != nil {
+		return nil, 0, err
+	}
+	sess, err := cl.NewUploadPackSession(ep, r.auth)
+	if err != nil {
+		return nil, 0, r.redact.wrap(err)
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if errors.Is(err, transport.ErrEmptyRemoteRepository) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, r.redact.wrap(err)
+	}
+	refs, err := ar.AllReferences()
+	if err != nil {
+		return nil, 0, err
+	}
+	for name := range refs {
+		if short, ok := strings.CutPrefix(name.String(), "refs/heads/"); ok && !strings.HasPrefix(short, "gitbroker/") {
+			names = append(names, short)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > max {
+		return names[:max], len(names) - max, nil
+	}
+	return names, 0, nil
+}

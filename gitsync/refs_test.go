@@ -80,3 +80,21 @@ func TestBranchesKeepTheFetchLimit(t *testing.T) {
 	require.Contains(t, snaps, "main")
 	require.ErrorIs(t, r.Oversized()["gitbroker/inventory/a"], gitsync.ErrTooLarge)
 }
+
+// OtherBranches lists the people's branches, not the writers' refs, sorted and bounded.
+func TestOtherBranches(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"a": "1"})
+	for _, b := range []string{"release", "feature/x", "gitbroker/rendered", "gitbroker/inventory/edge-a"} {
+		srv.On(b).Commit(map[string]string{"b": b}, nil, b)
+	}
+	r, err := gitsync.New(srv.URL(), "mian")
+	require.NoError(t, err)
+	names, more, err := r.OtherBranches(context.Background(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"feature/x", "main", "release"}, names)
+	require.Zero(t, more)
+	names, more, err = r.OtherBranches(context.Background(), 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"feature/x", "main"}, names)
+	require.Equal(t, 1, more)
+}

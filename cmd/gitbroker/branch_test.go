@@ -18,6 +18,11 @@ func TestMissingBranchIsAnError(t *testing.T) {
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--branch", "mian")
 	require.Equal(t, exitRefused, code, stderr)
 	require.Contains(t, stderr, "branch does not exist: mian")
+	// The branches that do exist are named, the writers' refs left out.
+	require.Contains(t, stderr, "(the repository's branches outside gitbroker/: main)")
+	code, _, stderr = gitbroker(t, "plan", "--git", srv.URL(), "--branch", "mian")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Contains(t, stderr, "branch does not exist: mian (the repository's branches outside gitbroker/: main)")
 	nodes := []string{"gitbroker/inventory/edge-a", "gitbroker/inventory/edge-b"}
 	require.ElementsMatch(t, append([]string{"main"}, nodes...), srv.Branches(), "no branch was created")
 	require.Equal(t, head, srv.Head())

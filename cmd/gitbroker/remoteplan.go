@@ -137,7 +137,7 @@ func (o *readOptions) verifiedInputs(ctx context.Context) (*verify.Inputs, *gits
 	}
 	in, err := verify.Collect(ctx, sources, head)
 	if err != nil {
-		return nil, nil, &exitError{Code: exitRefused, Err: err}
+		return nil, nil, &exitError{Code: exitRefused, Err: withBranches(ctx, source, err)}
 	}
 	return in, source, nil
 }

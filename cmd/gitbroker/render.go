@@ -238,7 +238,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		// recomputed.
 		extra = append(extra, gitsync.WithFailFast())
 	}
-	_, repo, sources, err := remote.open(signer, extra...)
+	source, repo, sources, err := remote.open(signer, extra...)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	case errors.Is(err, gitsync.ErrBranchExists):
 		fmt.Fprintf(stderr, "review branch %s already exists for %s\n", out.Branch, out.Source)
 	case err != nil:
-		return &exitError{Code: exitRefused, Err: err}
+		return &exitError{Code: exitRefused, Err: withBranches(cmd.Context(), source, err)}
 	case remote.ReviewBranch:
 		fmt.Fprintf(stderr, "proposed %s on review branch %s (rendered from %s)\n", out.Commit, out.Branch, out.Source)
 	default:
@@ -413,4 +413,24 @@ func inputErrors(cmd *cobra.Command, res *render.Result, listed bool) error {
 		return &exitError{Code: exitRefused, Err: fmt.Errorf("%d node(s) held by the deletion budget%s; everything else was rendered", len(res.Held), where)}
 	}
 	return &exitError{Code: exitInvalid, Err: fmt.Errorf("%d invalid input(s)%s; their previous output was kept", len(res.Errors), where)}
+}
+
+// withBranches adds to an error about a source branch that does not exist the branches the
+// repository has (outside gitbroker/), so a misspelt --branch shows the right name.
+func withBranches(ctx context.Context, source *gitsync.Repository, err error) error {
+	if !errors.Is(err, gitsync.ErrNoBranch) || source == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	names, more, lerr := source.OtherBranches(ctx, 20)
+	switch {
+	case lerr != nil:
+		return err
+	case len(names) == 0:
+		return fmt.Errorf("%w (the repository has no branch outside gitbroker/)", err)
+	case more > 0:
+		return fmt.Errorf("%w (the repository's branches outside gitbroker/: %s and %d more)", err, strings.Join(names, ", "), more)
+	}
+	return fmt.Errorf("%w (the repository's branches outside gitbroker/: %s)", err, strings.Join(names, ", "))
 }
