@@ -3,6 +3,9 @@ package verify
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -112,8 +115,12 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 		}
 	}
 	if found == nil {
-		return nil, nil, fmt.Errorf("no render commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, check the branch and give --adopt-rendered <commit> once to start from that commit",
-			s.RenderedBranch, want, AllowedSignersPath)
+		if wrong := wrongRendererKey(s, tip); wrong != "" {
+			return nil, nil, fmt.Errorf("no render commit on %s is signed by this renderer's key (%s), and %s: give the renderer the key enrolled as %s (adopting the branch with this key would sign renders and the agents' publication as someone else)",
+				s.RenderedBranch, want, wrong, trust.PrincipalRenderer)
+		}
+		return nil, nil, fmt.Errorf("no render commit on %s is signed by this renderer's key (%s): if this is the first render with %s, or the renderer has a new key, enroll the key as %s there (gitbroker enroll --principal %s), check the branch and give --adopt-rendered <commit> once to start from that commit",
+			s.RenderedBranch, want, AllowedSignersPath, trust.PrincipalRenderer, trust.PrincipalRenderer)
 	}
 	if found.Commit() != head {
 		in.Overwrite = true
@@ -181,6 +188,24 @@ func hasMetadata(s Sources, snap gitsync.Snapshot) bool {
 
 // ownCheck returns how a commit is told to be this renderer's own (its key, or for a plan, which
 // holds none, a key allowed_signers lists as renderer), and that key named for messages.
+// wrongRendererKey says how the renderer's own SSH key is enrolled when it is enrolled, but not
+// as renderer: a node's or a person's key given as --signing-key by mistake ("" otherwise).
+func wrongRendererKey(s Sources, tip mode) string {
+	if s.RendererKey == nil || tip.allowed == nil {
+		return ""
+	}
+	sig := &trust.Signature{Key: s.RendererKey, Fingerprint: ssh.FingerprintSHA256(s.RendererKey)}
+	principals := tip.allowed.Principals(sig, time.Now())
+	switch {
+	case slices.Contains(principals, trust.PrincipalRenderer):
+		return ""
+	case len(principals) == 0:
+		// A new renderer key not enrolled yet: the usual hint (enroll it, adopt once).
+		return ""
+	}
+	return fmt.Sprintf("%s enrolls that key as %s, not as %s", AllowedSignersPath, strings.Join(principals, ", "), trust.PrincipalRenderer)
+}
+
 func ownCheck(s Sources, tip mode) (own func(*gitsync.Commit) bool, want string, err error) {
 	switch {
 	case s.RendererOpenPGP != nil:

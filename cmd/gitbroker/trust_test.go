@@ -337,7 +337,13 @@ func TestVerificationModes(t *testing.T) {
 	require.NoError(t, err)
 	rotated := s.refs.renderer(other)
 	_, err = rotated.Once(context.Background())
-	require.ErrorContains(t, err, "give --adopt-rendered <commit>")
+	require.ErrorContains(t, err, "enroll the key as renderer there (gitbroker enroll --principal renderer), check the branch and give --adopt-rendered <commit>")
+	// A node's key given to the renderer by mistake is named for what it is, and adopting is
+	// not suggested: it would publish the Configurations signed by that node.
+	mistaken := s.refs.renderer(s.keys["node:edge-a"])
+	_, err = mistaken.Once(context.Background())
+	require.ErrorContains(t, err, ".gitbroker/allowed_signers enrolls that key as node:edge-a, not as renderer: give the renderer the key enrolled as renderer")
+	require.NotContains(t, err.Error(), "--adopt-rendered")
 	rotated.Sources.Adopt = s.rendered().Head()
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar1")
 	s.discover()
