@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/renderer"
 )
@@ -185,24 +185,12 @@ func (o *notifyOptions) serveHook(ctx context.Context, log logr.Logger, reg prom
 	if o.Rate <= 0 || o.Burst <= 0 {
 		return "", fmt.Errorf("--%s and --%s must be positive", flagWebhookRate, flagWebhookBurst)
 	}
-	lis, err := net.Listen("tcp", o.Addr)
+	mux := http.NewServeMux()
+	mux.Handle("/hook", h)
+	addr, err := cli.Serve(ctx, log, &http.Server{Addr: o.Addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10})
 	if err != nil {
 		return "", fmt.Errorf("--%s: %w", flagWebhookAddr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/hook", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "push notification endpoint stopped", "addr", lis.Addr().String())
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	d.Webhook = true
-	return lis.Addr().String(), nil
+	return addr, nil
 }

@@ -48,23 +48,7 @@ func ServeEndpoints(ctx context.Context, log logr.Logger, o EndpointOptions, reg
 		if addr == "" {
 			return "", nil
 		}
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			return "", fmt.Errorf("listening on %s: %w", addr, err)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "endpoint server stopped", "addr", lis.Addr().String())
-			}
-		}()
-		go func() {
-			<-ctx.Done()
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdown)
-		}()
-		return lis.Addr().String(), nil
+		return Serve(ctx, log, &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second})
 	}
 	metrics := http.NewServeMux()
 	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -87,4 +71,25 @@ func ServeEndpoints(ctx context.Context, log logr.Logger, o EndpointOptions, reg
 		return "", "", err
 	}
 	return metricsAddr, healthAddr, nil
+}
+
+// Serve listens on srv.Addr and serves srv until ctx ends, then shuts it down (5 s at most). It
+// returns once it listens, with the address (useful when binding port 0).
+func Serve(ctx context.Context, log logr.Logger, srv *http.Server) (string, error) {
+	lis, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		return "", fmt.Errorf("listening on %s: %w", srv.Addr, err)
+	}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "endpoint server stopped", "addr", lis.Addr().String())
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return lis.Addr().String(), nil
 }
