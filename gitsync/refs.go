@@ -146,26 +146,10 @@ func (r *Repository) branches(ctx context.Context, names ...string) (map[string]
 // parse and exclude (0.25 s of the git server's time per fetch at fleet-100k). The copies of
 // branches gone from the server are removed.
 func (r *Repository) fetchMoved(ctx context.Context, names []string) error {
-	ep, err := transport.NewEndpoint(r.url)
-	if err != nil {
-		return redactURLError(err)
-	}
-	var hit func() bool
-	ep.Proxy, hit = sshBounds(r.url, r.maxFetch, r.stall)
-	tooLarge := func(err error) error {
-		if hit() && err != nil && !errors.Is(err, ErrTooLarge) {
-			return fmt.Errorf("%w: the server sent more than %d bytes (%v)", ErrTooLarge, r.maxFetch, err)
-		}
-		return err
-	}
 	ctx = r.netContext(ctx, true)
-	cl, err := client.NewClient(ep)
+	sess, tooLarge, err := r.session(r.maxFetch)
 	if err != nil {
 		return err
-	}
-	sess, err := cl.NewUploadPackSession(ep, r.auth)
-	if err != nil {
-		return tooLarge(err)
 	}
 	defer sess.Close()
 	remote := map[plumbing.ReferenceName]plumbing.Hash{}
@@ -724,21 +708,10 @@ func (r *Repository) uploadPack(ctx context.Context, sess transport.UploadPackSe
 // refs): what a person's branch could be called, for an error about one that does not exist.
 // At most max are listed; more says how many were left out.
 func (r *Repository) OtherBranches(ctx context.Context, max int) (names []string, more int, err error) {
-	ep, err := transport.NewEndpoint(r.url)
-	if err != nil {
-		return nil, 0, redactURLError(err)
-	}
-	var forget func() bool
-	ep.Proxy, forget = sshBounds(r.url, 0, r.stall)
-	defer forget()
 	ctx = r.netContext(ctx, false)
-	cl, err := client.NewClient(ep)
+	sess, _, err := r.session(0)
 	if err != nil {
 		return nil, 0, err
-	}
-	sess, err := cl.NewUploadPackSession(ep, r.auth)
-	if err != nil {
-		return nil, 0, r.redact.wrap(err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
@@ -762,4 +735,72 @@ func (r *Repository) OtherBranches(ctx context.Context, max int) (names []string
 		return names[:max], len(names) - max, nil
 	}
 	return names, 0, nil
+}
+
+// session opens an upload-pack session with the server, through the bounded SSH dialer, which
+// allows at most maxFetch bytes (0: no bound). tooLarge turns an error into ErrTooLarge when
+// the bound was what ended the session.
+func (r *Repository) session(maxFetch int64) (sess transport.UploadPackSession, tooLarge func(error) error, err error) {
+	ep, err := transport.NewEndpoint(r.url)
+	if err != nil {
+		return nil, nil, redactURLError(err)
+	}
+	var hit func() bool
+	ep.Proxy, hit = sshBounds(r.url, maxFetch, r.stall)
+	tooLarge = func(err error) error {
+		if hit() && err != nil && !errors.Is(err, ErrTooLarge) {
+			return fmt.Errorf("%w: the server sent more than %d bytes (%v)", ErrTooLarge, maxFetch, err)
+		}
+		return err
+	}
+	cl, err := client.NewClient(ep)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err = cl.NewUploadPackSession(ep, r.auth)
+	if err != nil {
+		return nil, nil, r.redact.wrap(tooLarge(err))
+	}
+	return sess, tooLarge, nil
+}
+
+// FetchCommit brings one commit, named by its full hash, into the store without its history,
+// whether or not a branch still points at it: a render daemon restarted after its branch was
+// deleted or moved back asks the server for the commit it pushed last. Servers send a commit no
+// ref reaches only when they allow it (git's uploadpack.allowAnySHA1InWant); the error of one
+// that does not says so. The fetch is bounded as every other (WithLimits).
+func (r *Repository) FetchCommit(ctx context.Context, hash string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := plumbing.NewHash(hash)
+	if len(hash) != 40 || h.String() != strings.ToLower(hash) {
+		return fmt.Errorf("%q is not a full commit hash", hash)
+	}
+	if err := r.ensureStore(); err != nil {
+		return err
+	}
+	if _, err := r.repo.Storer.EncodedObject(plumbing.CommitObject, h); err == nil {
+		return nil
+	}
+	ctx = r.netContext(ctx, true)
+	sess, tooLarge, err := r.session(r.maxFetch)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
+		return r.redact.wrap(tooLarge(err))
+	}
+	if ar == nil {
+		return fmt.Errorf("%s holds nothing, so commit %s cannot be asked for", r.URL(), hash)
+	}
+	if err := r.fetchShallow(ctx, sess, ar, []plumbing.Hash{h}); err != nil {
+		return fmt.Errorf("asking %s for commit %s, which no branch holds: %w (a server sends such a commit only with git's uploadpack.allowAnySHA1InWant, or an equivalent setting of the host)",
+			r.URL(), hash, r.redact.wrap(tooLarge(err)))
+	}
+	if _, err := r.repo.Storer.EncodedObject(plumbing.CommitObject, h); err != nil {
+		return fmt.Errorf("%s did not send commit %s: %w", r.URL(), hash, err)
+	}
+	return nil
 }

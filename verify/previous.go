@@ -106,7 +106,7 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 			if rendered, rest, ok := s.known(last); ok {
 				return rendered, rest, nil
 			}
-			snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, last)
+			snap, err := pushedLast(ctx, s, last, own)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s does not descend from %s, the commit this renderer pushed last, which cannot be read (%v): push that commit back to %s, or check the branch and give --adopt-rendered <commit>",
 					s.RenderedBranch, short(last), err, s.RenderedBranch)
@@ -243,4 +243,27 @@ func ownCheck(s Sources, tip mode) (own func(*gitsync.Commit) bool, want string,
 		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
 	}
 	return own, want, nil
+}
+
+// pushedLast reads the commit this renderer pushed last when the rendered branch no longer
+// reaches it (deleted, or moved back, while the daemon was down): from the branch's history
+// if it is there, else asked for by hash, as the server still holds it. The hash comes from
+// the daemon's Lease, which no writer of the repository can change; the commit must still be
+// a render signed by this renderer, as any previous render must.
+func pushedLast(ctx context.Context, s Sources, last string, own func(*gitsync.Commit) bool) (gitsync.Snapshot, error) {
+	snap, err := s.Main.SnapshotOf(ctx, s.RenderedBranch, last)
+	if err == nil {
+		return snap, nil
+	}
+	if ferr := s.Main.FetchCommit(ctx, last); ferr != nil {
+		return nil, fmt.Errorf("%v; %v", err, ferr)
+	}
+	c, err := s.Main.CommitOf(ctx, s.RenderedBranch, last)
+	if err != nil {
+		return nil, err
+	}
+	if !isRender(c, own) {
+		return nil, fmt.Errorf("%s is not a render commit signed by this renderer", short(last))
+	}
+	return s.Main.SnapshotOf(ctx, s.RenderedBranch, last)
 }

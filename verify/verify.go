@@ -61,6 +61,8 @@ type Reader interface {
 	IsAncestor(ctx context.Context, branch, ancestor, tip string) (bool, error)
 	FirstParents(ctx context.Context, branch, tip, stop string, max int) ([]*gitsync.Commit, bool, error)
 	SnapshotOf(ctx context.Context, branch, hash string) (gitsync.Snapshot, error)
+	// FetchCommit asks the server for a commit no branch may hold any more, by its hash.
+	FetchCommit(ctx context.Context, hash string) error
 }
 
 // Sources are where the inputs come from.

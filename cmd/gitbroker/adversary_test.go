@@ -60,6 +60,9 @@ type adversary struct {
 
 func playAdversary(t *testing.T, seed uint64, steps int) {
 	s := newSignedLoop(t)
+	// As hosts that serve a commit by its hash do: a restarted renderer asks for the one it
+	// pushed last when no branch reaches it.
+	gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowAnySHA1InWant", "true")
 	a := &adversary{signedLoop: s, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 	a.camera, a.collide = collidingIDs()
 	defer func() {
@@ -97,6 +100,7 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"report devices edge-a does not have", a.fake},
 		{"move gitbroker/rendered back", a.rollbackRendered},
 		{"restart a writer", a.restart},
+		{"move gitbroker/rendered while the renderer restarts", a.moveAndRestart},
 	}
 	for i := range steps {
 		act := actions[a.rng.IntN(len(actions))]
@@ -288,6 +292,21 @@ func (a *adversary) rollbackRendered() string {
 	return short(c)
 }
 
+// moveAndRestart deletes gitbroker/rendered or moves it back, and restarts the renderer before
+// it renders again: the new process knows only its Lease's commit, which no branch reaches.
+func (a *adversary) moveAndRestart() string {
+	moved := "deleted"
+	if a.rng.IntN(2) == 0 {
+		moved = "moved back to " + a.rollbackRendered()
+	} else {
+		a.srv.SetRef(verify.RenderedBranch, "")
+	}
+	pushed := a.renderer.Pushed()
+	a.renderer = a.refs.renderer(a.keys["renderer"])
+	a.renderer.StartFrom(pushed)
+	return moved
+}
+
 // restart restarts an agent or the recorder (nothing in memory, its accepted tip read from the
 // render metadata, as deploy/ runs them) or the renderer (which takes the commit it pushed last from its
 // Lease, as Daemon.Lead does).
@@ -298,13 +317,10 @@ func (a *adversary) restart() string {
 		a.startRecorder()
 		return who
 	case "renderer":
-		pushed := a.rendered().Head()
+		// The Lease holds what the renderer pushed last, whatever the branch holds now.
+		pushed := a.renderer.Pushed()
 		a.renderer = a.refs.renderer(a.keys["renderer"])
-		// The Lease holds what the renderer pushed last; the renders before this step left
-		// the branch at it.
-		if msg, err := a.srv.VerifyCommit(pushed, a.allowed); err == nil && strings.Contains(msg, "renderer") {
-			a.renderer.StartFrom(pushed)
-		}
+		a.renderer.StartFrom(pushed)
 		return who
 	default:
 		ref := verify.InventoryBranch(who)

@@ -21,6 +21,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -517,4 +518,69 @@ func TestFailClosedWritersStayInsideTheirMemoryLimits(t *testing.T) {
 		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
 	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi): %s", out)
+}
+
+// A render daemon restarted after gitbroker/rendered was deleted or moved back read the commit
+// its Lease names from the branch only, which no longer reached it, and refused to render until
+// a person pushed that commit back. It now asks the server for the commit by hash (git keeps it
+// until its gc prunes it) and renders over the gap from it, taking no replayed writer commit.
+func TestFailClosedRestartedRendererRepairsItsBranch(t *testing.T) {
+	for _, move := range []string{"deleted", "moved back"} {
+		t.Run(strings.ReplaceAll(move, " ", "-"), func(t *testing.T) {
+			s := newSignedLoop(t)
+			gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowAnySHA1InWant", "true")
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+			s.discover()
+			s.renderTrust()
+			older, replay := s.rendered().Head(), s.srv.On(verify.InventoryBranch("edge-b")).Head()
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+			s.discover()
+			s.renderTrust()
+			pushed := s.renderer.Pushed()
+			require.Equal(t, pushed, s.rendered().Head())
+
+			// The attacker moves the branch and replays edge-b's older commit while the daemon
+			// is down; the new process knows only its Lease's commit.
+			if move == "deleted" {
+				s.srv.SetRef(verify.RenderedBranch, "")
+			} else {
+				s.srv.SetRef(verify.RenderedBranch, older)
+			}
+			s.srv.SetRef(verify.InventoryBranch("edge-b"), replay)
+			s.renderer = s.refs.renderer(s.keys["renderer"])
+			s.renderer.StartFrom(pushed)
+			out := s.renderTrust()
+			s.untrusted(out, verify.RenderedBranch, "it is rendered over from "+pushed[:7])
+			s.untrusted(out, verify.InventoryBranch("edge-b"), "does not descend from")
+			require.True(t, s.inventoryWith("edge-b", "baz1"), "the replayed inventory was taken")
+			head := s.rendered().Head()
+			changed := strings.Fields(gitsynctest.Git(t, s.srv.Bare(), "diff", "--name-only", pushed, head))
+			require.Subset(t, []string{render.MetadataPath}, changed, "the repair renders what was pushed last")
+			msg, err := s.srv.VerifyCommit(head, s.allowed)
+			require.NoError(t, err, msg)
+
+			// edge-b's honest agent lands its next change.
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+			s.discover()
+			s.renderTrust()
+			require.True(t, s.inventoryWith("edge-b", "baz2"))
+		})
+	}
+}
+
+// A server that sends no commit a branch does not reach (git's default, and some hosts') leaves
+// the restarted daemon refusing, as before, and saying what would let it repair the branch.
+func TestFailClosedRestartedRendererSaysWhatTheServerLacks(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	pushed := s.renderer.Pushed()
+	s.srv.SetRef(verify.RenderedBranch, "")
+	s.renderer = s.refs.renderer(s.keys["renderer"])
+	s.renderer.StartFrom(pushed)
+	_, err := s.renderer.Once(t.Context())
+	require.ErrorContains(t, err, "uploadpack.allowAnySHA1InWant")
+	require.ErrorContains(t, err, "push that commit back")
+	require.Empty(t, s.rendered().Head(), "nothing is rendered from less")
 }
