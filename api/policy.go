@@ -66,8 +66,12 @@ var configurationSettings = []*configurationSetting{{
 	resolve: intSetting(func(c *Configuration) *int32 { return c.Spec.Shards }, func(p *Policy) *int { return &p.Shards }, 1, 1000),
 }, {
 	field: "rollout.maxChanged", annotations: []string{AnnotationRolloutMaxChanged}, def: "all at once", broker: "Pod",
-	inSpec:  func(c *Configuration) bool { return c.Spec.Rollout != nil },
+	inSpec:  func(c *Configuration) bool { return c.Spec.Rollout != nil && c.Spec.Rollout.MaxChanged != nil },
 	resolve: resolveRollout,
+}, {
+	field: "rollout.progressDeadline", annotations: []string{AnnotationRolloutProgressDeadline}, def: "10m (Kubernetes' own)", broker: "Pod",
+	inSpec:  func(c *Configuration) bool { return c.Spec.Rollout != nil && c.Spec.Rollout.ProgressDeadline != "" },
+	resolve: resolveProgressDeadline,
 }, {
 	field: "allowedDeviceProperties", annotations: []string{AnnotationAllowedDeviceProperties},
 	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedDeviceProperties != nil },
@@ -335,6 +339,44 @@ type Policy struct {
 	// RolloutMaxChanged stages changes of the broker Deployments: "3" or "30%"; "" changes
 	// them all at once.
 	RolloutMaxChanged string `json:",omitempty"`
+	// RolloutProgressDeadline is the broker Deployments' progressDeadlineSeconds; 0 leaves
+	// Kubernetes' default (10 minutes).
+	RolloutProgressDeadline int32 `json:",omitempty"`
+}
+
+// Bounds of spec.rollout.progressDeadline.
+const (
+	MinProgressDeadline = 10 * time.Second
+	MaxProgressDeadline = 24 * time.Hour
+)
+
+// resolveProgressDeadline reads spec.rollout.progressDeadline or its annotation: a Go duration
+// of whole seconds from MinProgressDeadline to MaxProgressDeadline, for a Pod broker
+// Configuration.
+func resolveProgressDeadline(r *policyReader, s *configurationSetting) {
+	var specVal string
+	if ro := r.c.Spec.Rollout; ro != nil {
+		specVal = ro.ProgressDeadline
+	}
+	v := r.str(s, specVal)
+	if v == "" {
+		return
+	}
+	field := s.where(r.c)
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		r.add(field, "expected a duration such as 5m or 90s, got %q", v)
+		return
+	case d%time.Second != 0 || d < MinProgressDeadline || d > MaxProgressDeadline:
+		r.add(field, "expected whole seconds from %s to %s, got %q", MinProgressDeadline, MaxProgressDeadline, v)
+		return
+	}
+	if bs := r.c.Spec.BrokerSpec; bs == nil || bs.BrokerPodSpec == nil {
+		r.add(field, "a progress deadline needs spec.brokerSpec.brokerPodSpec; it is the broker Deployments' progressDeadlineSeconds")
+		return
+	}
+	r.pol.RolloutProgressDeadline = int32(d / time.Second)
 }
 
 // resolveRollout reads spec.rollout.maxChanged or its annotation: a whole number of brokers from
@@ -343,7 +385,9 @@ func resolveRollout(r *policyReader, s *configurationSetting) {
 	var specVal string
 	if ro := r.c.Spec.Rollout; ro != nil {
 		if ro.MaxChanged == nil {
-			r.add("spec.rollout.maxChanged", "required: how many brokers (3) or which share of them (\"30%\") change per render")
+			if ro.ProgressDeadline == "" {
+				r.add("spec.rollout.maxChanged", "required: how many brokers (3) or which share of them (\"30%\") change per render")
+			}
 			return
 		}
 		specVal = ro.MaxChanged.String()

@@ -13,15 +13,16 @@ import (
 // annotation on akri.sh/v0, and is in the docs' table.
 func TestConfigurationSettingsTable(t *testing.T) {
 	examples := map[string][2]string{ // field -> spec YAML value, annotation value
-		"jobPolicy.runPolicy":     {"Once", "Once"},
-		"jobPolicy.concurrency":   {"Allow", "Allow"},
-		"jobPolicy.historyLimit":  {"7", "7"},
-		"jobPolicy.runID":         {"r2", "r2"},
-		"after":                   {"first", "first"},
-		"shards":                  {"3", "3"},
-		"allowedDeviceProperties": {"[LD_PRELOAD, HTTP_PROXY]", "LD_PRELOAD, HTTP_PROXY"},
-		"allowedHostPaths":        {"[/sys/class/gpio, /run/acme]", "/sys/class/gpio, /run/acme"},
-		"rollout.maxChanged":      {`"30%"`, "30%"},
+		"jobPolicy.runPolicy":      {"Once", "Once"},
+		"jobPolicy.concurrency":    {"Allow", "Allow"},
+		"jobPolicy.historyLimit":   {"7", "7"},
+		"jobPolicy.runID":          {"r2", "r2"},
+		"after":                    {"first", "first"},
+		"shards":                   {"3", "3"},
+		"allowedDeviceProperties":  {"[LD_PRELOAD, HTTP_PROXY]", "LD_PRELOAD, HTTP_PROXY"},
+		"allowedHostPaths":         {"[/sys/class/gpio, /run/acme]", "/sys/class/gpio, /run/acme"},
+		"rollout.maxChanged":       {`"30%"`, "30%"},
+		"rollout.progressDeadline": {"5m", "5m"},
 	}
 	docs, err := os.ReadFile("../docs/FORMATS.md")
 	require.NoError(t, err)

@@ -31,6 +31,12 @@ const (
 	// once the recorder has recorded the last one Available (spec.rollout.maxChanged on
 	// gitbroker.dev/v1alpha1).
 	AnnotationRolloutMaxChanged = "gitbroker.dev/rollout-max-changed"
+	// AnnotationRolloutProgressDeadline is how long a broker Deployment may take to become
+	// Available with a change before Kubernetes reports it stalled (its
+	// progressDeadlineSeconds) and a staged rollout passes it over: a Go duration of whole
+	// seconds ("5m"); Kubernetes' 10 minutes when unset (spec.rollout.progressDeadline on
+	// gitbroker.dev/v1alpha1).
+	AnnotationRolloutProgressDeadline = "gitbroker.dev/rollout-progress-deadline"
 
 	// AnnotationOfflineGracePeriod is how long the agent keeps a device in
 	// its inventory after it stopped being discovered (a Go duration such
@@ -169,6 +175,9 @@ type BrokerSpec struct {
 type RolloutPolicy struct {
 	// MaxChanged is how many brokers, or which share of them ("30%"), change in one render.
 	MaxChanged *intstr.IntOrString `json:"maxChanged,omitempty"`
+	// ProgressDeadline is how long a broker may take to become Available with a change before
+	// a staged rollout passes it over (a Go duration; Kubernetes' 10 minutes when unset).
+	ProgressDeadline string `json:"progressDeadline,omitempty"`
 }
 
 // JobPolicy is gitbroker's lifecycle policy for Job brokers.

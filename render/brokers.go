@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -186,7 +187,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
 		pi.hashes = append(pi.hashes, ih)
-		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != ""))
+		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline))
 		pi.paths = append(pi.paths, in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml")
 	}
 	if cfg.Spec.InstanceServiceSpec != nil {
@@ -199,14 +200,17 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 // shared names the Deployment; the digest in the inputs hash differs with it too, but the key
 // does not rely on that. Whether its rollout is staged labels the Deployment without changing
 // what it runs, so it is not in the inputs hash: turning staging on or off is not a change to
-// roll out in waves.
-func deploymentKey(inputsHash string, shared, staged bool) string {
+// roll out in waves. Nor is the progress deadline, which only says how long a rollout waits.
+func deploymentKey(inputsHash string, shared, staged bool, deadline int32) string {
 	key := "deployment/" + inputsHash
 	if shared {
 		key += "/shared"
 	}
 	if staged {
 		key += "/staged"
+	}
+	if deadline > 0 {
+		key += "/deadline-" + strconv.Itoa(int(deadline))
 	}
 	return key
 }

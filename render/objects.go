@@ -208,6 +208,10 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 		own[api.LabelRollout] = api.RolloutStaged
 	}
 	replicas, history := int32(1), int32(brokerRevisionHistory)
+	var deadline *int32
+	if d := in.cfg.Policy.RolloutProgressDeadline; d > 0 {
+		deadline = &d
+	}
 	return yamlcodec.Marshal(manifest{
 		APIVersion: "apps/v1",
 		Kind:       "Deployment",
@@ -223,8 +227,9 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
 				api.LabelInstance: in.name, api.LabelTargetNode: node, api.LabelController: api.ControllerAkri,
 			}},
-			Strategy:             appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			RevisionHistoryLimit: &history,
+			Strategy:                appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			RevisionHistoryLimit:    &history,
+			ProgressDeadlineSeconds: deadline,
 			// The device the Pod serves, for whoever looks at the Pod (kubectl describe).
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{api.AnnotationDeviceID: in.deviceID}},

@@ -175,3 +175,38 @@ func TestStagedRolloutPassesOverAStuckBroker(t *testing.T) {
 	require.Len(t, brokersAt(t, apply(tree, res), "v2", false), 4, "past its progress deadline it is passed over")
 	require.Contains(t, planText(res.Plan), "staged rollout: passed over Deployment "+first[0]+" (ReplicaSet has timed out progressing.) not Available within its progress deadline")
 }
+
+// A Configuration's rollout.progressDeadline is its broker Deployments' progressDeadlineSeconds,
+// so a stuck broker is passed over after that long rather than Kubernetes' 10 minutes. Setting
+// or changing it rewrites the Deployments without changing what they run (the inputs hash), so it
+// is no change to roll out in waves.
+func TestRolloutProgressDeadline(t *testing.T) {
+	hash := func(d []byte) string {
+		s := string(d)
+		s = s[strings.Index(s, "gitbroker.dev/inputs-hash: "):]
+		return s[:strings.IndexByte(s, '\n')]
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": stagedConfig("1", "v1"),
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0", "d1", "d2")),
+	})
+	res := render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors)
+	tree = apply(tree, res)
+	hashes := map[string]string{}
+	for _, f := range filesUnder(tree, "rendered/default/cam/", "/deployment-") {
+		require.NotContains(t, string(tree[f]), "progressDeadlineSeconds", "unset, Kubernetes' default applies")
+		hashes[f] = hash(tree[f])
+	}
+	require.Len(t, hashes, 3)
+
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(stagedConfig("1", "v1"), "    gitbroker.dev/rollout-max-changed:",
+		"    gitbroker.dev/rollout-progress-deadline: 2m\n    gitbroker.dev/rollout-max-changed:", 1))
+	res = render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors)
+	tree = apply(tree, res)
+	for f, h := range hashes {
+		require.Contains(t, string(tree[f]), "progressDeadlineSeconds: 120\n", "%s: every Deployment takes the deadline in one render", f)
+		require.Equal(t, h, hash(tree[f]), "%s: what the broker runs did not change", f)
+	}
+}
