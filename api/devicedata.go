@@ -7,8 +7,15 @@ import (
 // Bounds of what a node may report: an inventory crosses a trust boundary (edge nodes are
 // exposed), and everything in it ends up in rendered manifests, plans and commit messages.
 const (
-	MaxInventorySize       = 4 << 20 // bytes of one inventory file
-	MaxDeviceIDLength      = 512     // Akri's udev ids are sysfs paths, a few hundred bytes at most
+	MaxInventorySize = 4 << 20 // bytes of one inventory file
+	// MaxInventoryEntries bounds the lines and flow-style entries ({, [ and ,) of one inventory,
+	// counted before it is parsed: a YAML parse costs about a kilobyte of memory per entry, and
+	// 4 MiB of "- {id: a}" lines took 375 MiB to parse (an agent's limit is 128Mi) and 475 MiB of
+	// the renderer's. A node with a thousand devices of a few properties each writes a tenth of it.
+	MaxInventoryEntries = 100_000
+	// MaxInventoryErrors is how many errors of one inventory are listed; the rest are counted.
+	MaxInventoryErrors     = 50
+	MaxDeviceIDLength      = 512 // Akri's udev ids are sysfs paths, a few hundred bytes at most
 	MaxPropertiesPerDevice = 64
 	MaxPropertyNameLength  = 128
 	MaxPropertyValueSize   = 8 << 10 // bytes of one property value
@@ -101,4 +108,17 @@ func (c *ParsedConfiguration) AllowsDeviceProperty(name string) bool {
 		}
 	}
 	return false
+}
+
+// yamlEntries counts the lines and flow-style entries of a YAML text: at least one per node a
+// parser makes, whatever the style, so it bounds the cost of parsing it.
+func yamlEntries(data []byte) int {
+	n := 1
+	for _, c := range data {
+		switch c {
+		case '\n', ',', '[', '{':
+			n++
+		}
+	}
+	return n
 }

@@ -28,6 +28,9 @@ func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedI
 	if len(data) > MaxInventorySize {
 		return nil, ErrorList{{File: file, Line: 1, Message: fmt.Sprintf("inventory is %d bytes, above the limit of %d", len(data), MaxInventorySize)}}
 	}
+	if n := yamlEntries(data); n > MaxInventoryEntries {
+		return nil, ErrorList{{File: file, Line: 1, Message: fmt.Sprintf("inventory has %d lines and flow entries, above the limit of %d", n, MaxInventoryEntries)}}
+	}
 	docs, err := SplitDocuments(file, data)
 	if err != nil {
 		return nil, ErrorList{err.(*FieldError)}
@@ -49,7 +52,14 @@ func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedI
 		return nil, errs
 	}
 	var errs ErrorList
-	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+	more := 0
+	add := func(field, format string, args ...any) {
+		if len(errs) == MaxInventoryErrors {
+			more++
+			return
+		}
+		errs = append(errs, d.Errorf(field, format, args...))
+	}
 	node := NodeFromInventoryPath(file)
 	switch {
 	case inv.Name == "":
@@ -125,6 +135,9 @@ func ParseInventory(file string, data []byte, defaultNamespace string) (*ParsedI
 	}
 	if len(errs) > 0 {
 		errs.Sort()
+		if more > 0 {
+			errs = append(errs, &FieldError{File: file, Message: fmt.Sprintf("and %d more errors", more)})
+		}
 		return nil, errs
 	}
 	return &ParsedInventory{NodeInventory: &inv, Doc: d}, nil

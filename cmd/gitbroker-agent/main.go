@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 	// Public roots for HTTPS remotes where the system has none: the images are built on an
 	// empty base.
@@ -22,6 +23,9 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func main() {
+	// GOMEMLIMIT at 90% of the container's memory limit (deploy/ gives each writer one), so the
+	// garbage collector works harder before the kernel kills the process; none without a limit.
+	_, _ = memlimit.Set()
 	os.Exit(runRoot(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

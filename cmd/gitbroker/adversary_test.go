@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,6 +59,15 @@ type adversary struct {
 	history map[string]string
 	// collide is a device id whose Akri digest is that of the victim's shared camera.
 	camera, collide string
+	// zeros is a blob of 62 MB of zeros on the server (a few hundred KB there), made once.
+	zeros string
+	bombs int
+	// limits are deploy/'s memory limits of the renderer and the agent; peaks the most each
+	// real binary used.
+	limits, peaks   map[string]int64
+	renderedKeyFile string
+	// victimJob is in the path of every run of the victim's finished firmware Job.
+	victimJob string
 }
 
 func playAdversary(t *testing.T, seed uint64, steps int) {
@@ -65,6 +77,11 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowAnySHA1InWant", "true")
 	a := &adversary{signedLoop: s, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 	a.camera, a.collide = collidingIDs()
+	a.limits = map[string]int64{
+		"renderer": deployMemoryLimit(t, "../../deploy/renderer/deployment.yaml"),
+		"agent":    deployMemoryLimit(t, "../../deploy/agent/daemonset.yaml"),
+	}
+	a.peaks = map[string]int64{}
 	defer func() {
 		if t.Failed() {
 			t.Logf("replay with GITBROKER_ADVERSARY_SEED=%d GITBROKER_ADVERSARY_STEPS=%d; the steps played:\n  %s", seed, steps, strings.Join(a.played, "\n  "))
@@ -79,6 +96,7 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	require.Len(t, s.apply(), 1)
 	job := strings.TrimSuffix(s.jobs(render.RenderedDir, "plc-firmware")[0], ".yaml")
 	s.finish("plant", job, true)
+	a.victimJob = "/job-" + job[:len("plc-firmware-")+6] + "-" // its instance's: any run of it
 	s.renderTrust()
 	require.Len(t, s.jobs("history/", "plc-firmware"), 1, "the finished Job is in history")
 	a.snapshot()
@@ -101,6 +119,8 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"move gitbroker/rendered back", a.rollbackRendered},
 		{"restart a writer", a.restart},
 		{"move gitbroker/rendered while the renderer restarts", a.moveAndRestart},
+		{"push a blob of zeros or a dense inventory just under the limits", a.bomb},
+		{"run a writer's real binary once, measuring its memory", a.realBinary},
 	}
 	for i := range steps {
 		act := actions[a.rng.IntN(len(actions))]
@@ -128,6 +148,10 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		landed = strings.Contains(s.brokersText(), "sensor-b2")
 	}
 	require.True(t, landed, "edge-b's change did not land within 3 cycles after the attacker stopped")
+	t.Logf("played:\n  %s", strings.Join(a.played, "\n  "))
+	for who, peak := range a.peaks {
+		t.Logf("%s's real binary: peak RSS %d MiB (deploy/ limit %d MiB)", who, peak>>20, a.limits[who]>>20)
+	}
 }
 
 // collidingIDs finds two device ids whose 3-byte Akri digests (as shared devices) are one.
@@ -186,7 +210,7 @@ func (a *adversary) check(step string, out renderer.Outcome) {
 	require.NotContains(t, a.renderedFile(api.InventoryPath("edge-b")), "evil", "%s: a forged inventory of edge-b was rendered", step)
 	require.Contains(t, a.renderedFile(api.InventoryPath("edge-b")), "sensor-b", "%s: edge-b's inventory", step)
 	for _, p := range a.rendered().Files() {
-		if strings.Contains(p, "/job-plc-firmware-") && strings.HasPrefix(p, render.RenderedDir) {
+		if strings.Contains(p, a.victimJob) && strings.HasPrefix(p, render.RenderedDir) {
 			t.Fatalf("%s: the finished firmware Job runs again: %s", step, p)
 		}
 	}
@@ -290,6 +314,93 @@ func (a *adversary) rollbackRendered() string {
 	c := commits[1+a.rng.IntN(len(commits)-1)].Hash
 	a.srv.SetRef(verify.RenderedBranch, c)
 	return short(c)
+}
+
+// bomb pushes, unsigned, a commit holding a 62 MB blob of zeros (under every per-file limit, a
+// few hundred KB on the wire) onto a ref a writer reads: its own, a node ref of no node, the
+// publication or the recorder's. What each writer fetches is bounded in total below its
+// process's memory (realBinary measures it).
+func (a *adversary) bomb() string {
+	if a.zeros == "" {
+		cmd := exec.Command("git", "hash-object", "-w", "--stdin")
+		cmd.Dir, cmd.Stdin = a.srv.Bare(), io.LimitReader(zeroReader{}, 62<<20)
+		out, err := cmd.Output()
+		require.NoError(a.t, err)
+		a.zeros = strings.TrimSpace(string(out))
+	}
+	a.bombs++
+	if a.rng.IntN(3) == 0 {
+		// The densest YAML under the inventory's size limit, signed as edge-a's own.
+		a.push("node:edge-a", verify.InventoryBranch("edge-a"), map[string][]byte{api.InventoryPath("edge-a"): []byte(denseInventory("edge-a"))})
+		return "a dense inventory of edge-a"
+	}
+	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, verify.StatusBranch})
+	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", verify.StatusBranch: "status/jobs/plant/zeros.yaml"}[ref]
+	if path == "" {
+		path = api.InventoryPath(strings.TrimPrefix(ref, verify.InventoryBranch("")))
+	}
+	dir, file := "", path
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		dir, file = path[:i], path[i+1:]
+	}
+	tree := a.mktree(fmt.Sprintf("100644 blob %s\t%s\n", a.zeros, file))
+	for dir != "" {
+		name := dir
+		if i := strings.LastIndexByte(dir, '/'); i >= 0 {
+			dir, name = dir[:i], dir[i+1:]
+		} else {
+			dir = ""
+		}
+		tree = a.mktree(fmt.Sprintf("040000 tree %s\t%s\n", tree, name))
+	}
+	args := []string{"commit-tree", tree, "-m", "zeros"}
+	if head := a.srv.On(ref).Head(); head != "" {
+		args = append(args, "-p", head)
+	}
+	a.srv.SetRef(ref, strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), args...)))
+	return ref
+}
+
+func (a *adversary) mktree(entries string) string {
+	cmd := exec.Command("git", "mktree")
+	cmd.Dir, cmd.Stdin = a.srv.Bare(), strings.NewReader(entries)
+	out, err := cmd.Output()
+	require.NoError(a.t, err)
+	return strings.TrimSpace(string(out))
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// realBinary runs the real gitbroker binary once as the renderer (a one-shot render --git,
+// which may refuse) or as edge-a's agent (agent --once, whose discovery finds nothing here),
+// and checks its peak resident memory against its deploy/ limit.
+func (a *adversary) realBinary() string {
+	t := a.t
+	who := a.pick([]string{"renderer", "agent"})
+	var code int
+	var out string
+	var rss int64
+	switch who {
+	case "renderer":
+		code, out, rss = peakRSS(t, "render", "--git", a.srv.URL(), "--signing-key", a.keyFiles["renderer"])
+		require.Contains(t, []int{exitOK, exitRefused}, code, out)
+	case "agent":
+		if a.renderedKeyFile == "" {
+			a.renderedKeyFile = filepath.Join(t.TempDir(), "renderer.allowed_signers")
+			require.NoError(t, os.WriteFile(a.renderedKeyFile, []byte(a.allowed), 0o644))
+		}
+		code, out, rss = peakRSS(t, "agent", "--git", a.srv.URL(), "--node", "edge-a", "--once", "--signing-key", a.keyFiles["node:edge-a"],
+			"--renderer-key", a.renderedKeyFile, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+		require.Equal(t, exitOK, code, out)
+	}
+	require.Less(t, rss, a.limits[who], "the %s's real binary went past its deploy/ memory limit:\n%s", who, out)
+	a.peaks[who] = max(a.peaks[who], rss)
+	return fmt.Sprintf("%s, exit %d, peak RSS %d MiB", who, code, rss>>20)
 }
 
 // moveAndRestart deletes gitbroker/rendered or moves it back, and restarts the renderer before

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
@@ -452,11 +454,17 @@ func TestFailClosedDeletedRenderedBranchIsNotAFreshStart(t *testing.T) {
 // resident memory: the high-water mark of its own address space (VmHWM), read while it runs.
 // (getrusage's maxrss would not do: Linux carries the parent's high-water mark across fork and
 // exec, so a child of this test would report the test's.)
+// The process runs as deploy/ runs it: with GOMEMLIMIT at 90% of its container's memory limit,
+// which the binaries set themselves from their cgroup (automemlimit), for "render" the renderer's
+// and for "agent" the agent's.
 func peakRSS(t *testing.T, args ...string) (int, string, int64) {
 	t.Helper()
 	var out syncBuffer
 	cmd := exec.Command(binary(t), args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if w, ok := map[string]string{"render": "../../deploy/renderer/deployment.yaml", "agent": "../../deploy/agent/daemonset.yaml"}[args[0]]; ok {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", deployMemoryLimit(t, w)/10*9))
+	}
 	require.NoError(t, cmd.Start())
 	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 	var peak int64
@@ -487,6 +495,24 @@ func peakRSS(t *testing.T, args ...string) (int, string, int64) {
 	}
 	require.Positive(t, peak, "the process's memory was never read")
 	return cmd.ProcessState.ExitCode(), out.String(), peak
+}
+
+// deployMemoryLimit reads the memory limit of the one container of a deploy/ workload.
+func deployMemoryLimit(t *testing.T, path string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var w struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &w))
+	containers := w.Spec.Template.Spec.Containers
+	require.Len(t, containers, 1, path)
+	limit := containers[0].Resources.Limits.Memory()
+	require.False(t, limit.IsZero(), "%s sets no memory limit", path)
+	return limit.Value()
 }
 
 // Finding 2, measured on the real binaries: nine refs under gitbroker/inventory/ holding a
@@ -583,4 +609,48 @@ func TestFailClosedRestartedRendererSaysWhatTheServerLacks(t *testing.T) {
 	require.ErrorContains(t, err, "uploadpack.allowAnySHA1InWant")
 	require.ErrorContains(t, err, "push that commit back")
 	require.Empty(t, s.rendered().Head(), "nothing is rendered from less")
+}
+
+// denseInventory is a NodeInventory of node just under api.MaxInventorySize made of one-line
+// flow-style devices: the most YAML nodes a file of that size can hold.
+func denseInventory(node string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: " + node + "\nspec:\n  configurations:\n  - name: akri-debug-echo\n    devices:\n")
+	for i := 0; b.Len() < api.MaxInventorySize-100; i++ {
+		b.WriteString("    - {id: a}\n")
+	}
+	return b.String()
+}
+
+// Found by the adversary's real binaries: an inventory under the size limit but made of 300,000
+// one-line devices took 375 MiB to parse; edge-a's agent reading its own ref (signed with its
+// key) went to 524 MiB against its 128Mi limit, so it would be OOM-killed on every start, and
+// the renderer from 55 to 475 MiB, listing 300,000 errors. An inventory's lines and flow entries
+// are now counted before it is parsed, and its errors listed up to a bound.
+func TestFailClosedDenseInventoryIsRefusedBeforeItIsParsed(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	code, out, baseline := peakRSS(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	require.Contains(t, []int{exitOK, exitRefused}, code, out)
+
+	s.forge("node:edge-a", verify.InventoryBranch("edge-a"), map[string][]byte{api.InventoryPath("edge-a"): []byte(denseInventory("edge-a"))})
+	code, out, rss := peakRSS(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
+	t.Logf("renderer: exit %d, peak RSS %d MiB, %d MiB before the inventory", code, rss>>20, baseline>>20)
+	head := out[:min(len(out), 2000)]
+	require.True(t, strings.Contains(out, "inventory/edge-a.yaml:1: inventory has"), "the inventory is refused before it is parsed:\n%s", head)
+	require.Less(t, strings.Count(out, "\n"), 200, "the errors of one inventory are bounded:\n%s", head)
+	require.Less(t, rss-baseline, int64(128<<20), "one node's inventory costs the renderer at most what an agent may use in all")
+
+	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
+	code, out, rss = peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
+	require.Equal(t, exitOK, code, out)
+	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi) and writes its inventory again")
+	inv, _ := s.srv.On(verify.InventoryBranch("edge-a")).File(api.InventoryPath("edge-a"))
+	require.NotContains(t, inv, "{id: a}", "the agent wrote what it discovers over the planted inventory")
 }
