@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/internal/yamlcodec"
@@ -298,9 +299,23 @@ func (j builtJob) bytes(sourceCommit string) ([]byte, *objectHead) {
 	return yamlcodec.Marshal(m), jobHead(m)
 }
 
+// buildService writes a Service from a Configuration's spec as Akri's controller does: the
+// selector the user gave, with gitbroker's (Akri's) labels added over it, and a port's missing
+// targetPort as the API server defaults it (the port itself), so that what is applied is what
+// the server keeps and no reconcile sees a difference.
 func buildService(cfg *api.ParsedConfiguration, spec *corev1.ServiceSpec, name string, labels, selector map[string]string, inputsHash string) []byte {
 	s := spec.DeepCopy()
-	s.Selector = selector
+	merged := maps.Clone(s.Selector)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, selector)
+	s.Selector = merged
+	for i := range s.Ports {
+		if p := &s.Ports[i]; p.TargetPort == (intstr.IntOrString{}) {
+			p.TargetPort = intstr.FromInt32(p.Port)
+		}
+	}
 	return yamlcodec.Marshal(manifest{
 		APIVersion: "v1",
 		Kind:       "Service",

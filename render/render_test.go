@@ -538,3 +538,32 @@ func TestKubectlListRenders(t *testing.T) {
 	require.Len(t, brokers, 1)
 	require.Equal(t, string(fromFile.Files[brokers[0]]), string(fromList.Files[brokers[0]]), "the server's fields change nothing")
 }
+
+// A Service keeps the selector the Configuration gives, with Akri's labels added over it, as
+// Akri's controller merges them; a port without targetPort gets the port, as the API server
+// defaults it, so the applied object is the one the server keeps (not targetPort: 0).
+func TestServiceSelectorMergedAndTargetPortDefaulted(t *testing.T) {
+	cfg := strings.Replace(podConfig, "  instanceServiceSpec:\n    ports:\n    - name: grpc\n      port: 80\n      targetPort: 8083\n",
+		"  instanceServiceSpec:\n    selector: {tier: edge, controller: someone-else}\n    ports:\n    - name: grpc\n      port: 80\n  configurationServiceSpec:\n    ports:\n    - {name: http, port: 8080}\n", 1)
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": cfg,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
+	})
+	res := render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors)
+	tree = apply(tree, res)
+	inst := filesUnder(tree, "rendered/default/cam/", "/service-cam-")
+	require.Len(t, inst, 2)
+	for _, f := range inst {
+		svc := string(tree[f])
+		require.NotContains(t, svc, "targetPort: 0", f)
+		if strings.Contains(f, "-svc.yaml") && !strings.HasSuffix(f, "/service-cam-svc.yaml") {
+			require.Contains(t, svc, "  selector:\n    akri.sh/instance: ", f)
+			require.Contains(t, svc, "    controller: akri.sh\n    tier: edge\n", f)
+			require.Contains(t, svc, "    targetPort: 80\n", f)
+		} else {
+			require.Contains(t, svc, "  selector:\n    akri.sh/configuration: cam\n    controller: akri.sh\n", f)
+			require.Contains(t, svc, "    targetPort: 8080\n", f)
+		}
+	}
+}
