@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -565,5 +567,28 @@ func TestServiceSelectorMergedAndTargetPortDefaulted(t *testing.T) {
 			require.Contains(t, svc, "  selector:\n    akri.sh/configuration: cam\n    controller: akri.sh\n", f)
 			require.Contains(t, svc, "    targetPort: 8080\n", f)
 		}
+	}
+}
+
+// An Akri user's Configurations as `kubectl get akric -A -o yaml` prints them (a List with the
+// fields the API server sets) render as Akri's controller would run them: a broker per device,
+// named by Akri's instance names.
+func TestKubectlListOfAkriConfigurationsRenders(t *testing.T) {
+	tree := repo(map[string]string{
+		"configurations/from-akri.yaml": fixtures.KubectlAkric,
+		"inventory/edge-a.yaml": inventory("edge-a", entry("akri-debug-echo", "shared:foo0"),
+			entry("akri-udev", "/sys/devices/platform/video0")),
+	})
+	res := render.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors)
+	tree = apply(tree, res)
+	echo := filesUnder(tree, "rendered/default/akri-debug-echo/", "/deployment-")
+	require.Len(t, echo, 1)
+	require.Contains(t, string(tree[echo[0]]), "akri.sh/instance: akri-debug-echo-"+api.AkriDigest(api.DeviceKey{ID: "foo0", Shared: true}, 3))
+	udev := filesUnder(tree, "rendered/default/akri-udev/", "/deployment-")
+	require.Len(t, udev, 1)
+	for _, f := range append(echo, udev...) {
+		require.NotContains(t, string(tree[f]), "resourceVersion", f)
+		require.NotContains(t, string(tree[f]), "last-applied-configuration", f)
 	}
 }
