@@ -67,10 +67,10 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 	t.Cleanup(func() {
 		_ = kubectl(dir, append([]string{"-n", systemNamespace, "delete", "--ignore-not-found"}, made...)...)
 	})
-	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")                              // step 2
-	deploying(t, dir, "kubectl -n gitbroker-system create configmap gitbroker-renderer-key") // step 3
-	deploying(t, dir, "create secret generic gitbroker-$w-git")                              // step 4
-	deploying(t, dir, "create secret generic gitbroker-notify")                              // step 4
+	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")   // step 2
+	deploying(t, dir, `--from-literal=allowed_signers="renderer`) // step 3
+	deploying(t, dir, "create secret generic gitbroker-$w-git")   // step 4
+	deploying(t, dir, "create secret generic gitbroker-notify")   // step 4
 	port, err := freePort()
 	require.NoError(t, err)
 	d := &deployed{objs: build(t, filepath.Join(dir, "deploy")), dir: dir, webhook: "127.0.0.1:" + strconv.Itoa(port)}
@@ -91,7 +91,8 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 }
 
 // deploying runs the one shell block of docs/DEPLOYING.md that contains marker, as written, in
-// dir, with the API server's kubectl on PATH.
+// dir, with the API server's kubectl on PATH and the folders the steps name (GITBROKER, FLEET
+// and KEYS) all dir.
 func deploying(t *testing.T, dir, marker string) {
 	t.Helper()
 	doc, err := os.ReadFile("../docs/DEPLOYING.md")
@@ -107,7 +108,8 @@ func deploying(t *testing.T, dir, marker string) {
 	require.Len(t, found, 1, "DEPLOYING.md's shell blocks with %q", marker)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", found[0])
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("GITBROKER_E2E_BIN")+":"+os.Getenv("PATH"), "KUBECONFIG="+cluster.Kubeconfig)
+	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("GITBROKER_E2E_BIN")+":"+os.Getenv("PATH"), "KUBECONFIG="+cluster.Kubeconfig,
+		"GITBROKER="+dir, "FLEET="+dir, "KEYS="+dir)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "DEPLOYING.md's step failed:\n%s\n%s", found[0], out)
 	t.Logf("DEPLOYING.md:\n%s%s", found[0], out)

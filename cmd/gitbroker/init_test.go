@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -33,6 +35,19 @@ func TestInitWithFluxAndArgoCD(t *testing.T) {
 	// The new repository is consistent from its first commit.
 	code, _, stderr = gitbroker(t, "check", "--dir", dir)
 	require.Equal(t, exitOK, code, stderr)
+
+	// The keys and tokens DEPLOYING.md makes are ignored by git if they land here; what a
+	// person commits (the public halves, the trust files) is not.
+	require.Contains(t, out, "wrote .gitignore")
+	gitsynctest.Git(t, dir, "init", "--quiet")
+	for _, p := range []string{"renderer-signing-key", "fleet-ca", "agent-token", "agent-deploy-key", "nudge-secret", "flux-receiver-token", ".gitbroker-bin/gitbroker"} {
+		gitsynctest.Git(t, dir, "check-ignore", "--quiet", p)
+	}
+	for _, p := range []string{"renderer-signing-key.pub", "fleet-ca.pub", ".gitbroker/allowed_signers", "configurations/akri-debug-echo.yaml"} {
+		cmd := exec.Command("git", "check-ignore", "--quiet", p)
+		cmd.Dir = dir
+		require.Error(t, cmd.Run(), "%s is ignored", p)
+	}
 
 	settings, err := os.ReadFile(filepath.Join(dir, "gitbroker.yaml"))
 	require.NoError(t, err)
