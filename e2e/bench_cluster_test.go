@@ -476,6 +476,30 @@ func (cb *clusterBench) churn() {
 	cb.cpu.mark()
 	mark := logLineCount(b, cluster.Process("kustomize-controller").Log)
 	var instances, configs []string
+	// When each device's Pod is first seen Running, from a watch of the fleet's Pods.
+	runningAt := map[string]time.Time{}
+	var mu sync.Mutex
+	// From the list's resource version, so the watch does not begin with every existing Pod.
+	now, err := cluster.Client.CoreV1().Pods(fleetNS).List(cb.ctx, metav1.ListOptions{Limit: 1})
+	require.NoError(b, err)
+	watch, err := cluster.Client.CoreV1().Pods(fleetNS).Watch(cb.ctx, metav1.ListOptions{LabelSelector: api.LabelInstance, ResourceVersion: now.ResourceVersion})
+	require.NoError(b, err)
+	defer watch.Stop()
+	go func() {
+		for ev := range watch.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			if inst := p.Labels[api.LabelInstance]; runningAt[inst].IsZero() {
+				runningAt[inst] = now
+			}
+			mu.Unlock()
+		}
+	}()
+	changedAt := map[string]time.Time{}
 	churnStart := time.Now()
 	var last time.Time
 	for i := 0; time.Since(churnStart) < time.Minute; i++ {
@@ -486,6 +510,7 @@ func (cb *clusterBench) churn() {
 		cb.srv.On(verify.InventoryBranch(node)).Commit(map[string]string{api.InventoryPath(node): inv}, nil, "inventory: "+node)
 		cb.inventories[node] = inv
 		instances = append(instances, instance(cfg, id, node))
+		changedAt[instances[len(instances)-1]] = last
 		configs = append(configs, cfg)
 		time.Sleep(time.Until(churnStart.Add(time.Duration(i+1) * 2 * time.Second)))
 	}
@@ -504,6 +529,20 @@ func (cb *clusterBench) churn() {
 		return running == len(instances), fmt.Sprintf("%d of %d running", running, len(instances))
 	})
 	caughtUp := time.Since(last)
+	// Each device's Pod against its own change (the watch saw every one Running).
+	var each []time.Duration
+	require.Eventually(b, func() bool { mu.Lock(); defer mu.Unlock(); return len(runningAt) >= len(instances) }, time.Minute, 100*time.Millisecond)
+	mu.Lock()
+	for _, inst := range instances {
+		at, ok := runningAt[inst]
+		require.True(b, ok, "the watch never saw %s's Pod Running", inst)
+		each = append(each, at.Sub(changedAt[inst]))
+	}
+	mu.Unlock()
+	slices.Sort(each)
+	b.Logf("churn: each device's Pod Running after its change: p50 %s, worst %s", each[len(each)/2].Round(time.Millisecond), each[len(each)-1].Round(time.Millisecond))
+	b.ReportMetric(each[len(each)/2].Seconds(), "churn-p50-s")
+	b.ReportMetric(each[len(each)-1].Seconds(), "churn-worst-s")
 	waitSourcesAppliedWithin(b, cb.srv, fluxNS, 20*time.Minute)
 	time.Sleep(2 * time.Second)
 	churnCPU := cb.cpu.since()
@@ -662,10 +701,11 @@ func applyWith(t testing.TB, objs []*unstructured.Unstructured, ns string, worke
 	}
 }
 
-// waitScheduled waits until every Deployment in ns has its Pod and no Pod in ns is waiting for a
+// waitScheduled waits until every Deployment in ns is Available and no Pod in ns is waiting for a
 // node, so the next phase does not share the cores with the controllers' and the scheduler's
 // backlog (thousands of Deployments applied at once take kube-controller-manager minutes to give
-// their ReplicaSets and Pods; a device change measured before that waits behind them).
+// their ReplicaSets and Pods and record them Available; a device change measured before that
+// waits behind them).
 func waitScheduled(t testing.TB, ns string, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -682,7 +722,7 @@ func waitScheduled(t testing.TB, ns string, timeout time.Duration) {
 		require.NoError(t, err)
 		waiting := 0
 		for _, d := range deployments.Items {
-			if d.Status.ObservedGeneration < d.Generation || d.Spec.Replicas != nil && d.Status.Replicas < *d.Spec.Replicas {
+			if d.Status.ObservedGeneration < d.Generation || d.Spec.Replicas != nil && d.Status.AvailableReplicas < *d.Spec.Replicas {
 				waiting++
 			}
 		}
@@ -694,17 +734,17 @@ func waitScheduled(t testing.TB, ns string, timeout time.Duration) {
 		}
 		clear = 0
 		if now := time.Now(); now.After(next) {
-			t.Logf("%s: %d Pods in %s not scheduled, %d Deployments without their Pod", now.Sub(start).Round(time.Minute), len(pending.Items), ns, waiting)
+			t.Logf("%s: %d Pods in %s not scheduled, %d Deployments not Available", now.Sub(start).Round(time.Minute), len(pending.Items), ns, waiting)
 			next = next.Add(time.Minute)
 		}
 		if err := cluster.checkAlive(); err != nil {
 			t.Fatalf("scheduling: %v", err)
 		}
 		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for every Pod in %s to be on a node: %d not scheduled, %d Deployments without their Pod", timeout, ns, len(pending.Items), waiting)
+			t.Fatalf("timed out after %s waiting for every Pod in %s to be on a node: %d not scheduled, %d Deployments not Available", timeout, ns, len(pending.Items), waiting)
 		}
 	}
-	t.Logf("every Deployment in %s has its Pod and every Pod is scheduled %s later", ns, time.Since(start).Round(time.Second))
+	t.Logf("every Deployment in %s Available and every Pod scheduled %s later", ns, time.Since(start).Round(time.Second))
 }
 
 // waitRollout waits until every Kustomization of Flux namespace ns has applied its source's head,
