@@ -592,3 +592,35 @@ func TestKubectlListOfAkriConfigurationsRenders(t *testing.T) {
 		require.NotContains(t, string(tree[f]), "last-applied-configuration", f)
 	}
 }
+
+// WriterTip finds each writer's tip in the metadata the render writes as a parse of the whole
+// file does (a hash of digits only comes quoted), without parsing it: a dense file of the same
+// size finds nothing and costs no parse.
+func TestWriterTipReadsTheMetadataAsItIsWritten(t *testing.T) {
+	writers := map[string]string{
+		"gitbroker/inventory/edge-a": "0123456789abcdef0123456789abcdef01234567",
+		"gitbroker/inventory/edge-b": "1234567890123456789012345678901234567890",
+		"gitbroker/status":           "fedcba9876543210fedcba9876543210fedcba98",
+	}
+	for i := range 500 {
+		writers[fmt.Sprintf("gitbroker/inventory/node-%03d", i)] = fmt.Sprintf("%040x", i+1)
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
+	})
+	res := render.Render(render.Request{Files: tree, Writers: writers})
+	require.Empty(t, res.Errors)
+	meta := res.Files[render.MetadataPath]
+	require.Contains(t, string(meta), "gitbroker/inventory/edge-b: \"1234567890123456789012345678901234567890\"", "a hash of digits is quoted")
+	parsed := render.ParseMetadata(meta).Writers
+	require.Len(t, parsed, len(writers))
+	for ref, tip := range writers {
+		require.Equal(t, tip, parsed[ref], ref)
+		require.Equal(t, tip, render.WriterTip(meta, ref), ref)
+	}
+	require.Empty(t, render.WriterTip(meta, "gitbroker/inventory/edge-c"))
+	require.Empty(t, render.WriterTip(meta, "gitbroker/inventory"))
+	dense := []byte("writers:\n" + strings.Repeat("  - {a: b}\n", 500_000))
+	require.Empty(t, render.WriterTip(dense, "gitbroker/status"))
+}

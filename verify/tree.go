@@ -75,6 +75,6 @@ func AcceptedTip(rendered interface {
 		if err != nil {
 			return "", err
 		}
-		return render.ParseMetadata(data).Writers[ref], nil
+		return render.WriterTip(data, ref), nil
 	}
 }

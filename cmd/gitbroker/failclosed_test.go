@@ -654,3 +654,25 @@ func TestFailClosedDenseInventoryIsRefusedBeforeItIsParsed(t *testing.T) {
 	inv, _ := s.srv.On(verify.InventoryBranch("edge-a")).File(api.InventoryPath("edge-a"))
 	require.NotContains(t, inv, "{id: a}", "the agent wrote what it discovers over the planted inventory")
 }
+
+// Found by e2e's TestRecorderStaysInsideItsMemoryLimit: a writer that starts with its ref gone
+// reads the tip the renderer accepted from the render metadata on gitbroker/rendered, a branch
+// anyone may push to, and parsed the whole file: 6 MiB of dense YAML there took the recorder to
+// 531 MiB (limit 256Mi). Writers now find their one line without parsing the file; an agent
+// restarted under such a head stays inside its limit.
+func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	s.discover()
+	s.renderTrust()
+	dense := "writers:\n" + strings.Repeat("  - {a: b}\n", (6<<20)/11)
+	s.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: dense}, nil, "dense metadata")
+	s.srv.SetRef(verify.InventoryBranch("edge-a"), "")
+	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
+	code, out, rss := peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
+	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
+	require.Equal(t, exitOK, code, out)
+	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi)")
+}
