@@ -5,20 +5,17 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/internal/procmem"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -46,7 +43,8 @@ func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
 	}, nil, "bombs on the recorder's ref")
 	srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: dense.String(), "rendered/zeros.yaml": zeros}, nil, "bombs on the rendered branch")
 
-	limit := deployMemoryLimit(t, "../deploy/recorder/deployment.yaml")
+	limit, err := procmem.DeployLimit("../deploy/recorder/deployment.yaml")
+	require.NoError(t, err)
 	p := startGitbrokerEnv(t, "recorder-bombs", "recorder started", []string{fmt.Sprintf("GOMEMLIMIT=%d", limit/10*9)},
 		"record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig, "--signing-key", key, "--batch", "200ms", "--node-loss-grace", "1s",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
@@ -61,42 +59,8 @@ func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
 	})
 	done, exitErr := p.Exited()
 	require.False(t, done, "the recorder exited: %v; see %s", exitErr, p.Log)
-	peak := highWaterMark(t, p.cmd.Process.Pid)
+	peak, err := procmem.Peak(p.cmd.Process.Pid)
+	require.NoError(t, err)
 	t.Logf("recorder: peak RSS %d MiB (deploy/ limit %d MiB)", peak>>20, limit>>20)
 	require.Less(t, peak, limit, "the recorder stays inside its deploy/ memory limit")
-}
-
-// highWaterMark is a running process's peak resident memory (VmHWM): its own address space's,
-// not what getrusage reports for a child (Linux carries the parent's high-water mark into it).
-func highWaterMark(t *testing.T, pid int) int64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			require.NoError(t, err)
-			return kib << 10
-		}
-	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
-}
-
-// deployMemoryLimit reads the memory limit of the one container of a deploy/ workload.
-func deployMemoryLimit(t *testing.T, path string) int64 {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var w struct {
-		Spec struct {
-			Template corev1.PodTemplateSpec `json:"template"`
-		} `json:"spec"`
-	}
-	require.NoError(t, yaml.Unmarshal(data, &w))
-	containers := w.Spec.Template.Spec.Containers
-	require.Len(t, containers, 1, path)
-	limit := containers[0].Resources.Limits.Memory()
-	require.False(t, limit.IsZero(), "%s sets no memory limit", path)
-	return limit.Value()
 }

@@ -7,7 +7,6 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,14 +14,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/internal/procmem"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -466,18 +464,10 @@ func peakRSS(t *testing.T, args ...string) (int, string, int64) {
 		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", deployMemoryLimit(t, w)/10*9))
 	}
 	require.NoError(t, cmd.Start())
-	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 	var peak int64
 	read := func() {
-		data, err := os.ReadFile(status)
-		if err != nil {
-			return
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				peak = max(peak, kib<<10)
-			}
+		if p, err := procmem.Peak(cmd.Process.Pid); err == nil {
+			peak = max(peak, p)
 		}
 	}
 	done := make(chan struct{})
@@ -500,19 +490,9 @@ func peakRSS(t *testing.T, args ...string) (int, string, int64) {
 // deployMemoryLimit reads the memory limit of the one container of a deploy/ workload.
 func deployMemoryLimit(t *testing.T, path string) int64 {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	limit, err := procmem.DeployLimit(path)
 	require.NoError(t, err)
-	var w struct {
-		Spec struct {
-			Template corev1.PodTemplateSpec `json:"template"`
-		} `json:"spec"`
-	}
-	require.NoError(t, yaml.Unmarshal(data, &w))
-	containers := w.Spec.Template.Spec.Containers
-	require.Len(t, containers, 1, path)
-	limit := containers[0].Resources.Limits.Memory()
-	require.False(t, limit.IsZero(), "%s sets no memory limit", path)
-	return limit.Value()
+	return limit
 }
 
 // Finding 2, measured on the real binaries: nine refs under gitbroker/inventory/ holding a
