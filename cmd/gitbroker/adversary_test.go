@@ -119,7 +119,7 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"move gitbroker/rendered back", a.rollbackRendered},
 		{"restart a writer", a.restart},
 		{"move gitbroker/rendered while the renderer restarts", a.moveAndRestart},
-		{"push a blob of zeros or a dense inventory just under the limits", a.bomb},
+		{"push a blob of zeros, a dense inventory or dense render metadata just under the limits", a.bomb},
 		{"run a writer's real binary once, measuring its memory", a.realBinary},
 	}
 	for i := range steps {
@@ -329,10 +329,19 @@ func (a *adversary) bomb() string {
 		a.zeros = strings.TrimSpace(string(out))
 	}
 	a.bombs++
-	if a.rng.IntN(3) == 0 {
+	switch a.rng.IntN(4) {
+	case 0:
 		// The densest YAML under the inventory's size limit, signed as edge-a's own.
 		a.push("node:edge-a", verify.InventoryBranch("edge-a"), map[string][]byte{api.InventoryPath("edge-a"): []byte(denseInventory("edge-a"))})
 		return "a dense inventory of edge-a"
+	case 1:
+		// Dense YAML as the render metadata, which a writer restarting with its ref gone reads
+		// for its accepted tip (unsigned: the renderer commits over it at its next render).
+		if a.srv.On(verify.RenderedBranch).Head() == "" {
+			return "no gitbroker/rendered to put dense metadata on"
+		}
+		a.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: "writers:\n" + strings.Repeat("  - {a: b}\n", (6<<20)/11)}, nil, "dense metadata")
+		return "dense render metadata on gitbroker/rendered"
 	}
 	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, verify.StatusBranch})
 	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", verify.StatusBranch: "status/jobs/plant/zeros.yaml"}[ref]
