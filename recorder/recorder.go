@@ -220,7 +220,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 	loops.Go(func() { r.runStatus(ctx, "rollouts", rolloutsSynced, r.rolloutWake, r.FlushRollouts) })
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return ctx.Err()
+		return nil // stopped before the caches synced: a stop, as any other
 	}
 	r.opts.Log.Info("watching broker Jobs", "selector", Selector, "namespaces", r.opts.Namespaces)
 	var repair <-chan time.Time
