@@ -54,12 +54,14 @@ type loop struct {
 	t   *testing.T
 	srv *gitsynctest.Server
 	// keys are the writers' signing keys by principal; person signs people's commits.
-	keys     map[string]string
-	allowed  string
-	avail    map[string]string // node -> debugEcho availability file
-	renderer *gbProcess        // the replica holding the Lease
-	standby  *gbProcess
-	recorder *gbProcess
+	keys    map[string]string
+	allowed string
+	// rendererKey is the renderer's key as the agents and the recorder pin it (--renderer-key).
+	rendererKey string
+	avail       map[string]string // node -> debugEcho availability file
+	renderer    *gbProcess        // the replica holding the Lease
+	standby     *gbProcess
+	recorder    *gbProcess
 }
 
 // TestLoop runs the whole loop on the cluster: people's Configurations,
@@ -540,6 +542,7 @@ func startLoop(t *testing.T) *loop {
 	// The agents pin the renderer's key, as deploy/ does: allowed_signers names it as renderer.
 	rendererKey := filepath.Join(keys, "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(rendererKey, []byte(l.allowed), 0o644))
+	l.rendererKey = rendererKey
 
 	// Flux's objects are deploy/flux's, pointed at this server, fetching often, and verifying
 	// the renderer's signature; its applier is granted the two broker namespaces.
@@ -614,7 +617,7 @@ func (l *loop) startRecorder(t *testing.T) {
 	kubeconfig, err := cluster.ServiceAccountKubeconfig(context.Background(), fleetSystem, "gitbroker-recorder")
 	require.NoError(t, err)
 	l.recorder = startGitbroker(l.t, "recorder", "recorder started", "record",
-		"--git", l.srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms", "--signing-key", l.keys["recorder"],
+		"--git", l.srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms", "--signing-key", l.keys["recorder"], "--renderer-key", l.rendererKey,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 }
 

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +33,10 @@ func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "recorder")
 	_, _, err := trust.LoadOrCreateSigner(key, trust.PrincipalRecorder)
 	require.NoError(t, err)
+	renderer, _, err := trust.LoadOrCreateSigner(filepath.Join(t.TempDir(), "renderer"), trust.PrincipalRenderer)
+	require.NoError(t, err)
+	rendererKey := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(rendererKey, []byte(renderer.AllowedSignersLine(trust.PrincipalRenderer)+"\n"), 0o644))
 	zeros := strings.Repeat("\x00", 62<<20)
 	var dense strings.Builder
 	dense.WriteString("apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata: {name: dense, namespace: plant}\nspec:\n  pods:\n")
@@ -46,7 +51,7 @@ func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
 	limit, err := procmem.DeployLimit("../deploy/recorder/deployment.yaml")
 	require.NoError(t, err)
 	p := startGitbrokerEnv(t, "recorder-bombs", "recorder started", []string{fmt.Sprintf("GOMEMLIMIT=%d", limit/10*9)},
-		"record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig, "--signing-key", key, "--batch", "200ms", "--node-loss-grace", "1s",
+		"record", "--git", srv.URL(), "--kubeconfig", cluster.Kubeconfig, "--signing-key", key, "--renderer-key", rendererKey, "--batch", "200ms", "--node-loss-grace", "1s",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	// It reads both branches when it writes: make it record a node lost (one it saw, then gone).
 	ctx := context.Background()

@@ -43,12 +43,19 @@ type Repository struct {
 	signer      Signer
 	ownHistory  bool
 	recoverFrom func(ctx context.Context) (string, error)
+	// recheck is how often a writer that recovered reads recoverFrom again until it sees its
+	// line accepted (WithAcceptedRecheck).
+	recheck time.Duration
 	// refetching: fetch is fetching the branch afresh after it moved back past the store.
 	refetching bool
-	// accepted is recoverFrom's answer, read once by a writer that starts with nothing pushed.
+	// accepted is recoverFrom's answer, read by a writer that starts with nothing pushed.
+	// pending: the writer has not yet seen the renderer accept the line it built from that
+	// answer, and reads it again every recheck (at checked last) until it does.
 	accepted struct {
-		tip  string
-		read bool
+		tip     string
+		read    bool
+		pending bool
+		checked time.Time
 	}
 	maxFetch int64
 	maxFile  int64
@@ -204,12 +211,31 @@ const TrailerReplaces = "Gitbroker-Replaces"
 
 // WithRecoverFrom, with WithOwnHistory, tells a writer that must start a new line where to
 // find the commit of its own the renderer accepted last (the render metadata on
-// gitbroker/rendered says it; what it says need not be trusted, since the renderer takes a new
-// line only when it names exactly the tip it accepted): the new line's first commit names it in
-// TrailerReplaces. An error or "" starts the line without it, which the renderer refuses until
-// a person decides.
+// gitbroker/rendered says it, at a render commit the renderer signed): the new line's first
+// commit names it in TrailerReplaces. An error or "" starts the line without it, and a
+// stale answer (the rendered branch moved back to an older render) names a tip the renderer
+// no longer holds; it refuses either. So a writer that read it keeps reading it again
+// (WithAcceptedRecheck) until the renderer's accepted tip is on the writer's line, and starts
+// a new line naming that tip whenever it reads one it did not build from: it recovers by
+// itself once the renderer has put its branch back.
 func WithRecoverFrom(f func(ctx context.Context) (string, error)) Option {
 	return func(r *Repository) error { r.recoverFrom = f; return nil }
+}
+
+// DefaultAcceptedRecheck is how often a writer that recovered reads the accepted tip again
+// until it sees its line accepted: each read fetches the rendered branch's head once.
+const DefaultAcceptedRecheck = 2 * time.Minute
+
+// WithAcceptedRecheck sets how often a recovering writer reads WithRecoverFrom's tip again
+// (DefaultAcceptedRecheck); 0 reads it at every Update.
+func WithAcceptedRecheck(d time.Duration) Option {
+	return func(r *Repository) error {
+		if d < 0 {
+			return fmt.Errorf("negative accepted-tip recheck interval %s", d)
+		}
+		r.recheck = d
+		return nil
+	}
 }
 
 // WithResetAfterGrowth starts from an empty object store once it holds
@@ -231,6 +257,7 @@ func New(url, branch string, opts ...Option) (*Repository, error) {
 		depth:       1,
 		backoff:     DefaultBackoff,
 		resetFactor: 3,
+		recheck:     DefaultAcceptedRecheck,
 		maxFetch:    DefaultMaxFetchBytes,
 		maxFile:     DefaultMaxFileSize,
 		stall:       DefaultStallTimeout,
@@ -350,22 +377,60 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 			// Unreadable (the rendered branch too large for this writer's limits, say), the
 			// writer builds on its own commit as before: the renderer still refuses a line that
 			// does not descend from what it accepted, so nothing unverified is taken.
-			tip, err := r.recoverFrom(ctx)
-			if err != nil {
-				r.log.Info("cannot read the tip the renderer accepted last; building on the writer's own commit on the branch", "branch", r.branch.Short(), "error", r.redact.wrap(err).Error())
-			}
-			r.accepted.tip, r.accepted.read = tip, true
+			r.readAccepted(ctx, "building on the writer's own commit on the branch")
 		}
 		if a := r.accepted.tip; a != "" && a != found.Hash.String() && !r.descends(ctx, found, plumbing.NewHash(a), true) {
 			r.log.Info("the branch holds an own commit that does not descend from the one the renderer accepted last (moved back?): starting a new line that replaces it",
 				"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
 			found = nil
 		}
+	} else if pushed != nil && found != nil && r.accepted.pending && found.Hash.String() != r.accepted.tip && time.Since(r.accepted.checked) >= r.recheck {
+		found = r.recheckAccepted(ctx, found)
 	}
 	if found != nil {
 		r.pushed = found.Hash
+	} else {
+		r.pushed = plumbing.ZeroHash
 	}
 	return found, nil
+}
+
+// readAccepted reads the tip the renderer accepted last (WithRecoverFrom) and keeps it as what
+// the writer's line builds from, pending until the writer sees the renderer accept that line.
+// onErr says what the writer does when it cannot be read.
+func (r *Repository) readAccepted(ctx context.Context, onErr string) {
+	tip, err := r.recoverFrom(ctx)
+	if err != nil {
+		r.log.Info("cannot read the tip the renderer accepted last; "+onErr, "branch", r.branch.Short(), "error", r.redact.wrap(err).Error())
+	}
+	r.accepted.tip, r.accepted.read = tip, true
+	r.accepted.pending, r.accepted.checked = true, time.Now()
+}
+
+// recheckAccepted reads the accepted tip again for a writer whose line the renderer has not
+// been seen to accept, at its own newest commit found, which it pushed since it read the tip
+// it built from (until then there is nothing of its own to accept, and nothing is read). The
+// line is accepted once the tip read is a commit of the line other than the one it was built
+// from; a tip off the line means the renderer will refuse the line for good (it was built from
+// a rendered branch moved back to an older render, or unreadable then), so the writer starts a
+// new one that names the tip read now (nil is returned). An error, or the tip it was built from,
+// changes nothing: the renderer has not rendered the line yet.
+func (r *Repository) recheckAccepted(ctx context.Context, found *object.Commit) *object.Commit {
+	tip, err := r.recoverFrom(ctx)
+	r.accepted.checked = time.Now()
+	switch {
+	case err != nil:
+		r.log.Info("cannot read the tip the renderer accepted last; reading it again later", "branch", r.branch.Short(), "error", r.redact.wrap(err).Error())
+	case tip == "" || tip == r.accepted.tip:
+	case tip == found.Hash.String() || r.descends(ctx, found, plumbing.NewHash(tip), true):
+		r.accepted.pending = false
+	default:
+		r.log.Info("the renderer accepted a commit this writer's line does not build on: starting a new line that replaces it",
+			"branch", r.branch.Short(), "line", found.Hash.String(), "accepted", tip, "built from", r.accepted.tip)
+		r.accepted.tip = tip
+		return nil
+	}
+	return found
 }
 
 // Restore puts a WithOwnHistory writer's branch back on its own commit when someone else pushed
@@ -758,10 +823,11 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	}
 	if base == nil && r.ownHistory && r.recoverFrom != nil && change != nil {
 		// A new line of the writer's own: it names what it replaces.
-		if accepted, rerr := r.recoverFrom(ctx); rerr == nil && accepted != "" {
+		if !r.accepted.read {
+			r.readAccepted(ctx, "starting a new line of commits without naming the accepted one")
+		}
+		if accepted := r.accepted.tip; accepted != "" {
 			change.Trailers = append(slices.Clip(change.Trailers), Trailer{Key: TrailerReplaces, Value: accepted})
-		} else if rerr != nil {
-			r.log.Info("starting a new line of commits without naming the accepted one", "branch", r.branch.Short(), "error", r.redact.wrap(rerr).Error())
 		}
 	}
 	b := &commitBuilder{s: r.repo.Storer, signer: r.signer}

@@ -54,12 +54,16 @@ func (t *treeSnap) Files(dir string) (map[string][]byte, error) {
 
 // AcceptedTip returns what a writer that must start a new line on ref (gitsync.WithRecoverFrom)
 // reads to name the tip it replaces: the tip of ref the renderer accepted last, from the render
-// metadata at the head of the rendered branch. It is read, not verified: the renderer takes the
-// new line only when it names exactly the tip it accepted itself. It reads the whole rendered
-// branch once, only when a writer recovers.
+// metadata at the head of the rendered branch, read only when that head is a render commit the
+// pinned renderer key signed. Anyone who can push there could otherwise name any tip: a
+// writer that named one the renderer never accepted would be refused for good. A head that is
+// not the renderer's (a commit pushed on top, a person's adoption) is an error until the
+// renderer puts its branch back; the writer reads it again until it sees its line accepted
+// (gitsync.WithAcceptedRecheck), which also undoes an older render put back as the head. It
+// reads the rendered branch's head once per call, only while a writer recovers.
 func AcceptedTip(rendered interface {
 	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
-}, ref string) func(ctx context.Context) (string, error) {
+}, keys *RendererKeys, ref string) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		snap, err := rendered.Snapshot(ctx)
 		if errors.Is(err, gitsync.ErrNoBranch) {
@@ -67,6 +71,16 @@ func AcceptedTip(rendered interface {
 		}
 		if err != nil {
 			return "", err
+		}
+		c := gitsync.HeadCommit(snap)
+		if c == nil {
+			return "", fmt.Errorf("%s: no commit to read", RenderedBranch)
+		}
+		if err := keys.signed(c, time.Now()); err != nil {
+			return "", fmt.Errorf("%s: head %s is not the renderer's (%w): its render metadata is not read", RenderedBranch, short(c.Hash), err)
+		}
+		if !isRender(c, func(*gitsync.Commit) bool { return true }) {
+			return "", fmt.Errorf("%s: head %s is signed by the renderer but is not a render commit: its render metadata is not read", RenderedBranch, short(c.Hash))
 		}
 		data, err := snap.ReadFile(render.MetadataPath)
 		if errors.Is(err, fs.ErrNotExist) {

@@ -378,7 +378,7 @@ func TestAttackDeviceEnv(t *testing.T) {
 	digest := strings.ToUpper(rest[:6])
 
 	s.forgeInventory("edge-a", "        DEBUG_ECHO_DESCRIPTION: bar0\n",
-		"        DEBUG_ECHO_DESCRIPTION: bar0\n        DEBUG_ECHO_DESCRIPTION_"+digest+": forged\n        STREAM: rtsp://$(KUBERNETES_SERVICE_HOST)/x\n")
+		"        DEBUG_ECHO_DESCRIPTION: bar0\n        DEBUG_ECHO_DESCRIPTION_"+digest+": forged\n        DEBUG_ECHO_STREAM: rtsp://$(KUBERNETES_SERVICE_HOST)/x\n")
 	out := s.renderTrust()
 	require.Empty(t, out.Result.Untrusted, s.plan(out))
 	pods := s.brokersText()
@@ -393,7 +393,7 @@ func TestAttackDeviceEnv(t *testing.T) {
 	for _, name := range []string{"JAVA_OPTS", "NODE_TLS_REJECT_UNAUTHORIZED", "AWS_ENDPOINT_URL", "DOCKER_HOST", "KUBECONFIG", "ASPNETCORE_HOSTINGSTARTUPASSEMBLIES", "ERL_AFLAGS", "CATALINA_OPTS"} {
 		require.True(t, api.RefusedDeviceProperty(name), name)
 	}
-	s.forgeInventory("edge-a", "        STREAM:", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n        STREAM:")
+	s.forgeInventory("edge-a", "        DEBUG_ECHO_STREAM:", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n        DEBUG_ECHO_STREAM:")
 	out, err = s.renderer.Once(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, gitsync.ErrNoChanges)
@@ -403,7 +403,7 @@ func TestAttackDeviceEnv(t *testing.T) {
 
 	var big strings.Builder
 	for i := 0; i < 64; i++ {
-		fmt.Fprintf(&big, "        P%02d: %s\n", i, strings.Repeat("x", 8<<10-8))
+		fmt.Fprintf(&big, "        DEBUG_ECHO_P%02d: %s\n", i, strings.Repeat("x", 8<<10-8))
 	}
 	s.forgeInventory("edge-a", "        JAVA_OPTS: -javaagent:/tmp/evil.jar\n", big.String())
 	out, err = s.renderer.Once(t.Context())
@@ -575,7 +575,7 @@ func TestAttackDecompressionBomb(t *testing.T) {
 	// accepted tip, which the renderer takes.
 	s.srv.On(ref).Commit(map[string]string{api.InventoryPath("edge-b"): strings.Repeat("\x00", 80<<20)}, nil, "zeros again")
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
-	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, s.refs.acceptedTip(s.allowed, ref)...)
 	_, err = restarted.Sync(t.Context())
 	require.NoError(t, err)
 	out = s.renderTrust()
@@ -654,7 +654,7 @@ func TestAttackDeletedRefRecoversAfterARestart(t *testing.T) {
 
 	s.srv.SetRef(ref, "")
 	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0,
-		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+		s.refs.acceptedTip(s.allowed, ref)...)
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0", "baz1", "baz2")
 	_, err := restarted.Sync(t.Context())
 	require.NoError(t, err)

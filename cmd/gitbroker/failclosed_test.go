@@ -22,6 +22,7 @@ import (
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/internal/procmem"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -190,7 +191,7 @@ func TestFailClosedRollbackAndRestartDoesNotFreezeANode(t *testing.T) {
 
 	s.srv.SetRef(ref, old)
 	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0,
-		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), ref)))
+		s.refs.acceptedTip(s.allowed, ref)...)
 	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
 	_, err := restarted.Sync(t.Context())
 	require.NoError(t, err)
@@ -655,4 +656,82 @@ func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
 	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
 	require.Equal(t, exitOK, code, out)
 	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi)")
+}
+
+// A writer restarted with its ref moved back (or gone) names the tip the renderer accepted
+// last, read from the render metadata on gitbroker/rendered, which anyone who can push there
+// could write. Two ways to make it name a tip the renderer will never take again: an unsigned
+// commit on top naming the node's old commit, or the renderer's own older render put back as
+// the head. Either froze the node for good: the writer read the tip once and built on it for
+// ever. The writer now reads the metadata only at a render commit the pinned renderer key
+// signed, and reads it again until it sees its line accepted.
+func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		forge func(s *signedLoop, oldRender, ref, old, tip string)
+	}{
+		{"unsigned metadata on top", func(s *signedLoop, _, _, old, tip string) {
+			meta, ok := s.srv.On(verify.RenderedBranch).File(render.MetadataPath)
+			require.True(t, ok)
+			require.Contains(t, meta, tip)
+			s.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: strings.ReplaceAll(meta, tip, old)}, nil, "render metadata")
+		}},
+		{"older render put back", func(s *signedLoop, oldRender, _, _, _ string) {
+			s.srv.SetRef(verify.RenderedBranch, oldRender)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSignedLoop(t)
+			ref := verify.InventoryBranch("edge-b")
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+			s.discover()
+			s.renderTrust()
+			old, oldRender := s.srv.On(ref).Head(), s.srv.On(verify.RenderedBranch).Head()
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+			s.discover()
+			s.renderTrust()
+			tip := s.srv.On(ref).Head()
+			require.Contains(t, s.brokersText(), "baz1")
+
+			// The node's ref moved back to its old commit and the metadata made to agree with
+			// it, while the agent restarts.
+			s.srv.SetRef(ref, old)
+			tc.forge(s, oldRender, ref, old, tip)
+			restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, s.refs.acceptedTip(s.allowed, ref)...)
+			s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+			landed := false
+			for cycle := 0; cycle < 4 && !landed; cycle++ {
+				_, err := restarted.Sync(t.Context())
+				require.NoError(t, err)
+				out := s.renderTrust()
+				t.Logf("cycle %d: rendered %s, edge-b %s\n%s", cycle, s.srv.On(verify.RenderedBranch).Head(), s.srv.On(ref).Head(), s.plan(out))
+				landed = strings.Contains(s.brokersText(), "baz2")
+			}
+			require.True(t, landed, "the node's change lands within a few cycles once the renderer has put its branch back")
+			require.NotContains(t, s.brokersText(), "baz1")
+
+			// The node's old commit stays refused.
+			s.srv.SetRef(ref, old)
+			out := s.renderTrust()
+			s.untrusted(out, ref, "does not descend from")
+			require.Contains(t, s.brokersText(), "baz2")
+		})
+	}
+}
+
+// A signing recorder, as a signing agent, takes the renderer's key: without it, it could not
+// tell the render metadata the renderer wrote from any other, and refuses to start.
+func TestFailClosedSigningRecorderNeedsTheRendererKey(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "recorder")
+	_, _, err := trust.LoadOrCreateSigner(key, trust.PrincipalRecorder)
+	require.NoError(t, err)
+	code, _, stderr := gitbroker(t, "record", "--git", "https://git.example.org/plant/edge.git", "--signing-key", key)
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stderr, "--signing-key needs --renderer-key")
+
+	empty := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(empty, []byte("alice@example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDp8PHnNGaEBDfPjX0FqAvuLMMkcTp1Y6W6P1r9Vq5Vb\n"), 0o644))
+	code, _, stderr = gitbroker(t, "record", "--git", "https://git.example.org/plant/edge.git", "--signing-key", key, "--renderer-key", empty)
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stderr, "names no key for principal renderer")
 }

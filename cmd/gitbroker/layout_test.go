@@ -71,6 +71,15 @@ func (l layout) published(allowedSigners string) *verify.Published {
 	return &verify.Published{Repo: l.open(verify.ConfigurationsBranch), Keys: keys}
 }
 
+// acceptedTip is what a restarted writer given --renderer-key reads to name the tip of ref it
+// replaces (cli.OwnRefOptions), checked against allowedSigners, read again at every Update.
+func (l layout) acceptedTip(allowedSigners, ref string) []gitsync.Option {
+	l.t.Helper()
+	keys, err := verify.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
+	require.NoError(l.t, err)
+	return []gitsync.Option{gitsync.WithRecoverFrom(verify.AcceptedTip(l.open(verify.RenderedBranch), keys, ref)), gitsync.WithAcceptedRecheck(0)}
+}
+
 func allowingDeletions(r *renderer.Renderer) *renderer.Renderer {
 	r.AllowDeletions = true
 	return r

@@ -86,6 +86,7 @@ func kubeSecrets(cfg *rest.Config) []string {
 type recordOptions struct {
 	Git         gitsync.Options
 	Signing     cli.SigningOptions
+	RendererKey string
 	Endpoints   cli.EndpointOptions
 	Log         logger.Options
 	Kube        kubeOptions
@@ -103,6 +104,7 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(fs, "Unused: the recorder writes only "+verify.StatusBranch+" and never reads the people's branch.")
 	_ = fs.MarkDeprecated(gitsync.FlagBranch, "the recorder writes only "+verify.StatusBranch+" and never reads the people's branch; drop the flag")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the recorder's commits, as principal recorder (mounted from the recorder's own Secret).")
+	fs.StringVar(&o.RendererKey, cli.FlagRendererKey, "", "The renderer's public key, pinned, as the agents take it (allowed_signers line of principal renderer, or its armored OpenPGP public key). Required with --signing-key: should "+verify.StatusBranch+" be deleted or moved back, the recorder's new line names the commit the renderer accepted last, read only from a render commit this key signed.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
@@ -168,7 +170,15 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	limits := gitsync.WithLimits(gitsync.RecorderMaxFetchBytes, gitsync.RecorderMaxFileSize)
 	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch(), limits)
 	if len(signing) > 0 {
-		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
+		if o.RendererKey == "" {
+			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a render commit the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
+				cli.FlagSigningKey, cli.FlagRendererKey)
+		}
+		keys, err := cli.LoadRendererKeys(o.RendererKey)
+		if err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, keys, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
 	}
 	repo, err := own.Open(opts...)
 	if err != nil {

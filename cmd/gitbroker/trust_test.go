@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,15 +90,16 @@ func newSignedLoop(t *testing.T) *signedLoop {
 // key, keeping to its own history, and naming the tip the renderer accepted should it start a
 // new line.
 func (s *signedLoop) startRecorder() {
-	rec, err := recorder.New(recorder.Options{Client: s.client, Store: s.refs.recorder(gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory(),
-		gitsync.WithRecoverFrom(verify.AcceptedTip(s.refs.open(verify.RenderedBranch), verify.StatusBranch))),
+	rec, err := recorder.New(recorder.Options{Client: s.client, Store: s.refs.recorder(append([]gitsync.Option{gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()},
+		s.refs.acceptedTip(s.allowed, verify.StatusBranch)...)...),
 		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: -1, Log: logr.Discard()})
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rec.Run(ctx) }()
 	s.rec = rec
-	s.stopRecorder = func() { cancel(); require.NoError(s.t, <-done) }
+	var once sync.Once
+	s.stopRecorder = func() { once.Do(func() { cancel(); require.NoError(s.t, <-done) }) }
 }
 
 // as returns a writer holding principal's key and the shared credential, writing branch.

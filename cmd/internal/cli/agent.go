@@ -137,15 +137,7 @@ func (s *unverifiedSource) Snapshot(ctx context.Context) (gitsync.Snapshot, erro
 
 // published opens the renderer's publication of the Configurations it verified, in the
 // repository the agent writes to, checked against the pinned --renderer-key.
-func (o *agentOptions) published(own gitsync.Options, read ...gitsync.Option) (*verify.Published, error) {
-	data, err := os.ReadFile(o.RendererKey)
-	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
-	}
-	keys, err := verify.ParseRendererKeys(o.RendererKey, data)
-	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
-	}
+func (o *agentOptions) published(own gitsync.Options, keys *verify.RendererKeys, read ...gitsync.Option) (*verify.Published, error) {
 	own.Branch = verify.ConfigurationsBranch
 	repo, err := own.Open(read...)
 	if err != nil {
@@ -235,6 +227,12 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return Exitf(ExitInvalid, "--%s needs --%s: an agent that signs reads its Configurations only from the renderer's signed %s, checked against the renderer's pinned public key (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
 				FlagSigningKey, FlagRendererKey, verify.ConfigurationsBranch)
 		}
+		var keys *verify.RendererKeys
+		if o.RendererKey != "" {
+			if keys, err = LoadRendererKeys(o.RendererKey); err != nil {
+				return Exitf(ExitInvalid, "%v", err)
+			}
+		}
 		enrolment = &agent.Enrolment{Signer: signer}
 		opts := append(signing, gitsync.WithLogger(log), gitsync.WithLimits(gitsync.AgentMaxFetchBytes, gitsync.AgentMaxFileSize))
 		if o.Once {
@@ -254,7 +252,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		own.Branch = verify.InventoryBranch(o.Node)
 		ownOpts := append(opts, gitsync.WithCreateBranch())
 		if len(signing) > 0 {
-			ownOpts = append(ownOpts, OwnRefOptions(o.Git, verify.InventoryBranch(o.Node), opts...)...)
+			ownOpts = append(ownOpts, OwnRefOptions(o.Git, verify.InventoryBranch(o.Node), keys, opts...)...)
 		}
 		repo, err := own.Open(ownOpts...)
 		if err != nil {
@@ -263,7 +261,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		store, source = repo, src
 		where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
 		if o.RendererKey != "" {
-			pub, err := o.published(own, opts...)
+			pub, err := o.published(own, keys, opts...)
 			if err != nil {
 				return Exitf(ExitInvalid, "%v", err)
 			}

@@ -101,21 +101,35 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 
 // OwnRefOptions are the gitsync options of a writer that signs its own ref (the agent, the
 // recorder): it reads and builds only on what it signed itself (gitsync.WithOwnHistory), so a
-// commit someone else pushed there is dropped, never signed; and should its ref be gone when it
-// starts, its new line names the tip of ref the renderer accepted, read from the render
-// metadata on main's rendered branch (verify.AcceptedTip). That branch is opened only then, and
-// let go after, so a writer holds no copy of the rendered tree. read are the options to read
-// main with (credentials, limits, logger).
-func OwnRefOptions(main gitsync.Options, ref string, read ...gitsync.Option) []gitsync.Option {
+// commit someone else pushed there is dropped, never signed; and should its ref be gone or
+// moved back when it starts, its new line names the tip of ref the renderer accepted, read
+// from the render metadata of main's rendered branch at a render commit renderer (the pinned
+// --renderer-key) signed (verify.AcceptedTip), again until it sees its line accepted. That
+// branch is opened only then, and let go after, so a writer holds no copy of the rendered tree.
+// read are the options to read main with (credentials, limits, logger).
+func OwnRefOptions(main gitsync.Options, ref string, renderer *verify.RendererKeys, read ...gitsync.Option) []gitsync.Option {
 	main.Branch = verify.RenderedBranch
 	accepted := func(ctx context.Context) (string, error) {
 		rendered, err := main.Open(read...)
 		if err != nil {
 			return "", err
 		}
-		return verify.AcceptedTip(rendered, ref)(ctx)
+		return verify.AcceptedTip(rendered, renderer, ref)(ctx)
 	}
 	return []gitsync.Option{gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(accepted)}
+}
+
+// LoadRendererKeys reads the renderer's pinned public key (--renderer-key).
+func LoadRendererKeys(file string) (*verify.RendererKeys, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
+	}
+	keys, err := verify.ParseRendererKeys(file, data)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
+	}
+	return keys, nil
 }
 
 // Verifier is the renderer's key as a gitsync.Verifier, which tells its own commits (for
