@@ -24,7 +24,7 @@ type DeviceSink interface {
 
 // serveDevices gives the device plugin what the node sees now: every tracked device of every
 // Configuration, named as the renderer names its instance, healthy when this cycle's discovery
-// saw it. Properties a device may not set (api.RefusedDeviceProperty) are left out as the
+// saw it. Properties a device may not set (ParsedConfiguration.DeviceMaySet) are left out as the
 // renderer leaves them out, unless the Configuration allows them.
 func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now time.Time) {
 	if a.opts.Devices == nil {
@@ -52,7 +52,7 @@ func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now ti
 			t := byKey[k]
 			env := map[string]string{}
 			for name, v := range t.device.Properties {
-				if !api.RefusedDeviceProperty(name) || c.AllowsDeviceProperty(name) {
+				if c.DeviceMaySet(name) {
 					env[name] = v
 				}
 			}

@@ -46,14 +46,14 @@ func (s *sink) byName() map[string]deviceplugin.Instance {
 // is not given to the container.
 func TestDevicePluginServesTheRenderersInstances(t *testing.T) {
 	cfg := strings.Replace(echoConfig, "  brokerSpec:", `  capacity: 3
-  brokerProperties: {MODE: ro}
+  brokerProperties: {DEBUG_ECHO_MODE: ro}
   brokerSpec:`, 1) + `        resources: {limits: {"{{PLACEHOLDER}}": "1"}}
 `
 	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": cfg})
 	s := &sink{}
 	a := f.agent(t, "edge-a", func(o *agent.Options) { o.Devices = s })
 	lib := device("lib0", false)
-	lib.Properties["MODE"] = "rw"
+	lib.Properties["DEBUG_ECHO_MODE"] = "rw"
 	lib.DeviceSpecs = []api.DeviceSpec{{ContainerPath: "/dev/lib0", HostPath: "/dev/lib0", Permissions: "rw"}}
 	f.echo.set(device("foo0", true), lib)
 	_, err := a.Sync(context.Background())
@@ -82,8 +82,10 @@ func TestDevicePluginServesTheRenderersInstances(t *testing.T) {
 		require.Equal(t, "akri-debug-echo", in.Configuration)
 		require.Equal(t, strings.ToUpper(name[len(name)-6:]), in.Digest)
 	}
-	// A property no device may set reaches no container through Allocate either.
+	// A property no device may set reaches no container through Allocate either: one that
+	// changes how a process loads code, or one not named as its discovery handler names them.
 	lib.Properties["LD_PRELOAD"] = "/tmp/evil.so"
+	lib.Properties["SERIAL"] = "42"
 	f.echo.set(device("foo0", true), lib)
 	f.clock.Advance(time.Second)
 	_, err = a.Sync(context.Background())
@@ -94,7 +96,7 @@ func TestDevicePluginServesTheRenderersInstances(t *testing.T) {
 			unshared = in
 		}
 	}
-	require.Equal(t, map[string]string{"DEBUG_ECHO_DESCRIPTION": "lib0", "MODE": "ro"}, unshared.Env)
+	require.Equal(t, map[string]string{"DEBUG_ECHO_DESCRIPTION": "lib0", "DEBUG_ECHO_MODE": "ro"}, unshared.Env)
 	require.Equal(t, []api.DeviceSpec{{ContainerPath: "/dev/lib0", HostPath: "/dev/lib0", Permissions: "rw"}}, unshared.DeviceSpecs)
 
 	// Unseen (a handler error keeps the device in the inventory): Unhealthy, still served.

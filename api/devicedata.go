@@ -99,7 +99,7 @@ func RefusedDeviceProperty(name string) bool {
 }
 
 // AllowsDeviceProperty reports whether the Configuration lets devices set name although
-// RefusedDeviceProperty refuses it (spec.allowedDeviceProperties, or the annotation
+// DeviceMaySet would not (spec.allowedDeviceProperties, or the annotation
 // gitbroker.dev/allowed-device-properties, comma-separated). Names match exactly.
 func (c *ParsedConfiguration) AllowsDeviceProperty(name string) bool {
 	for _, n := range c.Policy.AllowedDeviceProperties {
@@ -108,6 +108,49 @@ func (c *ParsedConfiguration) AllowsDeviceProperty(name string) bool {
 		}
 	}
 	return false
+}
+
+// DeviceMaySet reports whether a device of the Configuration may set the environment variable
+// name in its brokers. It is an allow-list: the names Akri's discovery handlers report start
+// with their handler's name (UDEV_DEVNODE for udev, ONVIF_DEVICE_SERVICE_URL for onvif,
+// OPCUA_DISCOVERY_URL for opcua, DEBUG_ECHO_DESCRIPTION for debugEcho; Akri's custom handlers
+// also AKRI_<HANDLER>_...), so those are what a device may set, unless RefusedDeviceProperty
+// refuses them still (a handler named ld or node). Any other name only when the Configuration
+// allows it by name (AllowsDeviceProperty). A list of what not to allow is never complete: every
+// runtime, plugin system and SDK reads variables of its own.
+func (c *ParsedConfiguration) DeviceMaySet(name string) bool {
+	if c.AllowsDeviceProperty(name) {
+		return true
+	}
+	p := HandlerPropertyPrefix(c.Spec.DiscoveryHandler.Name)
+	n := strings.ToUpper(name)
+	return p != "" && (strings.HasPrefix(n, p) || strings.HasPrefix(n, "AKRI_"+p)) && len(n) > len(p) && !RefusedDeviceProperty(name)
+}
+
+// HandlerPropertyPrefix is the prefix of the property names a discovery handler reports, as
+// Akri's handlers name them: the handler's name in upper snake case and "_" (debugEcho gives
+// DEBUG_ECHO_); "" for no name.
+func HandlerPropertyPrefix(handler string) string {
+	var b strings.Builder
+	for i, r := range handler {
+		switch {
+		case r >= 'A' && r <= 'Z':
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r)
+		case r >= 'a' && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+		case r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + "_"
 }
 
 // yamlEntries counts the lines and flow-style entries of a YAML text: at least one per node a

@@ -128,7 +128,8 @@ type ConfigurationSpec struct {
 	// Rollout stages a change over the brokers of a Pod broker Configuration.
 	Rollout *RolloutPolicy `json:"rollout,omitempty"`
 	// AllowedDeviceProperties are the device properties that may become environment variables
-	// although api.RefusedDeviceProperty refuses them (an HTTP_PROXY a device reports, say).
+	// although ParsedConfiguration.DeviceMaySet would not let a device set them (a SERIAL a
+	// custom discovery handler reports, an HTTP_PROXY, say).
 	AllowedDeviceProperties []string `json:"allowedDeviceProperties,omitempty"`
 	// AllowedHostPaths are host path prefixes outside /dev whose device nodes and mounts the
 	// node's agent may give a broker when a discovery handler reports them (/sys/class/gpio,

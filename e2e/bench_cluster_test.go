@@ -639,7 +639,7 @@ func deviceChange(t testing.TB, inventories map[string]string, cfg, id string) (
 	require.NotEmpty(t, names, "a node with %s devices", cfg)
 	sort.Strings(names)
 	node = names[0]
-	device := "    - id: " + id + "\n      shared: false\n      properties:\n        DEVICE: " + id + "\n"
+	device := "    - id: " + id + "\n      shared: false\n      properties:\n        " + fixtures.FleetDeviceProperty(cfg, "DEVICE") + ": " + id + "\n"
 	return node, strings.Replace(inventories[node], entry, entry+device, 1)
 }
 

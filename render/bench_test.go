@@ -145,7 +145,7 @@ func oneDeviceChange(tree render.Tree) (string, string) {
 	const block = "  - name: cfg-00\n    devices:\n"
 	for _, p := range tree.Paths() {
 		if s := string(tree[p]); strings.HasPrefix(p, "inventory/") && strings.Contains(s, block) {
-			return p, strings.Replace(s, block, block+"    - id: new-device\n      properties:\n        DEVICE: new\n", 1)
+			return p, strings.Replace(s, block, block+"    - id: new-device\n      properties:\n        ONVIF_DEVICE: new\n", 1)
 		}
 	}
 	panic("no inventory with cfg-00")

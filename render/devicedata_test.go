@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -45,16 +46,16 @@ func podEnv(t *testing.T, tree render.Tree) map[string]string {
 
 // The reviewed Configuration decides: a broker property wins over a device's of the same name.
 func TestBrokerPropertiesWinOverDeviceProperties(t *testing.T) {
-	cfg := strings.Replace(podConfig, "  capacity: 1\n", "  capacity: 1\n  brokerProperties:\n    RESOLUTION: 720p\n", 1)
+	cfg := strings.Replace(podConfig, "  capacity: 1\n", "  capacity: 1\n  brokerProperties:\n    ONVIF_RESOLUTION: 720p\n", 1)
 	tree := repo(map[string]string{
 		"configurations/cam.yaml": cfg,
-		"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{"RESOLUTION": "4k", "IP": "10.0.0.7"}),
+		"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{"ONVIF_RESOLUTION": "4k", "ONVIF_IP": "10.0.0.7"}),
 	})
 	env := podEnv(t, renderOK(t, tree).Files)
-	require.Equal(t, "720p", env["RESOLUTION"])
-	require.Equal(t, "10.0.0.7", env["IP"])
+	require.Equal(t, "720p", env["ONVIF_RESOLUTION"])
+	require.Equal(t, "10.0.0.7", env["ONVIF_IP"])
 	for k, v := range env {
-		if strings.HasPrefix(k, "RESOLUTION_") {
+		if strings.HasPrefix(k, "ONVIF_RESOLUTION_") {
 			require.Equal(t, "720p", v, k)
 		}
 	}
@@ -66,7 +67,7 @@ func TestBrokerPropertiesWinOverDeviceProperties(t *testing.T) {
 func TestDeviceMayNotSetLoaderOrProxyVariables(t *testing.T) {
 	base := repo(map[string]string{
 		"configurations/cam.yaml": podConfig,
-		"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{"IP": "10.0.0.7"}),
+		"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{"ONVIF_IP": "10.0.0.7"}),
 	})
 	base = apply(base, renderOK(t, base))
 	for _, name := range []string{"LD_PRELOAD", "BASH_ENV", "NODE_OPTIONS", "PYTHONPATH", "JAVA_TOOL_OPTIONS", "http_proxy", "HTTPS_PROXY", "PATH", "GCONV_PATH", "PERL5OPT", "GLIBC_TUNABLES"} {
@@ -75,7 +76,7 @@ func TestDeviceMayNotSetLoaderOrProxyVariables(t *testing.T) {
 			for p, b := range base {
 				tree[p] = b
 			}
-			tree["inventory/edge-a.yaml"] = []byte(deviceInventory("edge-a", map[string]string{"IP": "10.0.0.9", name: "/tmp/x"}))
+			tree["inventory/edge-a.yaml"] = []byte(deviceInventory("edge-a", map[string]string{"ONVIF_IP": "10.0.0.9", name: "/tmp/x"}))
 			res := render.Render(render.Request{Files: tree})
 			require.Len(t, res.Errors, 1)
 			msg := res.Errors[0].Error()
@@ -83,7 +84,7 @@ func TestDeviceMayNotSetLoaderOrProxyVariables(t *testing.T) {
 			require.Contains(t, msg, "spec.configurations[0].devices[0].properties."+name)
 			require.Contains(t, msg, "default/cam can allow it")
 			require.False(t, res.Changed(), "the node's previous output is kept, untouched")
-			require.Equal(t, "10.0.0.7", podEnv(t, res.Files)["IP"])
+			require.Equal(t, "10.0.0.7", podEnv(t, res.Files)["ONVIF_IP"])
 
 			allowed := strings.Replace(podConfig, "  name: cam\n", "  name: cam\n  annotations:\n    gitbroker.dev/allowed-device-properties: \"OTHER, "+name+"\"\n", 1)
 			tree["configurations/cam.yaml"] = []byte(allowed)
@@ -103,6 +104,41 @@ func TestDeviceMayNotSetLoaderOrProxyVariables(t *testing.T) {
 	res := render.Render(render.Request{Files: tree})
 	require.NotEmpty(t, res.Errors)
 	require.Contains(t, res.Errors[0].Error(), "spec.allowedDeviceProperties: unknown field in akri.sh/v0")
+}
+
+// What a device may set is an allow-list: the names its discovery handler reports (Akri's
+// handlers prefix them with their own name), and others only when the Configuration allows them
+// by name. A name outside it is refused as a loader variable is, naming the prefix.
+func TestDevicePropertiesAreNamedByTheirHandler(t *testing.T) {
+	require.Equal(t, "DEBUG_ECHO_", api.HandlerPropertyPrefix("debugEcho"))
+	require.Equal(t, "UDEV_", api.HandlerPropertyPrefix("udev"))
+	require.Equal(t, "MY_HANDLER_", api.HandlerPropertyPrefix("my-handler"))
+	for name, want := range map[string]string{
+		"SERIAL":                "devices of discovery handler onvif set only names that start with ONVIF_",
+		"UDEV_DEVNODE":          "devices of discovery handler onvif set only names that start with ONVIF_",
+		"ONVIF_":                "devices of discovery handler onvif set only names that start with ONVIF_",
+		"ONVIF_LD_LIBRARY_PATH": "it changes how a broker loads code",
+	} {
+		t.Run(name, func(t *testing.T) {
+			tree := repo(map[string]string{
+				"configurations/cam.yaml": podConfig,
+				"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{name: "x"}),
+			})
+			res := render.Render(render.Request{Files: tree})
+			require.Len(t, res.Errors, 1)
+			require.Contains(t, res.Errors[0].Error(), "properties."+name+": a device may not set "+name+": "+want)
+		})
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   deviceInventory("edge-a", map[string]string{"ONVIF_DEVICE_SERVICE_URL": "http://10.0.0.7/onvif", "AKRI_ONVIF_EXTRA": "y"}),
+	})
+	env := podEnv(t, renderOK(t, tree).Files)
+	require.Equal(t, "http://10.0.0.7/onvif", env["ONVIF_DEVICE_SERVICE_URL"])
+	require.Equal(t, "y", env["AKRI_ONVIF_EXTRA"], "Akri's custom handlers prefix AKRI_<HANDLER>_")
+	tree["inventory/edge-a.yaml"] = []byte(deviceInventory("edge-a", map[string]string{"SERIAL": "42"}))
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "  name: cam\n", "  name: cam\n  annotations:\n    gitbroker.dev/allowed-device-properties: SERIAL\n", 1))
+	require.Equal(t, "42", podEnv(t, renderOK(t, tree).Files)["SERIAL"], "allowed by name")
 }
 
 func TestInventoryBounds(t *testing.T) {

@@ -18,7 +18,7 @@ func TestDiscoveryInReview(t *testing.T) {
 	udev := strings.Replace(podConfig, "    name: onvif\n", "    name: udev\n    discoveryDetails: |\n      udevRules:\n      - 'KERNEL==\"video[0-9]*\"'\n", 1)
 	tree := repo(map[string]string{
 		"configurations/cam.yaml": udev,
-		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+		"inventory/edge-a.yaml":   strings.ReplaceAll(inventory("edge-a", entry("cam", "c1")), "ONVIF_", "UDEV_"),
 	})
 	tree = apply(tree, renderOK(t, tree))
 	before := tree.Owned()
@@ -27,6 +27,7 @@ func TestDiscoveryInReview(t *testing.T) {
 	t.Run("an unknown handler is a warning naming the line and the known ones", func(t *testing.T) {
 		typo := maps.Clone(tree)
 		typo["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "name: onvif", "name: onvf", 1))
+		typo["inventory/edge-a.yaml"] = []byte(strings.ReplaceAll(string(typo["inventory/edge-a.yaml"]), "UDEV_", "ONVF_"))
 		res := render.Render(render.Request{Files: typo})
 		require.Empty(t, res.Errors)
 		line := strings.Count(podConfig[:strings.Index(podConfig, "name: onvif")], "\n") + 1

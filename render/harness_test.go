@@ -106,6 +106,17 @@ spec:
 ` + strings.Join(entries, "")
 }
 
+// deviceProperty is the property entry gives each device: named as the Configuration's
+// discovery handler names them (api.DeviceMaySet): the harness's Job Configurations discover
+// with debugEcho, the others with onvif.
+func deviceProperty(cfg string) string {
+	switch cfg {
+	case "fw", "fmt":
+		return "DEBUG_ECHO_DEVICE"
+	}
+	return "ONVIF_DEVICE"
+}
+
 func entry(cfg string, devices ...string) string {
 	s := "  - name: " + cfg + "\n    devices:\n"
 	for _, d := range devices {
@@ -114,7 +125,7 @@ func entry(cfg string, devices ...string) string {
 		if strings.HasPrefix(d, "shared:") {
 			shared, id = "true", strings.TrimPrefix(d, "shared:")
 		}
-		s += "    - id: " + id + "\n      shared: " + shared + "\n      properties:\n        DEVICE: " + id + "\n"
+		s += "    - id: " + id + "\n      shared: " + shared + "\n      properties:\n        " + deviceProperty(cfg) + ": " + id + "\n"
 	}
 	return s
 }

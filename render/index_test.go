@@ -2,6 +2,7 @@ package render
 
 import (
 	"maps"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -84,7 +85,8 @@ func TestIndexesFollowTheFiles(t *testing.T) {
 	s := &indexSteps{t: t, r: New(), tree: Tree(fixtures.Fleet(fixtures.FleetSpec{Nodes: 30, Configurations: 4, Devices: 200, Shards: 2, Seed: 5}))}
 	addDevice := func(inv, id string) func(Tree) {
 		return func(t Tree) {
-			t[inv] = []byte(strings.Replace(string(t[inv]), "    devices:\n", "    devices:\n    - id: "+id+"\n      properties:\n        DEVICE: "+id+"\n", 1))
+			first := regexp.MustCompile(`(?m)^  - name: (cfg-\d+)\n    devices:\n`).FindStringSubmatch(string(t[inv]))
+			t[inv] = []byte(strings.Replace(string(t[inv]), first[0], first[0]+"    - id: "+id+"\n      properties:\n        "+fixtures.FleetDeviceProperty(first[1], "DEVICE")+": "+id+"\n", 1))
 		}
 	}
 	s.step("first", func(Tree) {})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -68,7 +69,8 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 	require.NotEmpty(t, k.last.Errors)
 	step("the inventory fixed", false, func(t render.Tree) render.Tree {
 		inv := inventories(t)[5]
-		t[inv] = []byte(strings.Replace(string(t[inv]), "        not a name: x\n", "        LATE: x\n", 1))
+		cfg := regexp.MustCompile(`(?m)^  - name: (cfg-\d+)\n    devices:\n`).FindStringSubmatch(string(t[inv]))[1]
+		t[inv] = []byte(strings.Replace(string(t[inv]), "        not a name: x\n", "        "+fixtures.FleetDeviceProperty(cfg, "LATE")+": x\n", 1))
 		return t
 	})
 	step("a node gone", false, func(t render.Tree) render.Tree {
@@ -191,7 +193,7 @@ func newFleetChanges(t *testing.T) *fleetChanges {
 func (c *fleetChanges) pick(list []string) string { return list[c.rng.Intn(len(list))] }
 
 func (c *fleetChanges) addDevice(inv, cfg, id string) {
-	dev := "    - id: " + id + "\n      properties:\n        DEVICE: " + id + "\n"
+	dev := "    - id: " + id + "\n      properties:\n        " + fixtures.FleetDeviceProperty(cfg, "DEVICE") + ": " + id + "\n"
 	block := "  - name: " + cfg + "\n    devices:\n"
 	if s := string(c.tree[inv]); strings.Contains(s, block) {
 		c.tree[inv] = []byte(strings.Replace(s, block, block+dev, 1))

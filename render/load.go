@@ -327,10 +327,14 @@ func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
 		}
 		for j, d := range ic.Devices {
 			for _, k := range sortedKeys(d.Properties) {
-				if api.RefusedDeviceProperty(k) && !cfg.AllowsDeviceProperty(k) {
+				if !cfg.DeviceMaySet(k) {
+					why := "it changes how a broker loads code or where it connects"
+					if !api.RefusedDeviceProperty(k) {
+						why = fmt.Sprintf("devices of discovery handler %s set only names that start with %s", cfg.Spec.DiscoveryHandler.Name, api.HandlerPropertyPrefix(cfg.Spec.DiscoveryHandler.Name))
+					}
 					errs = append(errs, inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].devices[%d].properties.%s", i, j, k),
-						"a device may not set %s: it changes how a broker loads code or where it connects; Configuration %s can allow it by name (spec.allowedDeviceProperties, or the annotation %s)",
-						k, cfg.Key(), api.AnnotationAllowedDeviceProperties))
+						"a device may not set %s: %s; Configuration %s can allow it by name (spec.allowedDeviceProperties, or the annotation %s)",
+						k, why, cfg.Key(), api.AnnotationAllowedDeviceProperties))
 				}
 			}
 		}

@@ -78,7 +78,7 @@ func TestMarkdownPlanIsBounded(t *testing.T) {
 	tree := repo(files)
 	tree = apply(tree, renderOK(t, tree))
 	// Every device reports a new value of its own property: 2,000 different changes.
-	tree["inventory/edge-a.yaml"] = []byte(strings.ReplaceAll(string(tree["inventory/edge-a.yaml"]), "        DEVICE: cam", "        DEVICE: v2-cam"))
+	tree["inventory/edge-a.yaml"] = []byte(strings.ReplaceAll(string(tree["inventory/edge-a.yaml"]), "DEVICE: cam", "DEVICE: v2-cam"))
 	res := render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Empty(t, res.Errors)
 	var md bytes.Buffer

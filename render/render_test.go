@@ -60,7 +60,7 @@ func TestAkriInstanceNamesAndEnvironment(t *testing.T) {
 	require.Equal(t, "akri-debug-echo-8120fe", d.Spec.Selector.MatchLabels["akri.sh/instance"])
 	p := d.Spec.Template
 	c := p.Spec.Containers[0]
-	require.Equal(t, []corev1.EnvVar{{Name: "DEVICE", Value: "foo0"}, {Name: "DEVICE_8120FE", Value: "foo0"}}, c.Env)
+	require.Equal(t, []corev1.EnvVar{{Name: "ONVIF_DEVICE", Value: "foo0"}, {Name: "ONVIF_DEVICE_8120FE", Value: "foo0"}}, c.Env)
 	// Akri's placeholder becomes the instance's device plugin resource, served by the node's agent.
 	require.Equal(t, corev1.ResourceList{"akri.sh/akri-debug-echo-8120fe": resource.MustParse("1")}, c.Resources.Limits)
 	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
@@ -533,7 +533,7 @@ func TestKubectlListRenders(t *testing.T) {
 		"  spec:\n    discoveryHandler:\n      name: debugEcho\n      discoveryDetails: \"descriptions: [c1]\"\n    brokerSpec:\n      brokerPodSpec:\n        containers:\n        - name: broker\n          image: nginx:stable-alpine\n  status: {}\n"
 	single := "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata:\n  name: cam\n  namespace: default\n" +
 		"spec:\n  discoveryHandler:\n    name: debugEcho\n    discoveryDetails: \"descriptions: [c1]\"\n  brokerSpec:\n    brokerPodSpec:\n      containers:\n      - name: broker\n        image: nginx:stable-alpine\n"
-	inv := inventory("edge-a", entry("cam", "shared:c1"))
+	inv := strings.ReplaceAll(inventory("edge-a", entry("cam", "shared:c1")), "ONVIF_", "DEBUG_ECHO_")
 	fromList := renderOK(t, repo(map[string]string{"configurations/cam.yaml": list, "inventory/edge-a.yaml": inv}))
 	fromFile := renderOK(t, repo(map[string]string{"configurations/cam.yaml": single, "inventory/edge-a.yaml": inv}))
 	brokers := filesUnder(fromList.Files, "rendered/default/cam/", "/deployment-")
@@ -576,8 +576,8 @@ func TestServiceSelectorMergedAndTargetPortDefaulted(t *testing.T) {
 func TestKubectlListOfAkriConfigurationsRenders(t *testing.T) {
 	tree := repo(map[string]string{
 		"configurations/from-akri.yaml": fixtures.KubectlAkric,
-		"inventory/edge-a.yaml": inventory("edge-a", entry("akri-debug-echo", "shared:foo0"),
-			entry("akri-udev", "/sys/devices/platform/video0")),
+		"inventory/edge-a.yaml": inventory("edge-a", strings.ReplaceAll(entry("akri-debug-echo", "shared:foo0"), "ONVIF_", "DEBUG_ECHO_"),
+			strings.ReplaceAll(entry("akri-udev", "/sys/devices/platform/video0"), "ONVIF_", "UDEV_")),
 	})
 	res := render.Render(render.Request{Files: tree})
 	require.Empty(t, res.Errors)

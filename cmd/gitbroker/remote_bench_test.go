@@ -93,7 +93,7 @@ func BenchmarkRemoteRenderOneDevice(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		// The agent of node-bench sees a new device in place of its last one.
-		bench.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
+		bench.Commit(map[string]string{inv: fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: node-bench\nspec:\n  configurations:\n  - name: cfg-00\n    devices:\n    - id: bench-%d\n      properties:\n        ONVIF_DEVICE: bench-%d\n", i, i)}, nil, "inventory: node-bench")
 		if os.Getenv("GITBROKER_BENCH_PHASES") != "" {
 			t0 := time.Now()
 			if _, err := r.Store.Snapshot(ctx); err != nil {
