@@ -157,6 +157,18 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	if o.NodeLoss < 0 {
 		return exitf(exitInvalid, "--%s must not be negative (0 watches no nodes), got %s", flagNodeLossGrace, o.NodeLoss)
 	}
+	// Flags first, before anything global (klog's logger) is set.
+	var keys *verify.RendererKeys
+	if o.Signing.Key != "" {
+		if o.RendererKey == "" {
+			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a render commit the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
+				cli.FlagSigningKey, cli.FlagRendererKey)
+		}
+		var err error
+		if keys, err = cli.LoadRendererKeys(o.RendererKey); err != nil {
+			return exitf(exitInvalid, "%v", err)
+		}
+	}
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's informers log through klog
 	signing, err := o.Signing.Options(log, trust.PrincipalRecorder, false)
@@ -170,14 +182,6 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	limits := gitsync.WithLimits(gitsync.RecorderMaxFetchBytes, gitsync.RecorderMaxFileSize)
 	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch(), limits)
 	if len(signing) > 0 {
-		if o.RendererKey == "" {
-			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a render commit the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
-				cli.FlagSigningKey, cli.FlagRendererKey)
-		}
-		keys, err := cli.LoadRendererKeys(o.RendererKey)
-		if err != nil {
-			return exitf(exitInvalid, "%v", err)
-		}
 		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, keys, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
 	}
 	repo, err := own.Open(opts...)
