@@ -193,8 +193,11 @@ func (a *Agent) Notify() {
 }
 
 // Ready reports whether the inventory on the branch matches what the
-// agent sees, as of the last cycle.
-func (a *Agent) Ready() bool { return a.ready.Load() && a.propertiesOK.Load() && a.enrolled.Load() }
+// agent sees, as of the last cycle. A node not enrolled yet is ready: it
+// writes its inventory and serves its devices all the same (Enrolled, the
+// log and gitbroker_agent_enrolled say it), and an unready agent would stop
+// a DaemonSet's rolling update at that node, for every node after it.
+func (a *Agent) Ready() bool { return a.ready.Load() && a.propertiesOK.Load() }
 
 // Enrolled reports whether the last cycle found the agent's key enrolled (or nothing to check).
 func (a *Agent) Enrolled() bool { return a.enrolled.Load() }

@@ -38,7 +38,8 @@ func TestEnrolmentIsReported(t *testing.T) {
 		var ne *agent.NotEnrolledError
 		require.True(t, errors.As(out.NotEnrolled, &ne), "%v", out.NotEnrolled)
 		require.Equal(t, line, ne.Line)
-		require.False(t, a.Ready())
+		require.True(t, a.Ready(), "not enrolled is no reason to stop a DaemonSet's rollout at this node")
+		require.False(t, a.Enrolled())
 		require.Equal(t, 0.0, gauge(t, reg, "gitbroker_agent_enrolled"))
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), "this node is not enrolled"), logs.String())

@@ -376,9 +376,6 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return nil
 		},
 		Ready: func() error {
-			if !a.Enrolled() {
-				return errors.New("this node's key is not enrolled in .gitbroker/allowed_signers, so the renderer ignores its inventory (see the log for the line to add, and gitbroker_agent_enrolled)")
-			}
 			if !a.PropertiesResolved() {
 				return errors.New("a Configuration's discovery property cannot be resolved (see the log and gitbroker_agent_discovery_properties_unresolved)")
 			}
