@@ -86,7 +86,7 @@ func TestGitHubWorkflowSteps(t *testing.T) {
 			steps[name] = fmt.Sprint(step["run"])
 		}
 	}
-	require.Contains(t, fmt.Sprint(jobs["plan"]), "actions/cache", "gitbroker is cached by version")
+	require.NotContains(t, fmt.Sprint(jobs), "actions/cache", "no cached binary: whichever run wrote a cache entry would choose what runs with the token")
 
 	srv := demoServer(t)
 	base := srv.Head()
@@ -189,7 +189,7 @@ func TestGitLabPipelineSteps(t *testing.T) {
 	check := fmt.Sprint(doc["gitbroker-check"].(map[string]any)["rules"])
 	require.Contains(t, check, `$CI_PIPELINE_SOURCE == "schedule"`)
 	require.NotContains(t, check, "gitbroker/rendered", "GitLab reads the pipeline from the pushed commit; the rendered branch holds none")
-	require.Contains(t, fmt.Sprint(doc[".gitbroker"]), "cache:", "gitbroker is cached by version")
+	require.NotContains(t, fmt.Sprint(doc[".gitbroker"]), "cache:", "no cached binary: whichever pipeline wrote the cache would choose what runs with the token")
 	plan := doc["gitbroker-plan"].(map[string]any)
 	script := strings.Join(func() []string {
 		var s []string
@@ -211,7 +211,10 @@ func TestGitLabPipelineSteps(t *testing.T) {
 	cmd := exec.Command("bash", "-e", "-c", script)
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary(t))+":"+os.Getenv("PATH"),
-		"CI_SERVER_URL="+strings.TrimSuffix(srv.URL(), "/"+gitsynctest.RepoPath), "CI_PROJECT_PATH="+strings.TrimSuffix(gitsynctest.RepoPath, ".git"),
+		"CI_SERVER_URL="+strings.TrimSuffix(srv.URL(), "/"+gitsynctest.RepoPath), "CI_MERGE_REQUEST_PROJECT_PATH="+strings.TrimSuffix(gitsynctest.RepoPath, ".git"),
+		// A fork's merge request: the pipeline runs in the fork, the merge request's ref is in
+		// the project it targets.
+		"CI_PROJECT_PATH=someone/fork-of-edge",
 		"CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_MERGE_REQUEST_IID=3", "GITBROKER_TOKEN_FILE="+token)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -221,5 +224,28 @@ func TestGitLabPipelineSteps(t *testing.T) {
 	for _, f := range []string{"plan.md", "gitbroker-plan.json", "plan.log"} {
 		require.FileExists(t, filepath.Join(work, f))
 		require.Contains(t, fmt.Sprint(plan["artifacts"]), f)
+	}
+}
+
+// The people's branch need not be main: init --branch names it in the GitHub workflow's filters
+// and comments (GitLab's pipeline follows the project's default branch), and refuses a branch
+// gitbroker's writers own.
+func TestInitCIFollowsThePeoplesBranch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir, "--branch", "trunk")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "git init -b trunk")
+	require.Contains(t, stderr, "git push -u origin trunk")
+	data, err := os.ReadFile(filepath.Join(dir, ".github/workflows/gitbroker.yaml"))
+	require.NoError(t, err)
+	require.NotRegexp(t, `\bmain\b`, string(data))
+	on := ciFile(t, dir, ".github/workflows/gitbroker.yaml")["true"].(map[string]any)
+	require.Equal(t, []any{"trunk"}, on["pull_request_target"].(map[string]any)["branches"])
+	require.Equal(t, []any{"trunk"}, on["push"].(map[string]any)["branches"])
+
+	for _, bad := range []string{"gitbroker/rendered", "gitbroker/inventory/edge-a", "-x"} {
+		code, _, stderr = gitbroker(t, "init", "--dir", filepath.Join(t.TempDir(), "f"), "--branch", bad)
+		require.Equal(t, exitInvalid, code, bad)
+		require.Contains(t, stderr, "--branch", bad)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ const (
 	flagArgoCD        = "argocd"
 	flagRepoURL       = "repo-url"
 	flagRepoBranch    = "repo-branch"
+	flagInitBranch    = "branch"
 )
 
 type initOptions struct {
@@ -33,6 +35,8 @@ type initOptions struct {
 	Flux, ArgoCD        bool
 	FolderSources       bool
 	RepoURL, RepoBranch string
+	// Branch is the people's branch, which the CI files plan pull requests to.
+	Branch string
 }
 
 func newInitCommand() *cobra.Command {
@@ -82,6 +86,12 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			if peoplesBranch(o.RepoBranch) {
 				return exitf(exitInvalid, "--%s %s: that is where people commit Configurations, not what the renderer writes: Flux or Argo CD would apply the people's branch, unverified and unrendered; give the renderer's branch (render --rendered-branch, default %s)", flagRepoBranch, o.RepoBranch, verify.RenderedBranch)
 			}
+			if err := validBranch(flagInitBranch, o.Branch); err != nil {
+				return exitf(exitInvalid, "%v", err)
+			}
+			if strings.HasPrefix(o.Branch, "gitbroker/") || o.Branch == o.RepoBranch {
+				return exitf(exitInvalid, "--%s %s: that is a branch gitbroker's writers own; give the branch people commit Configurations to (main, say)", flagInitBranch, o.Branch)
+			}
 			files, err := o.files()
 			if err != nil {
 				return exitf(exitInvalid, "%v", err)
@@ -109,11 +119,11 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			// init writes files, not a git repository: say what makes it one.
 			next := "\nNext: make it a git repository and push it where the agents, the renderer and Flux or Argo CD can reach it:\n"
 			if _, err := os.Stat(filepath.Join(o.Dir, ".git")); err != nil {
-				next += fmt.Sprintf("  cd %s && git init -b main && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
+				next += fmt.Sprintf("  cd %s && git init -b %s && git add -A && git commit -m \"gitbroker init\"\n", o.Dir, o.Branch)
 			} else {
 				next += fmt.Sprintf("  cd %s && git add -A && git commit -m \"gitbroker init\"\n", o.Dir)
 			}
-			next += "  git remote add origin <URL> && git push -u origin main\n"
+			next += fmt.Sprintf("  git remote add origin <URL> && git push -u origin %s\n", o.Branch)
 			if o.FolderSources {
 				next += "Then apply flux-folder-sources/ (not flux/): it follows gitbroker/folders/flux, which the renderer's first render creates.\n"
 			}
@@ -130,6 +140,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.FolderSources, flagFolderSources, false, "with --flux: a Flux source per rendered folder (spec.flux.folderSources), and flux-folder-sources/")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
+	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch)")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }
@@ -162,6 +173,19 @@ func (o *initOptions) files() (render.Tree, error) {
 	for p, data := range scaffold {
 		if p == ciGitHub || p == ciGitLab {
 			data = ciPinLine.ReplaceAll(data, []byte("${1}"+pin))
+		}
+		if p == ciGitHub && o.Branch != "main" {
+			// JSON's quoting of a string is a YAML string that reads back as the same.
+			quoted, err := json.Marshal(o.Branch)
+			if err != nil {
+				return nil, err
+			}
+			data = ciBranches.ReplaceAllFunc(data, func(line []byte) []byte {
+				return bytes.Replace(line, []byte("[main]"), []byte("["+string(quoted)+"]"), 1)
+			})
+			data = ciCommentMain.ReplaceAllFunc(data, func(line []byte) []byte {
+				return wordMain.ReplaceAllLiteral(line, []byte(o.Branch))
+			})
 		}
 		tree[p] = data
 	}
@@ -199,8 +223,12 @@ const (
 
 var (
 	ciPinLine = regexp.MustCompile(`(?m)^(  GITBROKER_VERSION: )v0\.1\.0$`)
-	release   = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
-	fullHash  = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	// The GitHub workflow's branch filters and the comment lines that name the people's branch.
+	ciBranches    = regexp.MustCompile(`(?m)^(    branches: )\[main\]$`)
+	ciCommentMain = regexp.MustCompile(`(?m)^#.*\bmain\b.*$`)
+	wordMain      = regexp.MustCompile(`\bmain\b`)
+	release       = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	fullHash      = regexp.MustCompile(`^[0-9a-f]{40}$`)
 )
 
 // ciVersion is what the CI that init writes installs with go install: the release of the
