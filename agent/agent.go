@@ -116,6 +116,9 @@ type Agent struct {
 	// by Configuration key (digestsOf).
 	instanceDigests map[string]map[api.DeviceKey]string
 	noHandler       map[string]bool
+	// nothingFound are the Configurations whose last discovery found no device, so that it is
+	// said once, when it starts.
+	nothingFound map[string]bool
 
 	wake  chan struct{}
 	ready atomic.Bool
@@ -173,13 +176,14 @@ func New(opts Options) (*Agent, error) {
 		opts.Author = gitsync.Signature{Name: "gitbroker-agent", Email: "agent@gitbroker.dev"}
 	}
 	return &Agent{
-		opts:      opts,
-		path:      api.InventoryPath(opts.Node),
-		tracked:   map[string]map[string]*trackedDevice{},
-		lastGood:  map[string][]*api.ParsedConfiguration{},
-		reported:  map[string]string{},
-		noHandler: map[string]bool{},
-		wake:      make(chan struct{}, 1),
+		opts:         opts,
+		path:         api.InventoryPath(opts.Node),
+		tracked:      map[string]map[string]*trackedDevice{},
+		lastGood:     map[string][]*api.ParsedConfiguration{},
+		reported:     map[string]string{},
+		noHandler:    map[string]bool{},
+		nothingFound: map[string]bool{},
+		wake:         make(chan struct{}, 1),
 	}, nil
 }
 
@@ -506,6 +510,7 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 			}
 			continue
 		}
+		a.noteNothingFound(key, name, len(devices) == 0)
 		a.expire(key, a.sanitize(key, devices), c, now)
 	}
 
@@ -518,6 +523,24 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 		r.Retain(wanted)
 	}
 	a.serveDevices(configs, now)
+}
+
+// noteNothingFound logs, once when it starts, that a Configuration's discovery finds no device on
+// this node: a udev rule that matches nothing, say, gave no sign at all.
+func (a *Agent) noteNothingFound(key, handler string, none bool) {
+	if !none {
+		delete(a.nothingFound, key)
+		return
+	}
+	if a.nothingFound[key] {
+		return
+	}
+	a.nothingFound[key] = true
+	hint := "the handler reports no device for its discoveryDetails"
+	if handler == UdevName {
+		hint = "no device on this node matches its udevRules (udevadm info --export-db shows what each rule can match)"
+	}
+	a.opts.Log.Info("discovery found no device for this Configuration on this node", "configuration", key, "handler", handler, "why", hint)
 }
 
 // expire records the devices seen now and drops those unseen for longer

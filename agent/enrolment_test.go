@@ -16,7 +16,7 @@ import (
 )
 
 // The agent checks each cycle whether the allowed_signers its Configurations came with enrolls
-// its key: not enrolled, it is not ready, its metric is 0, it logs the line to add once (not
+// its key: not enrolled, it is still ready, its metric is 0, it logs the line to add once (not
 // every cycle), and the cycle's outcome says why; enrolled, all of that turns back. A
 // certificate from the fleet's CA is enrolled by the CA's line.
 func TestEnrolmentIsReported(t *testing.T) {
@@ -66,4 +66,28 @@ func TestEnrolmentIsReported(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, out.NotEnrolled)
 	require.True(t, b.Ready())
+}
+
+// A Configuration whose discovery finds nothing on this node (a udev rule that matches no device)
+// is said in the log once when it starts, not every cycle, and again after devices came and went.
+func TestNothingFoundIsLoggedOnce(t *testing.T) {
+	f := newDirFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	var logs strings.Builder
+	a := f.agent(t, "edge-a", func(o *agent.Options) {
+		o.Log = funcr.New(func(_, args string) { logs.WriteString(args + "\n") }, funcr.Options{})
+	})
+	sync := func() {
+		_, err := a.Sync(context.Background())
+		require.NoError(t, err)
+	}
+	const said = "discovery found no device for this Configuration on this node"
+	sync()
+	sync()
+	require.Equal(t, 1, strings.Count(logs.String(), said), logs.String())
+	f.echo.set(device("foo0", false))
+	sync()
+	f.echo.set()
+	sync()
+	sync()
+	require.Equal(t, 2, strings.Count(logs.String(), said), logs.String())
 }
