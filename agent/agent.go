@@ -481,8 +481,12 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 		h, ok := a.opts.Handlers.Handler(name)
 		if !ok {
 			if !a.noHandler[key] {
+				why := "no Akri discovery handler of that name has registered on this node"
+				if name == DebugEchoName {
+					why = "debugEcho is a test handler, served only with --allow-debug-echo (Akri's agent.allowDebugEcho)"
+				}
 				a.opts.Log.Info("no discovery handler registered for this Configuration; its devices age out",
-					"configuration", key, "handler", name)
+					"configuration", key, "handler", name, "why", why)
 				a.noHandler[key] = true
 			}
 			a.expire(key, nil, c, now)

@@ -152,7 +152,7 @@ func TestArgoCD(t *testing.T) {
 	}
 	discover := func() {
 		t.Helper()
-		run("agent", "--git", srv.URL(), "--node", argoNode, "--once", "--debug-echo-shared=false",
+		run("agent", "--allow-debug-echo", "--git", srv.URL(), "--node", argoNode, "--once", "--debug-echo-shared=false",
 			"--grace-period", "0s", "--local-grace-period", "0s",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", avail)
 	}

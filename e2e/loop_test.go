@@ -551,7 +551,7 @@ func startLoop(t *testing.T) *loop {
 	for _, n := range nodes {
 		require.NoError(t, cluster.AddNode(ctx, n))
 		l.avail[n] = filepath.Join(t.TempDir(), "availability")
-		startGitbroker(t, "agent-"+n, "agent started", "agent",
+		startGitbroker(t, "agent-"+n, "agent started", "agent", "--allow-debug-echo",
 			"--git", l.srv.URL(), "--branch", "main", "--node", n, "--signing-key", l.keys[trust.NodePrincipal(n)], "--renderer-key", rendererKey,
 			"--interval", agentInterval.String(),
 			"--grace-period", graceVanished.String(), "--local-grace-period", graceVanished.String(),

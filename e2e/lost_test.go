@@ -53,7 +53,7 @@ func nodeLost(t *testing.T, n *Node, srv *gitsynctest.Server) {
 	lookoutRunsOn(t, realNode, 2*time.Minute)
 	// The standby sees the camera too: it takes the broker only when the real node is lost.
 	require.NoError(t, cluster.AddNode(ctx, standbyNode))
-	startGitbroker(t, "agent-"+standbyNode, "agent started", "agent",
+	startGitbroker(t, "agent-"+standbyNode, "agent started", "agent", "--allow-debug-echo",
 		"--git", srv.URL(), "--branch", "main", "--node", standbyNode, "--interval", agentInterval.String(),
 		"--debug-echo-shared=true", "--discovery-handlers-dir", "",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")

@@ -379,6 +379,7 @@ func deployAgent(t *testing.T, gb *deployed, sysRoot string, interval time.Durat
 	gb.apply(t, "gitbroker-agent", func(ps *corev1.PodSpec, c *corev1.Container) {
 		// The lookout camera (nodeLost) is a network device both this node and a standby see.
 		setArg(c, "interval", interval.String())
+		setArg(c, "allow-debug-echo", "true")
 		setArg(c, "debug-echo-shared", "true")
 		// The renderer's endpoint on the host's network (deploy/ names its Service).
 		setArg(c, "renderer-url", gb.hook())

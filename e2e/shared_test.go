@@ -108,7 +108,7 @@ spec:
 	applyFlux(t, sharedFluxNamespace, srv.URL(), key+".pub", sharedNamespace)
 	for _, n := range sharedNodes {
 		require.NoError(t, cluster.AddNode(ctx, n))
-		startGitbroker(t, "agent-"+n, "agent started", "agent",
+		startGitbroker(t, "agent-"+n, "agent started", "agent", "--allow-debug-echo",
 			"--git", srv.URL(), "--branch", "main", "--node", n, "--interval", agentInterval.String(),
 			"--debug-echo-shared=true", "--discovery-handlers-dir", "",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
@@ -187,7 +187,7 @@ spec:
 		// A third node sees the device too: the brokers stay where they are (capacity 2).
 		standby := "shared-3"
 		require.NoError(t, cluster.AddNode(ctx, standby))
-		startGitbroker(t, "agent-"+standby, "agent started", "agent",
+		startGitbroker(t, "agent-"+standby, "agent started", "agent", "--allow-debug-echo",
 			"--git", srv.URL(), "--branch", "main", "--node", standby, "--interval", agentInterval.String(),
 			"--debug-echo-shared=true", "--discovery-handlers-dir", "",
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")

@@ -73,7 +73,7 @@ func TestFolderSources(t *testing.T) {
 	}
 	discoverAndRender := func() {
 		t.Helper()
-		run("agent", "--git", srv.URL(), "--node", sourcesNode, "--once", "--debug-echo-shared=false",
+		run("agent", "--allow-debug-echo", "--git", srv.URL(), "--node", sourcesNode, "--once", "--debug-echo-shared=false",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 		run("render", "--git", srv.URL(), "--signing-key", rendererKey)
 	}
@@ -175,7 +175,7 @@ func TestFolderSources(t *testing.T) {
 	t.Run("churn: a device every 2 s for a minute, nothing lost", func(t *testing.T) {
 		// The node's agent and the renderer run as daemons; a person adds a device to cam-b or
 		// cam-c every 2 s.
-		startGitbroker(t, "agent-"+sourcesNode, "agent started", "agent",
+		startGitbroker(t, "agent-"+sourcesNode, "agent started", "agent", "--allow-debug-echo",
 			"--git", srv.URL(), "--branch", "main", "--node", sourcesNode, "--interval", agentInterval.String(),
 			"--debug-echo-shared=false", "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"),
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")

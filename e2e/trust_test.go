@@ -76,7 +76,7 @@ func TestClusterTrust(t *testing.T) {
 		out, err := exec.Command(gitbroker, args...).CombinedOutput()
 		require.NoError(t, err, "gitbroker %s: %s", strings.Join(args, " "), out)
 	}
-	run("agent", "--git", srv.URL(), "--node", trustNode, "--once", "--debug-echo-shared=false",
+	run("agent", "--allow-debug-echo", "--git", srv.URL(), "--node", trustNode, "--once", "--debug-echo-shared=false",
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(keys, "none"))
 	render := func() {
 		t.Helper()

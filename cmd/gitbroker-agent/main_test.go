@@ -43,7 +43,7 @@ spec:
         image: nginx:stable-alpine
 `), 0o644))
 	var stdout, stderr bytes.Buffer
-	code := run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--once", "--discovery-handlers-dir", "",
+	code := run(t, []string{"agent", "--allow-debug-echo", "--dir", dir, "--node", "edge-a", "--once", "--discovery-handlers-dir", "",
 		"--debug-echo-availability-file", filepath.Join(dir, "none")}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
 	require.Equal(t, "inventory/edge-a.yaml: 1 device(s)\n", stdout.String())
@@ -53,7 +53,7 @@ spec:
 
 	stdout.Reset()
 	stderr.Reset()
-	require.Equal(t, 2, run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--once", "--log-level", "loud"}, &stdout, &stderr))
+	require.Equal(t, 2, run(t, []string{"agent", "--allow-debug-echo", "--dir", dir, "--node", "edge-a", "--once", "--log-level", "loud"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "--log-level \"loud\"")
 }
 

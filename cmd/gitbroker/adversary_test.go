@@ -418,7 +418,7 @@ func (a *adversary) realBinary() string {
 			a.renderedKeyFile = filepath.Join(t.TempDir(), "renderer.allowed_signers")
 			require.NoError(t, os.WriteFile(a.renderedKeyFile, []byte(a.allowed), 0o644))
 		}
-		code, out, rss = peakRSS(t, "agent", "--git", a.srv.URL(), "--node", "edge-a", "--once", "--signing-key", a.keyFiles["node:edge-a"],
+		code, out, rss = peakRSS(t, "agent", "--allow-debug-echo", "--git", a.srv.URL(), "--node", "edge-a", "--once", "--signing-key", a.keyFiles["node:edge-a"],
 			"--renderer-key", a.renderedKeyFile, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 		require.Equal(t, exitOK, code, out)
 	}

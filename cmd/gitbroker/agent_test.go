@@ -38,12 +38,12 @@ func TestAgentRefusesBadNodeNames(t *testing.T) {
 	for _, node := range []string{"../x", "a/b", "Edge-A", ""} {
 		t.Run(node, func(t *testing.T) {
 			t.Setenv("NODE_NAME", "")
-			code, _, stderr := gitbroker(t, "agent", "--dir", t.TempDir(), "--node", node, "--once")
+			code, _, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--dir", t.TempDir(), "--node", node, "--once")
 			require.Equal(t, exitInvalid, code)
 			require.Contains(t, stderr, "node name")
 		})
 	}
-	code, _, stderr := gitbroker(t, "agent", "--node", "edge-a", "--once")
+	code, _, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--node", "edge-a", "--once")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "give exactly one of --git and --dir")
 }
@@ -53,7 +53,7 @@ func TestAgentOnceWithDir(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "configurations"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "configurations", "echo.yaml"), []byte(echoConfiguration), 0o644))
 	t.Setenv("NODE_NAME", "edge-b")
-	code, stdout, stderr := gitbroker(t, "agent", "--dir", dir, "--once", "--discovery-handlers-dir", "",
+	code, stdout, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--dir", dir, "--once", "--discovery-handlers-dir", "",
 		"--debug-echo-availability-file", filepath.Join(dir, "nothing"))
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "inventory/edge-b.yaml: 2 device(s)\n", stdout)
@@ -127,7 +127,7 @@ func TestAgentDaemon(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 
-	d := startDaemon(t, "agent started", "agent",
+	d := startDaemon(t, "agent started", "agent", "--allow-debug-echo",
 		"--git", srv.URL(), "--git-username", agentUser, "--git-password-file", pwFile,
 		"--node", "edge-a", "--interval", "100ms", "--grace-period", "0s",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
@@ -181,7 +181,7 @@ func TestAgentCredentialsAreNotLogged(t *testing.T) {
 		"password in URL": {"--git", withCreds},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(binary(t), append([]string{"agent", "--once", "--node", "edge-a", "--discovery-handlers-dir", ""}, args...)...)
+			cmd := exec.Command(binary(t), append([]string{"agent", "--allow-debug-echo", "--once", "--node", "edge-a", "--discovery-handlers-dir", ""}, args...)...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -204,7 +204,7 @@ func TestAgentOnceAndVanishedDevices(t *testing.T) {
 	avail := filepath.Join(dir, "availability")
 	once := func(extra ...string) string {
 		t.Helper()
-		code, stdout, stderr := gitbroker(t, append([]string{"agent", "--dir", dir, "--node", "edge-b", "--once",
+		code, stdout, stderr := gitbroker(t, append([]string{"agent", "--allow-debug-echo", "--dir", dir, "--node", "edge-b", "--once",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", avail}, extra...)...)
 		require.Equal(t, exitOK, code, stderr)
 		return stdout

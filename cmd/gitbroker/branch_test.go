@@ -12,7 +12,7 @@ import (
 func TestMissingBranchIsAnError(t *testing.T) {
 	srv := demoServer(t)
 	head := srv.Head()
-	code, _, stderr := gitbroker(t, "agent", "--git", srv.URL(), "--branch", "mian", "--node", "edge-a", "--once",
+	code, _, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--git", srv.URL(), "--branch", "mian", "--node", "edge-a", "--once",
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, exitRefused, code, stderr)
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--branch", "mian")
@@ -43,6 +43,6 @@ func TestUnreachableRemoteFailsFast(t *testing.T) {
 	require.Equal(t, exitRefused, code, stderr)
 	require.Contains(t, stderr, "connection refused")
 	require.NotContains(t, stderr, "giving up after")
-	code, _, stderr = gitbroker(t, "agent", "--git", url, "--node", "edge-a", "--once", "--discovery-handlers-dir", "")
+	code, _, stderr = gitbroker(t, "agent", "--allow-debug-echo", "--git", url, "--node", "edge-a", "--once", "--discovery-handlers-dir", "")
 	require.Equal(t, exitRefused, code, stderr)
 }

@@ -20,7 +20,7 @@ func TestStalledServerFailsEveryCommand(t *testing.T) {
 		{"history", "--git", url, "--git-timeout", "500ms"},
 		{"render", "--git", url, "--git-timeout", "500ms"},
 		{"render", "--git", url, "--push-timeout", "1s"},
-		{"agent", "--once", "--git", url, "--node", "edge-a", "--git-timeout", "500ms", "--discovery-handlers-dir", ""},
+		{"agent", "--allow-debug-echo", "--once", "--git", url, "--node", "edge-a", "--git-timeout", "500ms", "--discovery-handlers-dir", ""},
 	} {
 		start := time.Now()
 		code, _, stderr := gitbroker(t, args...)

@@ -312,7 +312,7 @@ func TestFailClosedPlantedBlobsNeverReachTheAgent(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	code, stdout, stderr := gitbroker(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+	code, stdout, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
 		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	runtime.ReadMemStats(&after)
 	require.Equal(t, exitRefused, code, "the planted tip is refused: %s%s", stdout, stderr)
@@ -521,7 +521,7 @@ func TestFailClosedWritersStayInsideTheirMemoryLimits(t *testing.T) {
 	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
 	// The render above put the publication back; plant the zeros again on top.
 	s.srv.On(verify.ConfigurationsBranch).Commit(map[string]string{"configurations/a.yaml": zeros + "c", "configurations/b.yaml": zeros + "d"}, nil, "zeros again")
-	code, out, rss = peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+	code, out, rss = peakRSS(t, "agent", "--allow-debug-echo", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
 		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
 	require.Less(t, rss, int64(128<<20), "the agent stays inside its deploy/ limit (128Mi): %s", out)
@@ -627,7 +627,7 @@ func TestFailClosedDenseInventoryIsRefusedBeforeItIsParsed(t *testing.T) {
 
 	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
-	code, out, rss = peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+	code, out, rss = peakRSS(t, "agent", "--allow-debug-echo", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
 		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
 	require.Equal(t, exitOK, code, out)
@@ -651,7 +651,7 @@ func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
 	s.srv.SetRef(verify.InventoryBranch("edge-a"), "")
 	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
-	code, out, rss := peakRSS(t, "agent", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
+	code, out, rss := peakRSS(t, "agent", "--allow-debug-echo", "--git", s.srv.URL(), "--node", "edge-a", "--once", "--signing-key", s.keyFiles["node:edge-a"],
 		"--renderer-key", pinned, "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	t.Logf("agent: exit %d, peak RSS %d MiB", code, rss>>20)
 	require.Equal(t, exitOK, code, out)

@@ -140,7 +140,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.FolderSources, flagFolderSources, false, "with --flux: a Flux source per rendered folder (spec.flux.folderSources), and flux-folder-sources/")
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
-	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch)")
+	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch). init writes files, so the branch is never written here.")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }

@@ -68,7 +68,7 @@ func startSecondsLoop(t *testing.T, hostWebhook bool) *secondsLoop {
 	require.NotEmpty(t, l.renderer.WebhookAddr)
 	rendered := l.srv.On(verify.RenderedBranch)
 	require.Eventually(t, func() bool { return rendered.Head() != "" }, 30*time.Second, 20*time.Millisecond)
-	args := []string{"agent", "--git", l.srv.URL(), "--node", "edge-a", "--interval", "1h", "--udev-root", l.root,
+	args := []string{"agent", "--allow-debug-echo", "--git", l.srv.URL(), "--node", "edge-a", "--interval", "1h", "--udev-root", l.root,
 		"--device-plugin-dir", "", "--discovery-handlers-dir", "", "--local-grace-period", "0s",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"}
 	if hostWebhook {

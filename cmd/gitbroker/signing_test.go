@@ -37,11 +37,11 @@ func TestWritersSign(t *testing.T) {
 	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey)
 	require.Equal(t, exitOK, code, stderr)
 	key := filepath.Join(t.TempDir(), "state", "signing-key")
-	code, _, stderr = gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", key,
+	code, _, stderr = gitbroker(t, "agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", key,
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, exitInvalid, code, "a signing agent needs the renderer's key pinned")
 	require.Contains(t, stderr, "--signing-key needs --renderer-key")
-	code, stdout, stderr := gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", key, "--renderer-key", pinned,
+	code, stdout, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", key, "--renderer-key", pinned,
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "committed")
@@ -71,7 +71,7 @@ func TestWritersSign(t *testing.T) {
 	mainCfg, _ := srv.File("configurations/akri-debug-echo.yaml")
 	require.Equal(t, mainCfg, cfg)
 	agentWith := func(extra ...string) (int, string, string) {
-		return gitbroker(t, append([]string{"agent", "--git", srv.URL(), "--node", "edge-y", "--once", "--signing-key", filepath.Join(t.TempDir(), "key"),
+		return gitbroker(t, append([]string{"agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-y", "--once", "--signing-key", filepath.Join(t.TempDir(), "key"),
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none")}, extra...)...)
 	}
 	code, stdout, stderr = agentWith("--renderer-key", pinned)
@@ -95,7 +95,7 @@ func TestWritersSign(t *testing.T) {
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL(), "--signing-key", filepath.Join(t.TempDir(), "missing"))
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--signing-key: reading signing key")
-	code, _, stderr = gitbroker(t, "agent", "--dir", t.TempDir(), "--node", "edge-z", "--once", "--signing-key", key)
+	code, _, stderr = gitbroker(t, "agent", "--allow-debug-echo", "--dir", t.TempDir(), "--node", "edge-z", "--once", "--signing-key", key)
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "makes none")
 }
@@ -129,7 +129,7 @@ func TestOpenPGPRenderer(t *testing.T) {
 		t.Helper()
 		f := filepath.Join(dir, "avail")
 		require.NoError(t, os.WriteFile(f, []byte(avail), 0o644))
-		code, _, stderr := gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", nodeKey, "--renderer-key", pinned,
+		code, _, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", nodeKey, "--renderer-key", pinned,
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", f)
 		require.Equal(t, exitOK, code, stderr)
 	}
@@ -156,7 +156,7 @@ func TestOpenPGPRenderer(t *testing.T) {
 	require.Contains(t, stderr, "give --adopt-rendered <commit>")
 
 	// Only the renderer signs with OpenPGP.
-	code, _, stderr = gitbroker(t, "agent", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", rendererKey, "--discovery-handlers-dir", "")
+	code, _, stderr = gitbroker(t, "agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-z", "--once", "--signing-key", rendererKey, "--discovery-handlers-dir", "")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "only the renderer may sign with OpenPGP")
 }
@@ -195,7 +195,7 @@ func TestAgentOnceFailsUntilEnrolled(t *testing.T) {
 	commit(map[string]string{".gitbroker/allowed_signers": signers}, "enroll alice and the renderer")
 	key := filepath.Join(dir, "state", "signing-key")
 	once := func(extra ...string) (int, string, string) {
-		return gitbroker(t, append([]string{"agent", "--git", srv.URL(), "--node", "edge-e", "--once",
+		return gitbroker(t, append([]string{"agent", "--allow-debug-echo", "--git", srv.URL(), "--node", "edge-e", "--once",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none")}, extra...)...)
 	}
 

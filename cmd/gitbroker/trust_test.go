@@ -438,7 +438,7 @@ func TestInventoryRepository(t *testing.T) {
 	inv := gitsynctest.NewServer(t, "unused", nil, gitsynctest.WithAuth(agentUser, agentPassword))
 	pw := filepath.Join(t.TempDir(), "password")
 	require.NoError(t, os.WriteFile(pw, []byte(agentPassword), 0o600))
-	code, stdout, stderr := gitbroker(t, "agent", "--git", main.URL(), "--inventory-git", inv.URL(),
+	code, stdout, stderr := gitbroker(t, "agent", "--allow-debug-echo", "--git", main.URL(), "--inventory-git", inv.URL(),
 		"--inventory-git-username", agentUser, "--inventory-git-password-file", pw,
 		"--node", "edge-a", "--once", "--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, exitOK, code, stderr)

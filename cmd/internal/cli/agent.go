@@ -38,6 +38,7 @@ const (
 	flagDiscoveryHandlersDir  = "discovery-handlers-dir"
 	flagUdevRoot              = "udev-root"
 	flagDebugEchoShared       = "debug-echo-shared"
+	flagAllowDebugEcho        = "allow-debug-echo"
 	flagDebugEchoAvailability = "debug-echo-availability-file"
 	FlagAuthorName            = "git-author-name"
 	FlagAuthorEmail           = "git-author-email"
@@ -75,6 +76,7 @@ type agentOptions struct {
 	DiscoveryHandlersDir  string
 	UdevRoot              string
 	DebugEchoShared       bool
+	AllowDebugEcho        bool
 	DebugEchoAvailability string
 	AuthorName            string
 	AuthorEmail           string
@@ -104,6 +106,7 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	}
 	fs.StringVar(&o.DiscoveryHandlersDir, flagDiscoveryHandlersDir, dhDir, "Folder of Akri's registration socket ("+agent.RegistrationSocketName+"), where discovery handlers register; $"+registrationSocketEnvLabel+" sets the default. Empty disables it.")
 	fs.StringVar(&o.UdevRoot, flagUdevRoot, "/", "Root under which the udev handler reads sys/ and run/udev/data.")
+	fs.BoolVar(&o.AllowDebugEcho, flagAllowDebugEcho, false, "Serve the built-in debugEcho handler, whose devices are the descriptions a Configuration lists (Akri's agent.allowDebugEcho): a test handler, off by default, so that no Configuration puts brokers on every node for devices no node has.")
 	fs.BoolVar(&o.DebugEchoShared, flagDebugEchoShared, true, "Mark debugEcho devices shared, as Akri's DEBUG_ECHO_INSTANCES_SHARED does.")
 	fs.StringVar(&o.DebugEchoAvailability, flagDebugEchoAvailability, agent.DebugEchoAvailabilityFile, "debugEcho devices vanish while this file contains OFFLINE.")
 	fs.StringVar(&o.AuthorName, FlagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
@@ -284,10 +287,11 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			a.Notify()
 		}
 	})
-	handlers := agent.Sources{akri, agent.Builtin{
-		agent.DebugEchoName: agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability},
-		agent.UdevName:      agent.Udev{Root: o.UdevRoot},
-	}}
+	builtin := agent.Builtin{agent.UdevName: agent.Udev{Root: o.UdevRoot}}
+	if o.AllowDebugEcho {
+		builtin[agent.DebugEchoName] = agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability}
+	}
+	handlers := agent.Sources{akri, builtin}
 	var pushed func(commit string)
 	nudgeFile := o.NudgeSecretFile
 	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir != "" {
