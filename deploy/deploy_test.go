@@ -261,3 +261,41 @@ func inventory(configurations ...string) []byte {
 	}
 	return []byte(s)
 }
+
+// DEPLOYING.md's patch for microk8s, whose kubelet keeps its state under /var/snap, moves the
+// agent's two kubelet volumes there and nothing else.
+func TestMicrok8sPatchInDeploying(t *testing.T) {
+	doc, err := os.ReadFile("../docs/DEPLOYING.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "```yaml\npatches:\n- target: {kind: DaemonSet, name: gitbroker-agent}")
+	require.True(t, ok, "DEPLOYING.md shows the microk8s patch")
+	block, _, _ := strings.Cut("patches:\n- target: {kind: DaemonSet, name: gitbroker-agent}"+rest, "```")
+	base, err := filepath.Abs(".")
+	require.NoError(t, err)
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, base) // kustomize takes a base by relative path only
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte("resources:\n- "+rel+"\n"+block), 0o644))
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
+	require.NoError(t, err)
+	var paths []string
+	for _, r := range m.Resources() {
+		if r.GetKind() != "DaemonSet" {
+			continue
+		}
+		obj, err := r.Map()
+		require.NoError(t, err)
+		spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		for _, v := range spec["volumes"].([]any) {
+			if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok {
+				paths = append(paths, hp["path"].(string))
+			}
+		}
+	}
+	require.Contains(t, paths, "/var/snap/microk8s/common/var/lib/kubelet/device-plugins")
+	require.Contains(t, paths, "/var/snap/microk8s/common/var/lib/kubelet/pod-resources")
+	require.Contains(t, paths, "/sys", "the other volumes stay")
+	for _, p := range paths {
+		require.False(t, strings.HasPrefix(p, "/var/lib/kubelet/"), "no volume left on kubeadm's kubelet folder: %s", p)
+	}
+}
