@@ -10,7 +10,7 @@ import (
 )
 
 // A NodeLoss is the recorder's statement that a node has been NotReady, or gone from the
-// cluster, for longer than its node-loss grace (docs/DESIGN.md, "Nodes that are lost"). The
+// cluster, for longer than its node-loss grace (docs/DESIGN.md, "Brokers heal and fail over"). The
 // recorder writes status/nodes/<node>.yaml on its own signed ref and removes it when the node is
 // Ready again; the renderer then moves the brokers of the shared devices that node saw to other
 // nodes that report them.

@@ -8,8 +8,8 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-// loadNodeLosses reads the nodes the recorder found lost (docs/DESIGN.md, "Nodes that are
-// lost"). An invalid record is an error naming its file and counts for nothing: its node is
+// loadNodeLosses reads the nodes the recorder found lost (docs/DESIGN.md, "Brokers heal
+// and fail over"). An invalid record is an error naming its file and counts for nothing: its node is
 // not lost, so nothing moves on a record the renderer cannot read.
 func (p *pass) loadNodeLosses() {
 	p.lost = map[string]*api.NodeLoss{}
