@@ -15,10 +15,11 @@ import (
 	"github.com/gitbroker/gitbroker/trust"
 )
 
-// The Configurations the renderer verified, published for the agents (docs/DESIGN.md, "Trust:
-// an edge credential reaches only its own node": agents read Configurations only from the
-// renderer's verified commit). The branch lives in the repository that holds the node refs (--inventory-git when the fleet has one), so an agent
-// reads it where it writes, and holds no credential for the people's branch.
+// The Configurations the renderer verified, published for the agents (docs/DESIGN.md, "Trust: an
+// edge credential reaches only its own node": agents read Configurations only from the renderer's
+// verified commit). The branch lives in the repository that holds the node refs (--inventory-git
+// when the fleet has one), so an agent reads it where it writes, and holds no credential for the
+// people's branch.
 const (
 	// ConfigurationsBranch holds gitbroker.yaml and configurations/ exactly as the renderer
 	// verified and rendered them, in commits the renderer signs.

@@ -1,9 +1,10 @@
 // Package verify gathers the renderer's inputs from every writer's ref and keeps only what it
 // verified (docs/DESIGN.md, "Trust: an edge credential reaches only its own node"): the source
-// branch along first parents, each commit signed by a person; each node's inventory from a tip
-// that node signed, holding only its own file and descending from the tip accepted last; the
-// recorder's records from a tip it signed; and the previous rendered/ and history/ from the renderer's own last signed commit. A rejected input
-// freezes only its writer's part: the part the renderer accepted before is used instead.
+// branch along first parents, each commit signed by a person; each node's inventory from a tip that
+// node signed, holding only its own file and descending from the tip accepted last; the recorder's
+// records from a tip it signed; and the previous rendered/ and history/ from the renderer's own
+// last signed commit. A rejected input freezes only its writer's part: the part the renderer
+// accepted before is used instead.
 //
 // Without .gitbroker/allowed_signers on the source branch nothing is verified but the layout
 // (a node's ref holds only that node's file), and Inputs.Trust says so.
