@@ -274,7 +274,8 @@ func TestRealNodeDevices(t *testing.T) {
 	// took through akri.sh/<instance> is withheld from akri.sh/cam once kubelet posts the change
 	// (asserting allocatable here raced that post).
 	require.Equal(t, "2", ptr.To(node.Status.Capacity[corev1.ResourceName("akri.sh/"+camInstance)]).String())
-	require.Equal(t, "2", ptr.To(node.Status.Capacity["akri.sh/cam"]).String())
+	// akri.sh/cam offers each instance once (Akri's configuration-level resources): one device.
+	require.Equal(t, "1", ptr.To(node.Status.Capacity["akri.sh/cam"]).String())
 	pluggedToBroker(t, n, sysRoot, 10, agentEvery, renderEvery, fetchEvery)
 
 	// The Akri-style handler's device reaches its broker too, found with the credential the

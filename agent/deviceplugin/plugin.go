@@ -1,9 +1,11 @@
 // Package deviceplugin owns the agent's side of the kubelet device-plugin API
 // (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1), as Akri's agent serves it: for every instance
 // its node reports, akri.sh/<instance> with the Configuration's capacity in slots, and for every
-// Configuration akri.sh/<configuration> with the slots of its instances on the node, so a user's
-// own workload can request any of them. A slot of a device that was not seen in the latest
-// discovery is Unhealthy, so kubelet stops giving it out.
+// Configuration akri.sh/<configuration> with one device per instance on the node, so a user's own
+// workload can request any of them and a request for N gets N different devices (Akri's
+// configuration-level resources): it is Healthy while the instance has a slot free, and
+// allocating it takes that slot. A device that was not seen in the latest discovery is
+// Unhealthy, so kubelet stops giving it out.
 //
 // Allocate answers from the agent's current discovery, never from git: the device's device
 // nodes (with the handler's cgroup permissions, rwm when it gave none) and mounts, each only
@@ -103,8 +105,11 @@ type slot struct {
 	index    int
 }
 
+// claim is a slot given out: through resource, as the device kubelet knows by deviceID (the
+// slot's id through akri.sh/<instance>, the instance's through akri.sh/<configuration>).
 type claim struct {
 	resource string
+	deviceID string
 	at       time.Time
 }
 
@@ -180,15 +185,29 @@ func (p *Plugin) wanted() map[string]bool {
 	return out
 }
 
-// devices lists resource's slots as kubelet sees them, and the channel closed at the next change.
+// devices lists resource's devices as kubelet sees them, and the channel closed at the next
+// change: the slots of an instance, or one device per instance of a Configuration.
 func (p *Plugin) devices(resource string) ([]*pluginapi.Device, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	name := strings.TrimPrefix(resource, api.AkriResourcePrefix)
 	var out []*pluginapi.Device
+	if p.isConfiguration(name) {
+		for _, in := range p.sortedInstances() {
+			if in.Configuration != name {
+				continue
+			}
+			health := pluginapi.Unhealthy
+			if _, taken := p.claimOf(resource, configDeviceID(in.Name)); in.Healthy && (taken || p.freeSlot(in) >= 0) {
+				health = pluginapi.Healthy
+			}
+			out = append(out, &pluginapi.Device{ID: configDeviceID(in.Name), Health: health})
+		}
+		return out, p.changed
+	}
 	for _, id := range slices.Sorted(maps.Keys(p.slots)) {
 		in := p.instances[p.slots[id].instance]
-		if in.Name != name && in.Configuration != name {
+		if in.Name != name {
 			continue
 		}
 		health := pluginapi.Healthy
@@ -200,6 +219,48 @@ func (p *Plugin) devices(resource string) ([]*pluginapi.Device, <-chan struct{})
 	return out, p.changed
 }
 
+// configDeviceID is the id of an instance's device in akri.sh/<configuration>.
+func configDeviceID(instance string) string { return api.Shorten(instance) }
+
+// isConfiguration reports whether name is a Configuration's resource (not an instance's); p.mu
+// is held.
+func (p *Plugin) isConfiguration(name string) bool {
+	for _, in := range p.instances {
+		if in.Configuration == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) sortedInstances() []Instance {
+	out := make([]Instance, 0, len(p.instances))
+	for _, name := range slices.Sorted(maps.Keys(p.instances)) {
+		out = append(out, p.instances[name])
+	}
+	return out
+}
+
+// freeSlot is the lowest slot of in that no claim holds, -1 when none; p.mu is held.
+func (p *Plugin) freeSlot(in Instance) int {
+	for i := range in.Capacity {
+		if _, ok := p.claims[slotID(in.Name, i)]; !ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// claimOf finds the slot a claim gives out through resource as deviceID; p.mu is held.
+func (p *Plugin) claimOf(resource, deviceID string) (string, bool) {
+	for id, c := range p.claims {
+		if c.resource == resource && c.deviceID == deviceID {
+			return id, true
+		}
+	}
+	return "", false
+}
+
 // allocate answers kubelet's Allocate for one container.
 func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*pluginapi.ContainerAllocateResponse, error) {
 	p.mu.Lock()
@@ -207,8 +268,17 @@ func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*plug
 	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	seenDev, seenMount := map[string]bool{}, map[string]bool{}
 	var used []Instance
+	claims := map[string]string{} // slot -> the device id kubelet gave
+	config := p.isConfiguration(strings.TrimPrefix(resource, api.AkriResourcePrefix))
 	for _, id := range ids {
-		s, ok := p.slots[id]
+		slotOf := id
+		if config {
+			var err error
+			if slotOf, err = p.configSlot(resource, id, claimSlots); err != nil {
+				return nil, err
+			}
+		}
+		s, ok := p.slots[slotOf]
 		in := p.instances[s.instance]
 		switch {
 		case !ok:
@@ -216,9 +286,10 @@ func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*plug
 		case !in.Healthy:
 			return nil, status.Errorf(codes.Unavailable, "%s: instance %s was not seen in the latest discovery", resource, in.Name)
 		}
-		if c, ok := p.claims[id]; ok && c.resource != resource {
-			return nil, status.Errorf(codes.ResourceExhausted, "%s: slot %s is in use through %s", resource, id, c.resource)
+		if c, ok := p.claims[slotOf]; ok && c.resource != resource {
+			return nil, status.Errorf(codes.ResourceExhausted, "%s: slot %s is in use through %s", resource, slotOf, c.resource)
 		}
+		claims[slotOf] = id
 		if !slices.ContainsFunc(used, func(u Instance) bool { return u.Name == in.Name }) {
 			used = append(used, in)
 		}
@@ -255,12 +326,35 @@ func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*plug
 	}
 	if claimSlots {
 		now := p.opts.Now()
-		for _, id := range ids {
-			p.claims[id] = claim{resource: resource, at: now}
+		for slotOf, id := range claims {
+			p.claims[slotOf] = claim{resource: resource, deviceID: id, at: now}
 		}
 		p.broadcast()
 	}
 	return resp, nil
+}
+
+// configSlot is the slot an instance's device in akri.sh/<configuration> is given as: the one
+// it was given before (kubelet allocates again when a container restarts), else the lowest free
+// one; p.mu is held.
+func (p *Plugin) configSlot(resource, id string, claimed bool) (string, error) {
+	if slot, ok := p.claimOf(resource, id); ok {
+		return slot, nil
+	}
+	for _, in := range p.instances {
+		if in.Configuration != strings.TrimPrefix(resource, api.AkriResourcePrefix) || configDeviceID(in.Name) != id {
+			continue
+		}
+		i := p.freeSlot(in)
+		if !claimed && i < 0 {
+			i = 0 // without kubelet's pod-resources nothing is withheld
+		}
+		if i < 0 {
+			return "", status.Errorf(codes.ResourceExhausted, "%s: every slot of instance %s is in use", resource, in.Name)
+		}
+		return slotID(in.Name, i), nil
+	}
+	return "", status.Errorf(codes.NotFound, "%s: device %s is no longer discovered on this node", resource, id)
 }
 
 // allowed reports whether a host path may be served, logging a refusal once per path.

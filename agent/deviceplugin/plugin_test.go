@@ -137,7 +137,7 @@ func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
 	cfg := k.plugin(t, "akri.sh/cam")
 	nextInst, nextCfg := watch(t, inst), watch(t, cfg)
 	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Healthy"}, nextInst())
-	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Healthy"}, nextCfg())
+	require.Equal(t, map[string]string{"cam-8120fe": "Healthy"}, nextCfg(), "the Configuration's resource offers each instance once")
 
 	// Allocate answers with the device node (rwm by default) and the allowed mount only: a
 	// path that climbs out of /dev, a bad permission and a mount of / are not served.
@@ -148,20 +148,32 @@ func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
 	require.Equal(t, []*pluginapi.Mount{{ContainerPath: "/sys/video", HostPath: "/sys/class/video4linux/video0", ReadOnly: true}}, c.Mounts)
 	require.Equal(t, map[string]string{"UDEV_DEVNODE": "/dev/video0", "UDEV_DEVNODE_8120FE": "/dev/video0"}, c.Envs)
 
-	// The slot given through the instance is withheld from the Configuration's resource ...
-	require.Equal(t, map[string]string{"cam-8120fe-0": "Unhealthy", "cam-8120fe-1": "Healthy"}, nextCfg())
-	_, err = cfg.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe-0"}}}})
-	require.ErrorContains(t, err, "in use through akri.sh/cam-8120fe")
-	// ... while kubelet lists it in use (past the claim's grace of 30 polls), and returned after.
+	// The Configuration's device stays Healthy while the instance has a slot free; allocating it
+	// takes that slot (the second), which is withheld from the instance's resource ...
+	resp, err = cfg.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe"}}}})
+	require.NoError(t, err)
+	require.Equal(t, "/dev/video0", resp.ContainerResponses[0].Envs["UDEV_DEVNODE"])
+	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Unhealthy"}, nextInst())
+	// ... and kubelet allocating it again (a restarted container) gets the same slot.
+	_, err = cfg.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe"}}}})
+	require.NoError(t, err)
+	_, err = inst.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe-1"}}}})
+	require.ErrorContains(t, err, "in use through akri.sh/cam")
+	// While kubelet lists both in use (past the claims' grace of 30 polls) they stay withheld,
+	// and are returned after.
 	k.mu.Lock()
 	k.inUse["akri.sh/cam-8120fe"] = []string{"cam-8120fe-0"}
+	k.inUse["akri.sh/cam"] = []string{"cam-8120fe"}
 	k.mu.Unlock()
 	time.Sleep(time.Second)
-	require.Equal(t, map[string]string{"cam-8120fe-0": "Unhealthy", "cam-8120fe-1": "Healthy"}, watch(t, cfg)())
+	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Unhealthy"}, watch(t, inst)())
+	k.mu.Lock()
+	delete(k.inUse, "akri.sh/cam")
+	k.mu.Unlock()
+	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Healthy"}, nextInst())
 	k.mu.Lock()
 	delete(k.inUse, "akri.sh/cam-8120fe")
 	k.mu.Unlock()
-	require.Equal(t, map[string]string{"cam-8120fe-0": "Healthy", "cam-8120fe-1": "Healthy"}, nextCfg())
 
 	// Two slots of one device in one container are still one device: its plain names are set.
 	resp, err = inst.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe-0", "cam-8120fe-1"}}}})
@@ -206,4 +218,57 @@ func shortTemp(t *testing.T) string {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
+}
+
+// akri.sh/<configuration> offers each instance once, as Akri's configuration-level resources do:
+// a request for two gets two different devices, and an instance whose slots are all given out
+// through akri.sh/<instance> is not offered (and not allocated) through it.
+func TestConfigurationResourceOffersEachInstanceOnce(t *testing.T) {
+	dir := shortTemp(t)
+	k := startKubelet(t, dir)
+	p := deviceplugin.New(deviceplugin.Options{Dir: dir, PodResources: filepath.Join(dir, "pod-resources.sock"), Log: testr.New(t), Poll: 20 * time.Millisecond})
+	podres := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(podres, k)
+	lis, err := net.Listen("unix", filepath.Join(dir, "pod-resources.sock"))
+	require.NoError(t, err)
+	go func() { _ = podres.Serve(lis) }()
+	t.Cleanup(podres.Stop)
+	a, b := camera("cam-8120fe", true), camera("cam-a2fbb4", true)
+	b.Digest = "A2FBB4"
+	p.Update([]deviceplugin.Instance{a, b})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cfg := k.plugin(t, "akri.sh/cam")
+	nextCfg := watch(t, cfg)
+	require.Equal(t, map[string]string{"cam-8120fe": "Healthy", "cam-a2fbb4": "Healthy"}, nextCfg())
+	resp, err := cfg.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-8120fe", "cam-a2fbb4"}}}})
+	require.NoError(t, err)
+	envs := resp.ContainerResponses[0].Envs
+	require.Equal(t, "/dev/video0", envs["UDEV_DEVNODE_8120FE"])
+	require.Equal(t, "/dev/video0", envs["UDEV_DEVNODE_A2FBB4"])
+	require.NotContains(t, envs, "UDEV_DEVNODE", "two devices: only their digest names")
+
+	// Both of b's slots given out through its own resource: b is not offered through cam.
+	inst := k.plugin(t, "akri.sh/cam-a2fbb4")
+	_, err = inst.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-a2fbb4-1"}}}})
+	require.NoError(t, err)
+	k.mu.Lock()
+	k.inUse["akri.sh/cam"] = []string{"cam-8120fe"}
+	k.inUse["akri.sh/cam-a2fbb4"] = []string{"cam-a2fbb4-1"}
+	k.mu.Unlock()
+	// cam's claim on b's slot 0 ends (kubelet no longer lists it, past the grace of 30 polls);
+	// b's slot 0 is free again, then taken through b's resource.
+	require.Eventually(t, func() bool {
+		_, err := inst.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-a2fbb4-0"}}}})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		devs := watch(t, cfg)()
+		return devs["cam-a2fbb4"] == "Unhealthy" && devs["cam-8120fe"] == "Healthy"
+	}, 10*time.Second, 50*time.Millisecond, "no slot of b is free")
+	_, err = cfg.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"cam-a2fbb4"}}}})
+	require.ErrorContains(t, err, "every slot of instance cam-a2fbb4 is in use")
 }

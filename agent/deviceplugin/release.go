@@ -29,7 +29,7 @@ func (p *Plugin) release(ctx context.Context) {
 	defer p.mu.Unlock()
 	now, freed := p.opts.Now(), false
 	for id, c := range p.claims {
-		if !inUse[c.resource+"\x00"+id] && now.Sub(c.at) >= claimPolls*p.opts.Poll {
+		if !inUse[c.resource+"\x00"+c.deviceID] && now.Sub(c.at) >= claimPolls*p.opts.Poll {
 			delete(p.claims, id)
 			freed = true
 		}

@@ -173,8 +173,8 @@ registers on the registration socket), and commits inventory/<node>.yaml when wh
 has changed. A vanished device stays for a grace period, so a flapping device writes nothing.
 
 It is also the node's kubelet device plugin (--device-plugin-dir): akri.sh/<instance> with the
-Configuration's capacity in slots for every device it sees, and akri.sh/<configuration> for any of
-a Configuration's devices, answering kubelet's Allocate from its own discovery (the device nodes
+Configuration's capacity in slots for every device it sees, and akri.sh/<configuration> with one
+device per instance (offered while it has a slot free: a request for N gets N devices), answering kubelet's Allocate from its own discovery (the device nodes
 and mounts under /dev, or under the Configuration's allowedHostPaths), never from git.
 
 It serves /healthz and /readyz (--health-addr) and Prometheus metrics (--metrics-addr), logs
