@@ -515,7 +515,7 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 			continue
 		}
 		a.noteNothingFound(key, name, len(devices) == 0)
-		a.expire(key, a.sanitize(key, devices), c, now)
+		a.expire(key, a.sanitize(key, c, devices), c, now)
 	}
 
 	for key := range a.tracked {
@@ -582,7 +582,7 @@ func (a *Agent) grace(c *api.ParsedConfiguration, shared bool) time.Duration {
 
 // sanitize drops what the renderer would reject, so one odd device from a
 // handler never invalidates the node's whole inventory.
-func (a *Agent) sanitize(key string, devices []api.Device) []api.Device {
+func (a *Agent) sanitize(key string, c *api.ParsedConfiguration, devices []api.Device) []api.Device {
 	out := make([]api.Device, 0, len(devices))
 	seen := map[string]bool{}
 	for _, d := range devices {
@@ -599,6 +599,17 @@ func (a *Agent) sanitize(key string, devices []api.Device) []api.Device {
 			if msgs := validation.IsCIdentifier(k); len(msgs) > 0 {
 				a.opts.Log.Info("dropping a property that is not a valid environment variable name",
 					"configuration", key, "device", d.ID, "property", k)
+				delete(d.Properties, k)
+				continue
+			}
+			if !c.DeviceMaySet(k) {
+				// The renderer refuses an inventory with it (the node's part stays as it was): an
+				// honest agent leaves it out, and says so once.
+				why := fmt.Errorf("devices of discovery handler %s may set only names starting %s, and no loader or proxy variable, unless the Configuration allows them by name (annotation %s)",
+					c.Spec.DiscoveryHandler.Name, api.HandlerPropertyPrefix(c.Spec.DiscoveryHandler.Name), api.AnnotationAllowedDeviceProperties)
+				if a.report(key+"\x00property\x00"+k, why) {
+					a.opts.Log.Info("leaving out a device property its Configuration does not let devices set", "configuration", key, "property", k, "why", why.Error())
+				}
 				delete(d.Properties, k)
 			}
 		}

@@ -435,7 +435,7 @@ func TestBadDevicesAreDroppedNotWritten(t *testing.T) {
 		o.Log = funcr.New(func(prefix, args string) { logs.WriteString(args + "\n") }, funcr.Options{})
 	})
 	f.echo.set(
-		api.Device{ID: "ok", Properties: map[string]string{"GOOD": "1", "bad-name": "x"}},
+		api.Device{ID: "ok", Properties: map[string]string{"DEBUG_ECHO_GOOD": "1", "bad-name": "x", "SERIAL": "7", "DEBUG_ECHO_LD_PRELOAD": "/x.so"}},
 		api.Device{ID: ""},
 		api.Device{ID: "ok"},
 	)
@@ -443,9 +443,18 @@ func TestBadDevicesAreDroppedNotWritten(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, out.Devices)
 	inv := f.read(t, "inventory/edge-a.yaml")
-	require.Contains(t, inv, "GOOD")
+	require.Contains(t, inv, "DEBUG_ECHO_GOOD")
 	require.NotContains(t, inv, "bad-name")
 	require.Contains(t, logs.String(), "dropping a property")
+	// Names the renderer would refuse (not its handler's, or a loader variable) are left out, so
+	// an honest node's inventory is never refused for them; it is said once.
+	require.NotContains(t, inv, "SERIAL")
+	require.NotContains(t, inv, "LD_PRELOAD")
+	_, err = a.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(logs.String(), `"property"="SERIAL"`), logs.String())
+	res := render.Render(render.Request{Files: snapshotFiles(t, f)})
+	require.Empty(t, res.Errors, "what the agent writes, the renderer takes")
 }
 
 // gitFixture is a fixture on a real git server.

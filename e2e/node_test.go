@@ -125,6 +125,9 @@ var plcConfiguration = `apiVersion: akri.sh/v0
 kind: Configuration
 metadata:
   name: plc
+  annotations:
+    # The handler's own names, not prefixed with its name as Akri's handlers do (FORMATS.md).
+    gitbroker.dev/allowed-device-properties: PLC_NODE, PLC_AUTH
 spec:
   discoveryHandler:
     name: ` + plcHandler + `
