@@ -116,7 +116,10 @@ func camera(name string, healthy bool) deviceplugin.Instance {
 	}
 }
 
-func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
+// startPlugin runs a Plugin serving instances to a fake kubelet, whose pod-resources socket it
+// asks which slots are in use.
+func startPlugin(t *testing.T, instances ...deviceplugin.Instance) (*fakeKubelet, *deviceplugin.Plugin) {
+	t.Helper()
 	dir := shortTemp(t)
 	k := startKubelet(t, dir)
 	p := deviceplugin.New(deviceplugin.Options{Dir: dir, PodResources: filepath.Join(dir, "pod-resources.sock"), Log: testr.New(t), Poll: 20 * time.Millisecond})
@@ -126,12 +129,16 @@ func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = podres.Serve(lis) }()
 	t.Cleanup(podres.Stop)
-
-	p.Update([]deviceplugin.Instance{camera("cam-8120fe", true)})
+	p.Update(instances)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return k, p
+}
+
+func TestPluginServesSlotsAndAllocatesFromDiscovery(t *testing.T) {
+	k, p := startPlugin(t, camera("cam-8120fe", true))
 
 	inst := k.plugin(t, "akri.sh/cam-8120fe")
 	cfg := k.plugin(t, "akri.sh/cam")
@@ -224,22 +231,9 @@ func shortTemp(t *testing.T) string {
 // a request for two gets two different devices, and an instance whose slots are all given out
 // through akri.sh/<instance> is not offered (and not allocated) through it.
 func TestConfigurationResourceOffersEachInstanceOnce(t *testing.T) {
-	dir := shortTemp(t)
-	k := startKubelet(t, dir)
-	p := deviceplugin.New(deviceplugin.Options{Dir: dir, PodResources: filepath.Join(dir, "pod-resources.sock"), Log: testr.New(t), Poll: 20 * time.Millisecond})
-	podres := grpc.NewServer()
-	podresourcesapi.RegisterPodResourcesListerServer(podres, k)
-	lis, err := net.Listen("unix", filepath.Join(dir, "pod-resources.sock"))
-	require.NoError(t, err)
-	go func() { _ = podres.Serve(lis) }()
-	t.Cleanup(podres.Stop)
-	a, b := camera("cam-8120fe", true), camera("cam-a2fbb4", true)
+	b := camera("cam-a2fbb4", true)
 	b.Digest = "A2FBB4"
-	p.Update([]deviceplugin.Instance{a, b})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	k, _ := startPlugin(t, camera("cam-8120fe", true), b)
 
 	cfg := k.plugin(t, "akri.sh/cam")
 	nextCfg := watch(t, cfg)
