@@ -605,8 +605,9 @@ func (a *Agent) sanitize(key string, c *api.ParsedConfiguration, devices []api.D
 			if !c.DeviceMaySet(k) {
 				// The renderer refuses an inventory with it (the node's part stays as it was): an
 				// honest agent leaves it out, and says so once.
-				why := fmt.Errorf("devices of discovery handler %s may set only names starting %s, and no loader or proxy variable, unless the Configuration allows them by name (annotation %s)",
-					c.Spec.DiscoveryHandler.Name, api.HandlerPropertyPrefix(c.Spec.DiscoveryHandler.Name), api.AnnotationAllowedDeviceProperties)
+				p := api.HandlerPropertyPrefix(c.Spec.DiscoveryHandler.Name)
+				why := fmt.Errorf("devices of discovery handler %s may set only names starting %s or AKRI_%s, and no loader or proxy variable, unless the Configuration allows them by name (annotation %s)",
+					c.Spec.DiscoveryHandler.Name, p, p, api.AnnotationAllowedDeviceProperties)
 				if a.report(key+"\x00property\x00"+k, why) {
 					a.opts.Log.Info("leaving out a device property its Configuration does not let devices set", "configuration", key, "property", k, "why", why.Error())
 				}

@@ -50,12 +50,14 @@ type Repository struct {
 	refetching bool
 	// accepted is recoverFrom's answer, read by a writer that starts with nothing pushed.
 	// pending: the writer has not yet seen the renderer accept the line it built from that
-	// answer, and reads it again every recheck (at checked last) until it does.
+	// answer, and reads it again every recheck (at checked last) until it does; failures in a
+	// row double the wait (recheckDelay).
 	accepted struct {
-		tip     string
-		read    bool
-		pending bool
-		checked time.Time
+		tip      string
+		read     bool
+		pending  bool
+		checked  time.Time
+		failures int
 	}
 	maxFetch int64
 	maxFile  int64
@@ -223,8 +225,13 @@ func WithRecoverFrom(f func(ctx context.Context) (string, error)) Option {
 }
 
 // DefaultAcceptedRecheck is how often a writer that recovered reads the accepted tip again
-// until it sees its line accepted: each read fetches the rendered branch's head once.
+// until it sees its line accepted: each read fetches the rendered branch's head once. A read
+// that fails (the head not the renderer's, or larger than the writer's limits) doubles the wait,
+// up to maxAcceptedRecheck, so a writer that cannot read it keeps trying at a bounded cost.
 const DefaultAcceptedRecheck = 2 * time.Minute
+
+// maxAcceptedRecheck bounds the wait between failed reads of the accepted tip.
+const maxAcceptedRecheck = time.Hour
 
 // WithAcceptedRecheck sets how often a recovering writer reads WithRecoverFrom's tip again
 // (DefaultAcceptedRecheck); 0 reads it at every Update.
@@ -384,7 +391,7 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 				"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
 			found = nil
 		}
-	} else if pushed != nil && found != nil && r.accepted.pending && found.Hash.String() != r.accepted.tip && time.Since(r.accepted.checked) >= r.recheck {
+	} else if pushed != nil && found != nil && r.accepted.pending && found.Hash.String() != r.accepted.tip && time.Since(r.accepted.checked) >= r.recheckDelay() {
 		found = r.recheckAccepted(ctx, found)
 	}
 	if found != nil {
@@ -418,9 +425,14 @@ func (r *Repository) readAccepted(ctx context.Context, onErr string) {
 func (r *Repository) recheckAccepted(ctx context.Context, found *object.Commit) *object.Commit {
 	tip, err := r.recoverFrom(ctx)
 	r.accepted.checked = time.Now()
+	if err != nil {
+		r.accepted.failures++
+	} else {
+		r.accepted.failures = 0
+	}
 	switch {
 	case err != nil:
-		r.log.Info("cannot read the tip the renderer accepted last; reading it again later", "branch", r.branch.Short(), "error", r.redact.wrap(err).Error())
+		r.log.Info("cannot read the tip the renderer accepted last; reading it again later", "branch", r.branch.Short(), "after", r.recheckDelay().String(), "error", r.redact.wrap(err).Error())
 	case tip == "" || tip == r.accepted.tip:
 	case tip == found.Hash.String() || r.descends(ctx, found, plumbing.NewHash(tip), true):
 		r.accepted.pending = false
@@ -431,6 +443,16 @@ func (r *Repository) recheckAccepted(ctx context.Context, found *object.Commit) 
 		return nil
 	}
 	return found
+}
+
+// recheckDelay is how long a recovering writer waits before it reads the accepted tip again:
+// the recheck interval, doubled for every failed read in a row, at most maxAcceptedRecheck.
+func (r *Repository) recheckDelay() time.Duration {
+	d := r.recheck
+	for i := 0; i < r.accepted.failures && d < maxAcceptedRecheck; i++ {
+		d *= 2
+	}
+	return min(d, maxAcceptedRecheck)
 }
 
 // Restore puts a WithOwnHistory writer's branch back on its own commit when someone else pushed

@@ -2,10 +2,14 @@ package gitsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
@@ -46,4 +50,38 @@ func TestObjectStoreResetsAfterGrowth(t *testing.T) {
 	b, err := snap.ReadFile("rendered/f-0042.yaml")
 	require.NoError(t, err)
 	require.Equal(t, "three42", string(b))
+}
+
+// A writer that cannot read the accepted tip (the rendered branch's head not the renderer's, or
+// above its limits, as at a large fleet) reads it again less and less often, never more rarely
+// than hourly, and at the interval again once a read succeeds.
+func TestAcceptedRecheckBacksOffOnFailures(t *testing.T) {
+	r := &Repository{recheck: DefaultAcceptedRecheck}
+	var got []time.Duration
+	for failures := range 8 {
+		r.accepted.failures = failures
+		got = append(got, r.recheckDelay())
+	}
+	require.Equal(t, []time.Duration{2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 32 * time.Minute, time.Hour, time.Hour, time.Hour}, got)
+	r.recheck = 0
+	r.accepted.failures = 5
+	require.Zero(t, r.recheckDelay(), "0 reads at every Update, as tests ask")
+
+	// The count is of failures in a row: a read that answers resets it.
+	r = &Repository{recheck: DefaultAcceptedRecheck, log: logr.Discard()}
+	answers := []error{errors.New("not the renderer's"), ErrTooLarge, nil}
+	r.recoverFrom = func(context.Context) (string, error) {
+		err := answers[0]
+		answers = answers[1:]
+		return "", err
+	}
+	found := &object.Commit{Hash: plumbing.NewHash("1111111111111111111111111111111111111111")}
+	for want := 1; want <= 2; want++ {
+		require.Equal(t, found, r.recheckAccepted(t.Context(), found))
+		require.Equal(t, want, r.accepted.failures)
+	}
+	require.Equal(t, 8*time.Minute, r.recheckDelay())
+	require.Equal(t, found, r.recheckAccepted(t.Context(), found))
+	require.Zero(t, r.accepted.failures)
+	require.Equal(t, DefaultAcceptedRecheck, r.recheckDelay())
 }

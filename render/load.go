@@ -330,7 +330,8 @@ func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
 				if !cfg.DeviceMaySet(k) {
 					why := "it changes how a broker loads code or where it connects"
 					if !api.RefusedDeviceProperty(k) {
-						why = fmt.Sprintf("devices of discovery handler %s set only names that start with %s", cfg.Spec.DiscoveryHandler.Name, api.HandlerPropertyPrefix(cfg.Spec.DiscoveryHandler.Name))
+						p := api.HandlerPropertyPrefix(cfg.Spec.DiscoveryHandler.Name)
+						why = fmt.Sprintf("devices of discovery handler %s set only names that start with %s or AKRI_%s", cfg.Spec.DiscoveryHandler.Name, p, p)
 					}
 					errs = append(errs, inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].devices[%d].properties.%s", i, j, k),
 						"a device may not set %s: %s; Configuration %s can allow it by name (spec.allowedDeviceProperties, or the annotation %s)",

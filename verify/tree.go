@@ -72,6 +72,9 @@ func AcceptedTip(rendered interface {
 		if err != nil {
 			return "", err
 		}
+		if keys == nil {
+			return "", fmt.Errorf("%s: no renderer key to check its head with: its render metadata is not read", RenderedBranch)
+		}
 		c := gitsync.HeadCommit(snap)
 		if c == nil {
 			return "", fmt.Errorf("%s: no commit to read", RenderedBranch)

@@ -174,8 +174,9 @@ has changed. A vanished device stays for a grace period, so a flapping device wr
 
 It is also the node's kubelet device plugin (--device-plugin-dir): akri.sh/<instance> with the
 Configuration's capacity in slots for every device it sees, and akri.sh/<configuration> with one
-device per instance (offered while it has a slot free: a request for N gets N devices), answering kubelet's Allocate from its own discovery (the device nodes
-and mounts under /dev, or under the Configuration's allowedHostPaths), never from git.
+device per instance (offered while it has a slot free: a request for N gets N devices),
+answering kubelet's Allocate from its own discovery (the device nodes and mounts under /dev, or
+under the Configuration's allowedHostPaths), never from git.
 
 It serves /healthz and /readyz (--health-addr) and Prometheus metrics (--metrics-addr), logs
 structured lines to stderr, and on SIGTERM finishes the write in flight and exits.`,

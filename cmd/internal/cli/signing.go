@@ -103,9 +103,10 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 // recorder): it reads and builds only on what it signed itself (gitsync.WithOwnHistory), so a
 // commit someone else pushed there is dropped, never signed; and should its ref be gone or
 // moved back when it starts, its new line names the tip of ref the renderer accepted, read
-// from the render metadata of main's rendered branch at a render commit renderer (the pinned
-// --renderer-key) signed (verify.AcceptedTip), again until it sees its line accepted. That
-// branch is opened only then, and let go after, so a writer holds no copy of the rendered tree.
+// from the render metadata of main's rendered branch, only at a render commit the pinned
+// renderer key signed (verify.AcceptedTip), and read again until it sees its line accepted.
+// That branch is opened only then, and let go after, so a writer holds no copy of the
+// rendered tree.
 // read are the options to read main with (credentials, limits, logger).
 func OwnRefOptions(main gitsync.Options, ref string, renderer *verify.RendererKeys, read ...gitsync.Option) []gitsync.Option {
 	main.Branch = verify.RenderedBranch
