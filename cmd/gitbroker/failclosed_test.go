@@ -639,8 +639,9 @@ func TestFailClosedDenseInventoryIsRefusedBeforeItIsParsed(t *testing.T) {
 // Found by e2e's TestRecorderStaysInsideItsMemoryLimit: a writer that starts with its ref gone
 // reads the tip the renderer accepted from the render metadata on gitbroker/rendered, a branch
 // anyone may push to, and parsed the whole file: 6 MiB of dense YAML there took the recorder to
-// 531 MiB (limit 256Mi). Writers now find their one line without parsing the file; an agent
-// restarted under such a head stays inside its limit.
+// 531 MiB (limit 256Mi). Writers now read the metadata only at a head the renderer signed, and
+// find their one line there without parsing the file; an agent restarted under such a head (an
+// unsigned one here: it is fetched, and refused) stays inside its limit.
 func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
 	s := newSignedLoop(t)
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
