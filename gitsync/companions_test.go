@@ -25,7 +25,7 @@ func folders(files map[string]string, companions map[string]string, keep func(*g
 	return func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
 		c := change([]string{"rendered/"}, files)
 		c.Message = "render"
-		c.CompanionPrefix = "folders/"
+		c.CompanionPrefixes = []string{"folders/"}
 		c.Companions = companions
 		c.KeepCompanion = keep
 		return c, nil
@@ -200,4 +200,41 @@ func TestCompanionsSurviveTheStoreLimit(t *testing.T) {
 	require.Equal(t, 1, res.CompanionsMoved)
 	require.Equal(t, res.Commit, srv.Head())
 	require.Len(t, shows(t, srv, "folders/x"), 1500)
+}
+
+// A ref named as a folder of a branch the writer creates (folders beside folders/x), or under
+// it as a folder (gitbroker/inventory/edge-b/x under edge-b's ref), keeps git from creating that
+// branch, in the same atomic transaction too: anyone who can push there could stop every render
+// for good, or keep a node whose ref was deleted from writing again. The writer deletes such a
+// ref first, and its push lands.
+func TestRefsThatBlockABranchAreDeleted(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", seed())
+	main := rev(t, srv, "main")
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/folders", main)
+	companions := map[string]string{"folders/x": "rendered/default/x"}
+	files := map[string]string{"rendered/default/x/pod-a.yaml": "pod: a\n"}
+	res, err := open(t, srv).Update(context.Background(), folders(files, companions, nil))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CompanionsMoved)
+	require.False(t, exists(t, srv, "refs/heads/folders"))
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "folders/x"))
+
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/gitbroker/inventory/edge-b/x", main)
+	node, err := gitsync.New(srv.URL(), "gitbroker/inventory/edge-b", fastBackoff(), gitsync.WithCreateBranch())
+	require.NoError(t, err)
+	_, err = node.Update(context.Background(), write([]string{"inventory/edge-b.yaml"}, map[string]string{"inventory/edge-b.yaml": "b: 2\n"}))
+	require.NoError(t, err)
+	require.NotEmpty(t, rev(t, srv, "gitbroker/inventory/edge-b"))
+	require.False(t, exists(t, srv, "refs/heads/gitbroker/inventory/edge-b/x"))
+}
+
+// exists reports whether the server has ref itself (rev matches the refs under it as well).
+func exists(t *testing.T, srv *gitsynctest.Server, ref string) bool {
+	t.Helper()
+	for _, line := range strings.Split(gitsynctest.Git(t, srv.Bare(), "for-each-ref", "--format=%(refname)"), "\n") {
+		if line == ref {
+			return true
+		}
+	}
+	return false
 }

@@ -872,10 +872,10 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	if head == nil && !r.unreadable.IsZero() && (err == nil || res.Replaced != "") {
 		res.Replaced = r.unreadable.String()
 	}
-	companions := change != nil && change.CompanionPrefix != "" && ref == r.branch && derr == nil
+	companions := change != nil && len(change.CompanionPrefixes) > 0 && ref == r.branch && derr == nil
 	var tips map[plumbing.ReferenceName]plumbing.Hash
 	if companions && (err == nil || errors.Is(err, ErrNoChanges)) {
-		tips = r.companionTips(ctx, change.CompanionPrefix)
+		tips = r.companionTips(ctx, change.CompanionPrefixes)
 	}
 	switch {
 	case errors.Is(err, ErrNoChanges) && base != nil && companions:
@@ -1005,6 +1005,16 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	}
 	req.Commands = append(req.Commands, companions...)
 	objects = append(objects, more...)
+	if blockers := refBlockers(advertised, req.Commands); len(blockers) > 0 {
+		// A ref whose name is a folder of one this push writes, or the other way round
+		// (gitbroker/accepted beside gitbroker/accepted/00): git refuses to create ours while it
+		// is there, in the same transaction too, so it is deleted first and the push made again.
+		// No ref of that name can be anyone's: it only exists to block this writer.
+		if err := r.deleteRefs(ctx, sess, blockers, advertised); err != nil {
+			return nil, err
+		}
+		return nil, errConflict
+	}
 	switch {
 	case len(req.Commands) == 0:
 		return nil, nil
@@ -1052,11 +1062,17 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 				return nil, errConflict
 			}
 			// An atomic push refuses every other command for the one that failed; report that one.
-			if (strings.Contains(cs.Status, "atomic push failure") || strings.Contains(cs.Status, "atomic transaction failed")) && len(rs.CommandStatuses) > 1 {
+			if atomicFailure(cs.Status) && len(rs.CommandStatuses) > 1 {
 				continue
 			}
 			return nil, &writerError{fmt.Errorf("pushing to %s: the server refused %s: %s", r.URL(), cs.ReferenceName.Short(), cs.Status)}
 		}
+	}
+	if rs != nil && len(rs.CommandStatuses) > 1 && !slices.ContainsFunc(rs.CommandStatuses, func(cs *packp.CommandStatus) bool { return !atomicFailure(cs.Status) }) {
+		// Every command refused for the transaction alone: git checks the values the commands
+		// expect when it commits, and reports a ref that moved meanwhile only on its error
+		// channel. Try again from a new fetch.
+		return nil, errConflict
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pushing to %s: %w", r.URL(), err)
@@ -1071,7 +1087,7 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 // companionCommands returns the ref updates that bring c's companions to commit (see
 // Change.Companions), and the objects they need; advertised holds the server's refs.
 func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plumbing.Hash, commit plumbing.Hash, c *Change) ([]*packp.Command, []plumbing.Hash, error) {
-	if c == nil || c.CompanionPrefix == "" {
+	if c == nil || len(c.CompanionPrefixes) == 0 {
 		return nil, nil, nil
 	}
 	moves, deletes, err := r.staleCompanions(advertised, commit, c)
@@ -1135,9 +1151,8 @@ func (r *Repository) staleCompanions(tips map[plumbing.ReferenceName]plumbing.Ha
 		}
 	}
 	var deletes []plumbing.ReferenceName
-	prefix := plumbing.NewBranchReferenceName(c.CompanionPrefix).String()
 	for _, ref := range slices.Sorted(maps.Keys(tips)) {
-		if _, ok := c.Companions[ref.Short()]; !ok && strings.HasPrefix(ref.String(), prefix) && ref != r.branch {
+		if _, ok := c.Companions[ref.Short()]; !ok && ref.IsBranch() && c.companion(ref.Short()) && ref != r.branch {
 			deletes = append(deletes, ref)
 		}
 	}
@@ -1158,15 +1173,15 @@ func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) b
 	return err == nil && keep(k)
 }
 
-// companionTips fetches the branches under prefix into the store and returns their tips, so a
+// companionTips fetches the branches under prefixes into the store and returns their tips, so a
 // render with nothing to commit can tell whether its companions are in order without opening a
 // push, and keepCompanion can read them. It returns nil if they could not be read: a tip under
 // the prefix is anyone's who can push there, so one too large to fetch must not stop the render;
 // the push then replaces every companion whose tip the store lacks.
-func (r *Repository) companionTips(ctx context.Context, prefix string) map[plumbing.ReferenceName]plumbing.Hash {
-	snaps, err := r.branches(ctx, prefix)
+func (r *Repository) companionTips(ctx context.Context, prefixes []string) map[plumbing.ReferenceName]plumbing.Hash {
+	snaps, err := r.branches(ctx, prefixes...)
 	if err != nil {
-		r.log.Info("reading the companion branches failed; the push replaces those it cannot read", "prefix", prefix, "error", r.redact.wrap(err).Error())
+		r.log.Info("reading the companion branches failed; the push replaces those it cannot read", "prefixes", prefixes, "error", r.redact.wrap(err).Error())
 		return nil
 	}
 	tips := make(map[plumbing.ReferenceName]plumbing.Hash, len(snaps))
@@ -1174,6 +1189,68 @@ func (r *Repository) companionTips(ctx context.Context, prefix string) map[plumb
 		tips[plumbing.NewBranchReferenceName(name)] = plumbing.NewHash(s.Commit())
 	}
 	return tips
+}
+
+// atomicFailure reports whether a command's status says only that the atomic push it was part of
+// failed.
+func atomicFailure(status string) bool {
+	return strings.Contains(status, "atomic push failure") || strings.Contains(status, "atomic transaction failed")
+}
+
+// refBlockers lists the advertised refs, other than those the commands write, that keep git from
+// creating a ref a command creates: a ref named as a folder of it, or under it as a folder.
+func refBlockers(advertised map[plumbing.ReferenceName]plumbing.Hash, cmds []*packp.Command) []plumbing.ReferenceName {
+	writes := map[plumbing.ReferenceName]bool{}
+	for _, c := range cmds {
+		writes[c.Name] = true
+	}
+	var out []plumbing.ReferenceName
+	for name := range advertised {
+		if writes[name] || !strings.HasPrefix(name.String(), "refs/") {
+			continue
+		}
+		for _, c := range cmds {
+			n, b := c.Name.String(), name.String()
+			if c.New != plumbing.ZeroHash && c.Old == plumbing.ZeroHash && (strings.HasPrefix(n, b+"/") || strings.HasPrefix(b, n+"/")) {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deleteRefs deletes refs, each only from the value advertised (a compare-and-swap), in a push
+// of its own on sess, and logs it.
+func (r *Repository) deleteRefs(ctx context.Context, sess transport.ReceivePackSession, refs []plumbing.ReferenceName, advertised map[plumbing.ReferenceName]plumbing.Hash) error {
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+	}
+	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
+	if ar.Capabilities.Supports(capability.Sideband64k) {
+		_ = req.Capabilities.Set(capability.Sideband64k)
+		req.Progress = io.Discard
+	}
+	names := make([]string, 0, len(refs))
+	for _, ref := range refs {
+		req.Commands = append(req.Commands, &packp.Command{Name: ref, Old: advertised[ref], New: plumbing.ZeroHash})
+		names = append(names, ref.String())
+	}
+	r.log.Info("deleting refs that keep this writer from creating its branches (a branch named as a folder of one of them, or the other way round)", "refs", names)
+	rs, err := sess.ReceivePack(ctx, req)
+	if rs != nil {
+		for _, cs := range rs.CommandStatuses {
+			if cs.Status != "ok" && !movedRef(cs.Status) {
+				return &writerError{fmt.Errorf("pushing to %s: the server refused to delete %s, which keeps this writer from creating its branches: %s", r.URL(), cs.ReferenceName, cs.Status)}
+			}
+		}
+	}
+	if err != nil && rs == nil {
+		return fmt.Errorf("pushing to %s: %w", r.URL(), err)
+	}
+	return nil
 }
 
 // movedRef reports whether a refused push means the branch moved under us,

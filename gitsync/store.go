@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,12 +94,13 @@ type Change struct {
 	// points at a commit of its own, with no parent, whose tree holds that folder alone, signed
 	// like the branch's commits. It gets a new one when its tip is missing, is refused by
 	// KeepCompanion, or shows anything else; otherwise it stays where it is, also when the
-	// branch itself has nothing to commit. Every other branch under CompanionPrefix is deleted.
+	// branch itself has nothing to commit. Every other branch under CompanionPrefixes (each
+	// ending in "/") is deleted.
 	// Companions are only pushed with the Repository's own branch, never to a review branch, and
 	// need a server that accepts atomic pushes; a work tree (Dir) has no branches and ignores
 	// them.
-	Companions      map[string]string
-	CompanionPrefix string
+	Companions        map[string]string
+	CompanionPrefixes []string
 	// KeepCompanion reports whether a companion may stay at its current tip (whether this
 	// writer signed it); nil keeps any tip that shows the folder's tree.
 	KeepCompanion func(*Commit) bool
@@ -180,9 +182,14 @@ func (c *Change) validate() error {
 	if strings.TrimSpace(c.Message) == "" {
 		return errors.New("change has no commit message")
 	}
+	for _, prefix := range c.CompanionPrefixes {
+		if !strings.HasSuffix(prefix, "/") || len(prefix) < 2 {
+			return fmt.Errorf("companion prefix %q does not name a folder of branches (it must end in \"/\")", prefix)
+		}
+	}
 	for name, folder := range c.Companions {
-		if !strings.HasPrefix(name, c.CompanionPrefix) || c.CompanionPrefix == "" {
-			return fmt.Errorf("companion branch %q is not under the companion prefix %q", name, c.CompanionPrefix)
+		if !c.companion(name) {
+			return fmt.Errorf("companion branch %q is not under the companion prefixes %q", name, c.CompanionPrefixes)
 		}
 		if err := plumbing.NewBranchReferenceName(name).Validate(); err != nil {
 			return fmt.Errorf("companion branch %q: %w", name, err)
@@ -192,6 +199,11 @@ func (c *Change) validate() error {
 		}
 	}
 	return nil
+}
+
+// companion reports whether branch is under one of the companion prefixes.
+func (c *Change) companion(branch string) bool {
+	return slices.ContainsFunc(c.CompanionPrefixes, func(p string) bool { return strings.HasPrefix(branch, p) })
 }
 
 func (c *Change) committer() Signature {

@@ -450,7 +450,9 @@ func (s *Server) VerifyCommitRevoked(commit, allowedSigners, revoked string) (st
 func (s *Server) SetRef(branch, commit string) {
 	s.t.Helper()
 	if commit == "" {
-		Git(s.t, s.Bare(), "update-ref", "-d", "refs/heads/"+branch)
+		if s.On(branch).Head() != "" { // git refuses to delete a missing ref that a ref under it blocks
+			Git(s.t, s.Bare(), "update-ref", "-d", "refs/heads/"+branch)
+		}
 		return
 	}
 	Git(s.t, s.Bare(), "update-ref", "refs/heads/"+branch, commit)
