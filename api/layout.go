@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 )
@@ -21,6 +22,44 @@ const (
 
 // InventoryBranch is the ref the agent of node writes.
 func InventoryBranch(node string) string { return InventoryPrefix + node }
+
+// Where the renderer says which tip of each writer's ref it accepted last, for a writer that
+// restarts (its ref gone or moved back) to read without fetching the rendered tree, which at
+// 100,000 nodes is far larger than an agent may fetch. The writers are spread over
+// AcceptedShards shards by AcceptedShard; shard s is the file AcceptedFile(s) of the rendered
+// tree (a copy of the render metadata's writers for that shard), and the branch
+// AcceptedBranchPrefix + s shows its folder alone, signed by the renderer and moved with each
+// render like a folder source's branch.
+const (
+	AcceptedBranchPrefix = "gitbroker/accepted/"
+	AcceptedDir          = "rendered/.gitbroker-accepted/"
+	AcceptedShards       = 256
+)
+
+// AcceptedShard is the shard ("00" to "ff") that holds ref's accepted tip: the low byte of the
+// ref's FNV-1a hash, which every writer computes alike.
+func AcceptedShard(ref string) string {
+	h := fnv.New32a()
+	h.Write([]byte(ref))
+	return fmt.Sprintf("%02x", h.Sum32()%AcceptedShards)
+}
+
+// AcceptedBranch is the branch a writer of ref reads its accepted tip from.
+func AcceptedBranch(ref string) string { return AcceptedBranchPrefix + AcceptedShard(ref) }
+
+// AcceptedFolder is shard's folder of the rendered tree, the one its branch shows.
+func AcceptedFolder(shard string) string { return AcceptedDir + shard }
+
+// AcceptedFile is shard's file: the accepted tips of its writers' refs.
+func AcceptedFile(shard string) string { return AcceptedFolder(shard) + "/writers.yaml" }
+
+// RendererBranch reports whether the renderer writes ref (a branch name, with or without
+// "refs/heads/"), given its rendered branch: a push there is the renderer's own, which wakes no
+// render.
+func RendererBranch(ref, rendered string) bool {
+	b := strings.TrimPrefix(ref, "refs/heads/")
+	return b == rendered || b == ConfigurationsBranch || strings.HasPrefix(b, FolderBranchPrefix) || strings.HasPrefix(b, AcceptedBranchPrefix)
+}
 
 // Where the inputs live in the GitOps repository.
 const (

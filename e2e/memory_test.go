@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/internal/procmem"
@@ -25,7 +26,8 @@ import (
 // The recorder's real binary, which needs an API server (so docs/TRUST.md's adversary in make
 // test runs only the renderer's and the agent's), under the same memory bombs: 62 MB blobs of
 // zeros and the densest YAML under its file limit, pushed unsigned onto the branches it reads
-// (gitbroker/status, its own, and gitbroker/rendered, for the tip the renderer accepted). Its
+// (gitbroker/status, its own, and its shard of the accepted tips, for the tip the renderer
+// accepted; gitbroker/rendered too, where that tip was read from before). Its
 // peak resident memory stays inside deploy/'s limit, with GOMEMLIMIT as the binary sets it from
 // its container's limit.
 func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
@@ -47,6 +49,8 @@ func TestRecorderStaysInsideItsMemoryLimit(t *testing.T) {
 		"status/jobs/plant/zeros-a.yaml": zeros + "a", "status/jobs/plant/zeros-b.yaml": zeros + "b", "status/jobs/plant/dense.yaml": dense.String(),
 	}, nil, "bombs on the recorder's ref")
 	srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: dense.String(), "rendered/zeros.yaml": zeros}, nil, "bombs on the rendered branch")
+	shard := api.AcceptedShard(verify.StatusBranch)
+	srv.On(api.AcceptedBranch(verify.StatusBranch)).Commit(map[string]string{api.AcceptedFile(shard): dense.String(), api.AcceptedFolder(shard) + "/zeros.yaml": zeros}, nil, "bombs on the recorder's accepted tip")
 
 	limit, err := procmem.DeployLimit("../deploy/recorder/deployment.yaml")
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -114,6 +115,20 @@ func folderIgnore(folder string) string {
 		b.WriteString("!" + dir + "/\n")
 	}
 	return b.String()
+}
+
+// AcceptedCompanions lists the branches of the accepted-tips shards a rendered tree holds, each
+// with its folder (api.AcceptedBranchPrefix): what the renderer moves with its commit, so that
+// a restarted writer reads its accepted tip from its shard's branch alone.
+func AcceptedCompanions(files Tree) map[string]string {
+	out := map[string]string{}
+	for i := range api.AcceptedShards {
+		shard := fmt.Sprintf("%02x", i)
+		if _, ok := files[api.AcceptedFile(shard)]; ok {
+			out[api.AcceptedBranchPrefix+shard] = api.AcceptedFolder(shard)
+		}
+	}
+	return out
 }
 
 // Companions lists the branches of the folder sources a rendered tree holds, each with the

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"sigs.k8s.io/yaml"
@@ -169,10 +170,12 @@ func (p *pass) writeMetadata() {
 		writers = p.prevMeta.Writers
 	}
 	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
+	p.writeAccepted(writers)
 	sameDiscovery := maps.Equal(p.prevMeta.Discovery, p.discovery)
 	digests := p.instanceDigests()
 	sameDigests := fmt.Sprint(p.prevMeta.InstanceDigests) == fmt.Sprint(digests) || len(p.prevMeta.InstanceDigests) == 0 && len(digests) == 0
-	if hadPrev && sameFiles && sameWriters && sameDiscovery && sameDigests && (len(p.diff) == 0 || len(p.diff) == 1 && p.diff[0] == MetadataPath) {
+	others := slices.DeleteFunc(slices.Clone(p.diff), func(f string) bool { return f == MetadataPath || strings.HasPrefix(f, api.AcceptedDir) })
+	if hadPrev && sameFiles && sameWriters && sameDiscovery && sameDigests && len(others) == 0 {
 		p.out[MetadataPath] = prevData
 		return
 	}
@@ -191,12 +194,70 @@ func (p *pass) writeMetadata() {
 }
 
 // diffMetadata brings the diff up to date with the metadata file just written.
-func (p *pass) diffMetadata() {
-	p.diff = slices.DeleteFunc(p.diff, func(f string) bool { return f == MetadataPath })
-	before, had := p.prev[MetadataPath]
-	after, has := p.out[MetadataPath]
-	if had != has || !bytes.Equal(before, after) {
-		i, _ := slices.BinarySearch(p.diff, MetadataPath)
-		p.diff = slices.Insert(p.diff, i, MetadataPath)
+func (p *pass) diffMetadata() { p.rediff(MetadataPath) }
+
+// rediff brings the diff up to date with the files at paths, just written or deleted.
+func (p *pass) rediff(paths ...string) {
+	for _, f := range paths {
+		i, listed := slices.BinarySearch(p.diff, f)
+		before, had := p.prev[f]
+		after, has := p.out[f]
+		switch changed := had != has || !bytes.Equal(before, after); {
+		case changed && !listed:
+			p.diff = slices.Insert(p.diff, i, f)
+		case !changed && listed:
+			p.diff = slices.Delete(p.diff, i, i+1)
+		}
 	}
+}
+
+// AcceptedTips is a shard of the accepted tips (api.AcceptedFile): the tips of the writer refs
+// in that shard as the render metadata records them (Metadata.Writers), which a restarted
+// writer reads with WriterTip from the shard's branch.
+type AcceptedTips struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Writers    map[string]string `json:"writers"`
+}
+
+// writeAccepted writes the accepted-tips shards of writers: a shard whose writers are those of
+// the last render keeps its file, any other is written again, and a shard with no writer has
+// no file. The diff is brought up to date with them.
+func (p *pass) writeAccepted(writers map[string]string) {
+	changed := map[string]bool{}
+	for ref, tip := range writers {
+		if old, ok := p.prevMeta.Writers[ref]; !ok || old != tip {
+			changed[api.AcceptedShard(ref)] = true
+		}
+	}
+	for ref := range p.prevMeta.Writers {
+		if _, ok := writers[ref]; !ok {
+			changed[api.AcceptedShard(ref)] = true
+		}
+	}
+	paths := make([]string, 0, api.AcceptedShards)
+	for i := range api.AcceptedShards {
+		shard := fmt.Sprintf("%02x", i)
+		f := api.AcceptedFile(shard)
+		paths = append(paths, f)
+		if old, ok := p.prev[f]; ok && !changed[shard] {
+			p.out[f] = old
+			continue
+		}
+		changed[shard] = true // written anew (or a file the last render lacked)
+		delete(p.out, f)
+	}
+	shards := map[string]map[string]string{}
+	for ref, tip := range writers {
+		if shard := api.AcceptedShard(ref); changed[shard] {
+			if shards[shard] == nil {
+				shards[shard] = map[string]string{}
+			}
+			shards[shard][ref] = tip
+		}
+	}
+	for shard, tips := range shards {
+		p.out[api.AcceptedFile(shard)] = yamlcodec.Marshal(AcceptedTips{APIVersion: api.APIVersion, Kind: "AcceptedTips", Writers: tips})
+	}
+	p.rediff(paths...)
 }

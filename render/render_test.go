@@ -3,6 +3,7 @@ package render_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -623,4 +624,51 @@ func TestWriterTipReadsTheMetadataAsItIsWritten(t *testing.T) {
 	require.Empty(t, render.WriterTip(meta, "gitbroker/inventory"))
 	dense := []byte("writers:\n" + strings.Repeat("  - {a: b}\n", 500_000))
 	require.Empty(t, render.WriterTip(dense, "gitbroker/status"))
+}
+
+// The accepted tips are also written in shards, each a small file a restarted writer reads from
+// its shard's branch: every writer's tip is in its own shard, a render whose writers are the same
+// rewrites no shard, and a change of one writer's tip rewrites that writer's shard alone.
+func TestAcceptedTipsAreShardedByWriter(t *testing.T) {
+	writers := map[string]string{"gitbroker/status": fmt.Sprintf("%040x", 1)}
+	for i := range 2000 {
+		writers[fmt.Sprintf("gitbroker/inventory/node-%04d", i)] = fmt.Sprintf("%040x", i+2)
+	}
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
+	})
+	res := render.Render(render.Request{Files: tree, Writers: writers})
+	require.Empty(t, res.Errors)
+	shards := map[string]int{}
+	for ref, tip := range writers {
+		shard := api.AcceptedShard(ref)
+		shards[shard]++
+		data, ok := res.Files[api.AcceptedFile(shard)]
+		require.True(t, ok, ref)
+		require.Equal(t, tip, render.WriterTip(data, ref), ref)
+	}
+	require.Len(t, shards, api.AcceptedShards, "2,000 writers fill every shard")
+	for shard, n := range shards {
+		require.Len(t, render.ParseMetadata(res.Files[api.AcceptedFile(shard)]).Writers, n, "shard %s holds its writers only", shard)
+	}
+	require.Len(t, render.AcceptedCompanions(res.Files), api.AcceptedShards)
+
+	// The same writers again: nothing changes.
+	next := maps.Clone(tree)
+	maps.Copy(next, res.Files)
+	again := render.Render(render.Request{Files: next, Writers: writers})
+	require.False(t, again.Changed(), "diff: %v", again.Diff)
+
+	// One writer's new tip rewrites its shard and the metadata, nothing else.
+	moved := maps.Clone(writers)
+	moved["gitbroker/inventory/node-0042"] = fmt.Sprintf("%040x", 99999)
+	once := render.Render(render.Request{Files: next, Writers: moved})
+	require.Equal(t, []string{api.AcceptedFile(api.AcceptedShard("gitbroker/inventory/node-0042")), render.MetadataPath}, once.Diff, "the diff stays sorted")
+
+	// A writer gone from a shard of its own: that shard's file goes.
+	alone := map[string]string{"gitbroker/status": writers["gitbroker/status"]}
+	gone := render.Render(render.Request{Files: next, Writers: alone})
+	require.Len(t, render.AcceptedCompanions(gone.Files), 1)
+	require.Equal(t, writers["gitbroker/status"], render.WriterTip(gone.Files[api.AcceptedFile(api.AcceptedShard("gitbroker/status"))], "gitbroker/status"))
 }

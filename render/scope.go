@@ -84,7 +84,8 @@ func configKeyOf(f string) string {
 	switch {
 	case strings.HasPrefix(f, RenderedDir):
 		rest = f[len(RenderedDir):]
-		if strings.HasPrefix(rest, "flux/") || strings.HasPrefix(rest, "_namespaces/") {
+		// rendered/.gitbroker-* are the renderer's own records (no namespace starts with a dot).
+		if strings.HasPrefix(rest, "flux/") || strings.HasPrefix(rest, "_namespaces/") || strings.HasPrefix(rest, ".") {
 			return ""
 		}
 	case strings.HasPrefix(f, historyJobsDir):

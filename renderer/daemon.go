@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	le "k8s.io/client-go/tools/leaderelection"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/verify"
@@ -285,7 +286,11 @@ func (d *Daemon) tell(ctx context.Context, out Outcome) {
 			m.Paths = out.Result.Diff
 		}
 	}
-	m.Branches = append(m.Branches, out.Push.CompanionBranches...)
+	for _, b := range out.Push.CompanionBranches {
+		if strings.HasPrefix(b, api.FolderBranchPrefix) { // the accepted tips' shards feed no source
+			m.Branches = append(m.Branches, b)
+		}
+	}
 	if len(m.Branches) == 0 {
 		return
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,10 +48,7 @@ func startDaemon(t *testing.T, url string, webhook func(hookURL string)) *daemon
 		Targets: []notify.Target{&notify.FluxReceiver{URL: flux.URL, Name: "gitbroker", Namespace: "flux-system", Token: []byte("t")}}}
 	f.hook = notify.NewMetrics(reg)
 	hook := httptest.NewServer(&notify.Hook{HostSecret: []byte("host"), Wake: f.d.Wake, Log: logr.Discard(), Metrics: f.hook,
-		Own: func(ref string) bool {
-			b := strings.TrimPrefix(ref, "refs/heads/")
-			return b == verify.RenderedBranch || b == verify.ConfigurationsBranch || strings.HasPrefix(b, api.FolderBranchPrefix)
-		}})
+		Own: func(ref string) bool { return api.RendererBranch(ref, verify.RenderedBranch) }})
 	t.Cleanup(hook.Close)
 	if webhook != nil {
 		webhook(hook.URL)

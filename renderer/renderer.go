@@ -199,11 +199,14 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 			maps.Copy(change.Files, mirrored)
 		}
 		// Each folder source's branch moves with the commit when its folder changed; once the
-		// setting is gone, the branches are deleted.
-		var before map[string]string
-		change.Companions, before = r.companions(result)
-		if len(change.Companions) > 0 || len(before) > 0 {
-			change.CompanionPrefix, change.KeepCompanion = api.FolderBranchPrefix, in.Own
+		// setting is gone, the branches are deleted. So does each accepted-tips shard's branch,
+		// which a restarted writer reads (api.AcceptedBranch).
+		folders, before := r.companions(result)
+		change.Companions = render.AcceptedCompanions(result.Files)
+		maps.Copy(change.Companions, folders)
+		change.CompanionPrefixes, change.KeepCompanion = []string{api.AcceptedBranchPrefix}, in.Own
+		if len(folders) > 0 || len(before) > 0 {
+			change.CompanionPrefixes = append(change.CompanionPrefixes, api.FolderBranchPrefix)
 		}
 		return change, nil
 	}

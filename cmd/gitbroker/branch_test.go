@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // A typo in --branch is an error for every writer, and none of them creates the branch.
@@ -27,10 +29,11 @@ func TestMissingBranchIsAnError(t *testing.T) {
 	require.ElementsMatch(t, append([]string{"main"}, nodes...), srv.Branches(), "no branch was created")
 	require.Equal(t, head, srv.Head())
 
-	// The renderer's own rendered branch is made by its first render.
+	// The renderer's own rendered branch is made by its first render, with the shards of the
+	// tips it accepted.
 	code, _, stderr = gitbroker(t, "render", "--git", srv.URL())
 	require.Equal(t, exitOK, code, stderr)
-	require.ElementsMatch(t, append([]string{"main", "gitbroker/rendered"}, nodes...), srv.Branches())
+	require.ElementsMatch(t, append([]string{"main", "gitbroker/rendered", api.AcceptedBranch(nodes[0]), api.AcceptedBranch(nodes[1])}, nodes...), srv.Branches())
 }
 
 // A one-shot command on a remote that is not there fails at once, without retrying.

@@ -637,18 +637,21 @@ func TestFailClosedDenseInventoryIsRefusedBeforeItIsParsed(t *testing.T) {
 }
 
 // Found by e2e's TestRecorderStaysInsideItsMemoryLimit: a writer that starts with its ref gone
-// reads the tip the renderer accepted from the render metadata on gitbroker/rendered, a branch
-// anyone may push to, and parsed the whole file: 6 MiB of dense YAML there took the recorder to
-// 531 MiB (limit 256Mi). Writers now read the metadata only at a head the renderer signed, and
-// find their one line there without parsing the file; an agent restarted under such a head (an
-// unsigned one here: it is fetched, and refused) stays inside its limit.
-func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
+// reads the tip the renderer accepted from a branch anyone may push to (the render metadata on
+// gitbroker/rendered then, its accepted-tips shard now), and parsed the whole file: 6 MiB of
+// dense YAML there took the recorder to 531 MiB (limit 256Mi). Writers now read it only at a
+// head the renderer signed, and find their one line there without parsing the file; an agent
+// restarted under such a head (an unsigned one here: it is fetched, and refused) stays inside
+// its limit.
+func TestFailClosedDenseAcceptedTipsAreNotParsed(t *testing.T) {
 	s := newSignedLoop(t)
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
 	s.discover()
 	s.renderTrust()
 	dense := "writers:\n" + strings.Repeat("  - {a: b}\n", (6<<20)/11)
+	ref := verify.InventoryBranch("edge-a")
 	s.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: dense}, nil, "dense metadata")
+	s.srv.On(api.AcceptedBranch(ref)).Commit(map[string]string{api.AcceptedFile(api.AcceptedShard(ref)): dense}, nil, "dense tips")
 	s.srv.SetRef(verify.InventoryBranch("edge-a"), "")
 	pinned := filepath.Join(t.TempDir(), "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(pinned, []byte(s.allowed), 0o644))
@@ -660,25 +663,40 @@ func TestFailClosedDenseRenderMetadataIsNotParsed(t *testing.T) {
 }
 
 // A writer restarted with its ref moved back (or gone) names the tip the renderer accepted
-// last, read from the render metadata on gitbroker/rendered, which anyone who can push there
-// could write. Two ways to make it name a tip the renderer will never take again: an unsigned
-// commit on top naming the node's old commit, or the renderer's own older render put back as
-// the head. Either froze the node for good: the writer read the tip once and built on it for
-// ever. The writer now reads the metadata only at a render commit the pinned renderer key
-// signed, and reads it again until it sees its line accepted.
+// last, which anyone who can push where it is read from could write. Ways to make it name a tip
+// the renderer will never take again: an unsigned commit on top naming the node's old commit,
+// or the renderer's own older commit put back as the head, on gitbroker/rendered (where it was
+// read from before its accepted-tips shard) or on that shard's branch, or the shard deleted.
+// Each froze the node for good: the writer read the tip once and built on it for ever. The
+// writer now reads its shard only at a commit of that shard the pinned renderer key signed,
+// and reads it again until it sees its line accepted.
 func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		forge func(s *signedLoop, oldRender, ref, old, tip string)
+		forge func(s *signedLoop, oldRender, oldShard, ref, old, tip string)
 	}{
-		{"unsigned metadata on top", func(s *signedLoop, _, _, old, tip string) {
+		{"unsigned metadata on top", func(s *signedLoop, _, _, _, old, tip string) {
 			meta, ok := s.srv.On(verify.RenderedBranch).File(render.MetadataPath)
 			require.True(t, ok)
 			require.Contains(t, meta, tip)
 			s.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: strings.ReplaceAll(meta, tip, old)}, nil, "render metadata")
 		}},
-		{"older render put back", func(s *signedLoop, oldRender, _, _, _ string) {
+		{"older render put back", func(s *signedLoop, oldRender, _, _, _, _ string) {
 			s.srv.SetRef(verify.RenderedBranch, oldRender)
+		}},
+		// What the restarted agent reads: the accepted-tips shard of its ref.
+		{"unsigned accepted tip on top", func(s *signedLoop, _, _, ref, old, tip string) {
+			shard, file := api.AcceptedBranch(ref), api.AcceptedFile(api.AcceptedShard(ref))
+			tips, ok := s.srv.On(shard).File(file)
+			require.True(t, ok)
+			require.Contains(t, tips, ref+": "+tip)
+			s.srv.On(shard).Commit(map[string]string{file: strings.ReplaceAll(tips, tip, old)}, nil, "accepted tips")
+		}},
+		{"older accepted tip put back", func(s *signedLoop, _, oldShard, ref, _, _ string) {
+			s.srv.SetRef(api.AcceptedBranch(ref), oldShard)
+		}},
+		{"accepted tip deleted", func(s *signedLoop, _, _, ref, _, _ string) {
+			s.srv.SetRef(api.AcceptedBranch(ref), "")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -687,7 +705,8 @@ func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
 			s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
 			s.discover()
 			s.renderTrust()
-			old, oldRender := s.srv.On(ref).Head(), s.srv.On(verify.RenderedBranch).Head()
+			old, oldRender, oldShard := s.srv.On(ref).Head(), s.srv.On(verify.RenderedBranch).Head(), s.srv.On(api.AcceptedBranch(ref)).Head()
+			require.NotEmpty(t, oldShard, "the render moved the ref's accepted-tips shard")
 			s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
 			s.discover()
 			s.renderTrust()
@@ -697,7 +716,7 @@ func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
 			// The node's ref moved back to its old commit and the metadata made to agree with
 			// it, while the agent restarts.
 			s.srv.SetRef(ref, old)
-			tc.forge(s, oldRender, ref, old, tip)
+			tc.forge(s, oldRender, oldShard, ref, old, tip)
 			restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, s.refs.acceptedTip(s.allowed, ref)...)
 			s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
 			landed := false
@@ -718,6 +737,47 @@ func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
 			require.Contains(t, s.brokersText(), "baz2")
 		})
 	}
+}
+
+// A restarted writer read the tip the renderer accepted last from the head of gitbroker/rendered,
+// whole: 21.5 MB at fleet-10k, 215 MB at fleet-100k, far above what an agent may fetch (24 MiB).
+// Above about ten thousand devices a node whose ref was moved back stayed frozen until a person
+// stepped in. It now reads only its ref's accepted-tips shard, a few kilobytes at any fleet size:
+// here the rendered tree is larger than the restarted agent may fetch, and it recovers anyway.
+func TestFailClosedRecoveryReadsOnlyItsShard(t *testing.T) {
+	s := newSignedLoop(t)
+	ref := verify.InventoryBranch("edge-b")
+	var many []string
+	for i := range 600 {
+		many = append(many, fmt.Sprintf("camera-%04d", i))
+	}
+	s.nodes["edge-a"].set("default/akri-debug-echo", many...)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	old := s.srv.On(ref).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	s.renderTrust()
+	require.Contains(t, s.brokersText(), "baz1")
+
+	const limit = 64 << 10
+	limits := gitsync.WithLimits(limit, 0)
+	_, err := s.refs.open(verify.RenderedBranch, limits).Snapshot(t.Context())
+	require.ErrorIs(t, err, gitsync.ErrTooLarge, "the rendered tree is larger than the restarted agent may fetch")
+
+	s.srv.SetRef(ref, old)
+	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, append(s.refs.acceptedTip(s.allowed, ref, limits), limits)...)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+	landed := false
+	for cycle := 0; cycle < 4 && !landed; cycle++ {
+		_, err := restarted.Sync(t.Context())
+		require.NoError(t, err)
+		s.renderTrust()
+		landed = strings.Contains(s.brokersText(), "baz2")
+	}
+	require.True(t, landed, "the node's change lands within a few cycles")
+	require.NotContains(t, s.brokersText(), "baz1")
 }
 
 // A signing recorder, as a signing agent, takes the renderer's key: without it, it could not

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/renderer"
@@ -73,11 +74,12 @@ func (l layout) published(allowedSigners string) *verify.Published {
 
 // acceptedTip is what a restarted writer given --renderer-key reads to name the tip of ref it
 // replaces (cli.OwnRefOptions), checked against allowedSigners, read again at every Update.
-func (l layout) acceptedTip(allowedSigners, ref string) []gitsync.Option {
+// read are the options it reads with (the writer's limits).
+func (l layout) acceptedTip(allowedSigners, ref string, read ...gitsync.Option) []gitsync.Option {
 	l.t.Helper()
 	keys, err := verify.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
 	require.NoError(l.t, err)
-	return []gitsync.Option{gitsync.WithRecoverFrom(verify.AcceptedTip(l.open(verify.RenderedBranch), keys, ref)), gitsync.WithAcceptedRecheck(0)}
+	return []gitsync.Option{gitsync.WithRecoverFrom(verify.AcceptedTip(l.open(api.AcceptedBranch(ref), read...), keys, ref)), gitsync.WithAcceptedRecheck(0)}
 }
 
 func allowingDeletions(r *renderer.Renderer) *renderer.Renderer {

@@ -303,7 +303,8 @@ func TestRemoteRenderRenderedBranch(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stderr, "to rendered (rendered from "+source)
 	require.Equal(t, source, srv.Head(), "the source branch is untouched")
-	require.ElementsMatch(t, []string{"main", "rendered", "gitbroker/inventory/edge-a", "gitbroker/inventory/edge-b"}, srv.Branches())
+	require.ElementsMatch(t, []string{"main", "rendered", "gitbroker/inventory/edge-a", "gitbroker/inventory/edge-b",
+		api.AcceptedBranch("gitbroker/inventory/edge-a"), api.AcceptedBranch("gitbroker/inventory/edge-b")}, srv.Branches())
 	code, _, stderr = gitbroker(t, "check", "--dir", export(t, srv, "rendered"))
 	require.Equal(t, exitOK, code, "the rendered branch carries its inputs and checks on its own: %s", stderr)
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -41,9 +42,21 @@ func TestFolderSourceBranches(t *testing.T) {
 		namespace:            "rendered/_namespaces",
 		api.FluxFolderBranch: "rendered/flux",
 	}, render.Companions(out.Result.Files))
-	require.Equal(t, 4, out.Push.CompanionsMoved)
+	// With them move the accepted tips' shards, one for each writer's shard, which every
+	// render has.
+	accepted := render.AcceptedCompanions(out.Result.Files)
+	meta, _ := s.rendered().File(render.MetadataPath)
+	writers := render.ParseMetadata([]byte(meta)).Writers
+	require.NotEmpty(t, writers)
+	for ref := range writers {
+		require.Contains(t, accepted, api.AcceptedBranch(ref))
+	}
+	require.LessOrEqual(t, len(accepted), len(writers))
+	require.Equal(t, 4+len(accepted), out.Push.CompanionsMoved)
 	tips := map[string]string{}
-	for b, folder := range render.Companions(out.Result.Files) {
+	all := render.Companions(out.Result.Files)
+	maps.Copy(all, accepted)
+	for b, folder := range all {
 		tips[b] = s.srv.On(b).Head()
 		msg, err := s.srv.VerifyCommit(tips[b], s.allowed)
 		require.NoError(t, err, msg)
@@ -59,12 +72,13 @@ func TestFolderSourceBranches(t *testing.T) {
 		}
 	}
 
-	// One more device on edge-a: one folder changes, one branch moves.
+	// One more device on edge-a: one folder changes, one folder branch moves (and edge-a's
+	// accepted tip, on its shard's branch).
 	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0", "bar1")
 	s.discover()
 	out = s.renderTrust()
 	require.NotEmpty(t, out.Commit)
-	require.Equal(t, 1, out.Push.CompanionsMoved)
+	require.ElementsMatch(t, []string{echo, api.AcceptedBranch(verify.InventoryBranch("edge-a"))}, out.Push.CompanionBranches)
 	require.NotEqual(t, tips[echo], s.srv.On(echo).Head())
 	for _, b := range []string{firmware, namespace, api.FluxFolderBranch} {
 		require.Equal(t, tips[b], s.srv.On(b).Head(), "%s did not change", b)

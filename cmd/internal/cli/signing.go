@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -103,19 +104,18 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 // recorder): it reads and builds only on what it signed itself (gitsync.WithOwnHistory), so a
 // commit someone else pushed there is dropped, never signed; and should its ref be gone or
 // moved back when it starts, its new line names the tip of ref the renderer accepted, read
-// from the render metadata of main's rendered branch, only at a render commit the pinned
-// renderer key signed (verify.AcceptedTip), and read again until it sees its line accepted.
-// That branch is opened only then, and let go after, so a writer holds no copy of the
-// rendered tree.
+// from ref's accepted-tips shard (api.AcceptedBranch), only at a commit of that shard the
+// pinned renderer key signed (verify.AcceptedTip), and read again until it sees its line
+// accepted. That branch is opened only then, and let go after.
 // read are the options to read main with (credentials, limits, logger).
 func OwnRefOptions(main gitsync.Options, ref string, renderer *verify.RendererKeys, read ...gitsync.Option) []gitsync.Option {
-	main.Branch = verify.RenderedBranch
+	main.Branch = api.AcceptedBranch(ref)
 	accepted := func(ctx context.Context) (string, error) {
-		rendered, err := main.Open(read...)
+		shard, err := main.Open(read...)
 		if err != nil {
 			return "", err
 		}
-		return verify.AcceptedTip(rendered, renderer, ref)(ctx)
+		return verify.AcceptedTip(shard, renderer, ref)(ctx)
 	}
 	return []gitsync.Option{gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(accepted)}
 }
