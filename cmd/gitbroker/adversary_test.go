@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,6 +69,9 @@ type adversary struct {
 	renderedKeyFile string
 	// victimJob is in the path of every run of the victim's finished firmware Job.
 	victimJob string
+	// shards are the heads seen on each node's accepted-tips shard branch, oldest first: the
+	// renderer's commits there have no parent, so an older one is put back from here.
+	shards map[string][]string
 }
 
 func playAdversary(t *testing.T, seed uint64, steps int) {
@@ -75,7 +79,7 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	// As hosts that serve a commit by its hash do: a restarted renderer asks for the one it
 	// pushed last when no branch reaches it.
 	gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowAnySHA1InWant", "true")
-	a := &adversary{signedLoop: s, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	a := &adversary{signedLoop: s, rng: rand.New(rand.NewPCG(seed, 0x5eed)), shards: map[string][]string{}}
 	a.camera, a.collide = collidingIDs()
 	a.limits = map[string]int64{
 		"renderer": deployMemoryLimit(t, "../../deploy/renderer/deployment.yaml"),
@@ -119,9 +123,10 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"move gitbroker/rendered back", a.rollbackRendered},
 		{"restart a writer", a.restart},
 		{"move gitbroker/rendered while the renderer restarts", a.moveAndRestart},
-		{"move a node's ref back, make the render metadata agree, and restart its agent", a.staleMetadataAndRestart},
-		{"push a blob of zeros, a dense inventory or dense render metadata just under the limits", a.bomb},
+		{"move a node's ref back, make its accepted tip (or the render metadata) agree, and restart its agent", a.staleMetadataAndRestart},
+		{"push a blob of zeros, a dense inventory or dense accepted tips just under the limits", a.bomb},
 		{"run a writer's real binary once, measuring its memory", a.realBinary},
+		{"delete a writer's branch and put a ref named under it (or over its folder) in its way", a.blockRef},
 	}
 	for i := range steps {
 		act := actions[a.rng.IntN(len(actions))]
@@ -195,6 +200,12 @@ func (a *adversary) remember() {
 	}
 	if h := a.srv.On(verify.InventoryBranch("edge-b")).Head(); h != "" {
 		a.oldB = append(a.oldB, h)
+	}
+	for _, node := range []string{"edge-a", "edge-b"} {
+		shard := api.AcceptedBranch(verify.InventoryBranch(node))
+		if h := a.srv.On(shard).Head(); h != "" && !slices.Contains(a.shards[shard], h) {
+			a.shards[shard] = append(a.shards[shard], h)
+		}
 	}
 }
 
@@ -340,16 +351,20 @@ func (a *adversary) bomb() string {
 		a.push("node:edge-a", verify.InventoryBranch("edge-a"), map[string][]byte{api.InventoryPath("edge-a"): []byte(denseInventory("edge-a"))})
 		return "a dense inventory of edge-a"
 	case 1:
-		// Dense YAML as the render metadata, which a writer restarting with its ref gone reads
-		// for its accepted tip (unsigned: the renderer commits over it at its next render).
-		if a.srv.On(verify.RenderedBranch).Head() == "" {
-			return "no gitbroker/rendered to put dense metadata on"
+		// Dense YAML as the accepted-tips shard of a node, which a writer restarting with its
+		// ref gone reads for its accepted tip (unsigned: the renderer puts its own back at its
+		// next render).
+		shard := api.AcceptedBranch(verify.InventoryBranch(a.pick([]string{"edge-a", "edge-b"})))
+		if a.srv.On(shard).Head() == "" {
+			return "no " + shard + " to put dense tips on"
 		}
-		a.srv.On(verify.RenderedBranch).Commit(map[string]string{render.MetadataPath: "writers:\n" + strings.Repeat("  - {a: b}\n", (6<<20)/11)}, nil, "dense metadata")
-		return "dense render metadata on gitbroker/rendered"
+		a.srv.On(shard).Commit(map[string]string{api.AcceptedFile(strings.TrimPrefix(shard, api.AcceptedBranchPrefix)): "writers:\n" + strings.Repeat("  - {a: b}\n", (6<<20)/11)}, nil, "dense tips")
+		return "dense accepted tips on " + shard
 	}
-	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, verify.StatusBranch})
-	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", verify.StatusBranch: "status/jobs/plant/zeros.yaml"}[ref]
+	shard := api.AcceptedBranch(verify.InventoryBranch(a.pick([]string{"edge-a", "edge-b"})))
+	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, verify.StatusBranch, shard})
+	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", verify.StatusBranch: "status/jobs/plant/zeros.yaml",
+		shard: api.AcceptedFile(strings.TrimPrefix(shard, api.AcceptedBranchPrefix))}[ref]
 	if path == "" {
 		path = api.InventoryPath(strings.TrimPrefix(ref, verify.InventoryBranch("")))
 	}
@@ -442,13 +457,37 @@ func (a *adversary) moveAndRestart() string {
 	return moved
 }
 
+// blockRef deletes a branch a writer creates again and plants a ref git will not let it create
+// beside (edge-b's ref, gitbroker/rendered, the status branch, or the accepted tips' shards under
+// a ref named as their folder), so its next push must clear the way.
+func (a *adversary) blockRef() string {
+	head := a.srv.On("main").Head()
+	switch target := a.pick([]string{verify.InventoryBranch("edge-b"), verify.RenderedBranch, verify.StatusBranch, "shards"}); target {
+	case "shards":
+		for _, ref := range strings.Fields(gitsynctest.Git(a.t, a.srv.Bare(), "for-each-ref", "--format=%(refname)", "refs/heads/"+api.AcceptedBranchPrefix)) {
+			gitsynctest.Git(a.t, a.srv.Bare(), "update-ref", "-d", ref)
+		}
+		a.srv.SetRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), head)
+		return "the accepted tips' shards deleted, " + strings.TrimSuffix(api.AcceptedBranchPrefix, "/") + " planted"
+	default:
+		if a.srv.On(target + "/x").Head() != "" {
+			return target + "/x is planted already"
+		}
+		a.srv.SetRef(target, "")
+		a.srv.SetRef(target+"/x", head)
+		return target + " deleted, " + target + "/x planted"
+	}
+}
+
 // staleMetadataAndRestart moves a node's ref back to an older commit of its own (or deletes it)
-// and makes the render metadata on gitbroker/rendered name that commit as the accepted tip,
-// either with an unsigned commit on top or by putting back an older render, then restarts the
-// node's agent, which reads its accepted tip from there.
+// and makes what a restarted writer reads its accepted tip from name that commit: its ref's
+// accepted-tips shard, with an unsigned commit on top, an older shard of the renderer's put back
+// or the shard deleted; or, as before the shards, the render metadata on gitbroker/rendered.
+// Then it restarts the node's agent.
 func (a *adversary) staleMetadataAndRestart() string {
 	who := a.pick([]string{"edge-a", "edge-b"})
 	ref := verify.InventoryBranch(who)
+	shard := api.AcceptedBranch(ref)
 	what := who + "'s ref deleted"
 	commits, _, err := a.refs.open(ref).FirstParents(a.t.Context(), ref, a.srv.On(ref).Head(), "", 20)
 	older := ""
@@ -457,13 +496,33 @@ func (a *adversary) staleMetadataAndRestart() string {
 		what = who + "'s ref moved back to " + short(older)
 	}
 	a.srv.SetRef(ref, older)
-	if a.rng.IntN(2) == 0 {
+	file := api.AcceptedFile(api.AcceptedShard(ref))
+	switch a.rng.IntN(5) {
+	case 0:
 		what += ", render moved back to " + a.rollbackRendered()
-	} else if meta, ok := a.rendered().File(render.MetadataPath); ok && older != "" {
-		if tip := render.WriterTip([]byte(meta), ref); tip != "" {
-			a.rendered().Commit(map[string]string{render.MetadataPath: strings.ReplaceAll(meta, tip, older)}, nil, "render metadata")
-			what += ", unsigned metadata naming it"
+	case 1:
+		if meta, ok := a.rendered().File(render.MetadataPath); ok && older != "" {
+			if tip := render.WriterTip([]byte(meta), ref); tip != "" {
+				a.rendered().Commit(map[string]string{render.MetadataPath: strings.ReplaceAll(meta, tip, older)}, nil, "render metadata")
+				what += ", unsigned metadata naming it"
+			}
 		}
+	case 2:
+		if tips, ok := a.srv.On(shard).File(file); ok && older != "" {
+			if tip := render.WriterTip([]byte(tips), ref); tip != "" {
+				a.srv.On(shard).Commit(map[string]string{file: strings.ReplaceAll(tips, tip, older)}, nil, "accepted tips")
+				what += ", unsigned accepted tip naming it"
+			}
+		}
+	case 3:
+		if seen := a.shards[shard]; len(seen) > 1 {
+			c := seen[a.rng.IntN(len(seen)-1)]
+			a.srv.SetRef(shard, c)
+			what += ", " + shard + " moved back to " + short(c)
+		}
+	default:
+		a.srv.SetRef(shard, "")
+		what += ", " + shard + " deleted"
 	}
 	a.agents[who] = a.startAgent(who, a.keys["node:"+who], a.nodes[who], 0, a.refs.acceptedTip(a.allowed, ref)...)
 	_, err = a.agents[who].Sync(a.t.Context())
