@@ -74,6 +74,8 @@ type Repository struct {
 	baseline   int
 	// oversized are the branches the last Branches call left out as too large.
 	oversized map[string]error
+	// keptCompanions are the companion tips KeepCompanion accepted at the last look.
+	keptCompanions map[plumbing.Hash]bool
 	// pushed is the commit this Repository last pushed, or found to be its own newest, with
 	// WithOwnHistory; zero until then.
 	pushed plumbing.Hash
@@ -874,7 +876,9 @@ func (r *Repository) attempt(ctx context.Context, fn UpdateFunc, dest destinatio
 	}
 	companions := change != nil && len(change.CompanionPrefixes) > 0 && ref == r.branch && derr == nil
 	var tips map[plumbing.ReferenceName]plumbing.Hash
-	if companions && (err == nil || errors.Is(err, ErrNoChanges)) {
+	if companions && errors.Is(err, ErrNoChanges) {
+		// Nothing to push unless a companion is out of order: read their tips. (A push reads
+		// them from the server's advertisement, and fetches only tips the store lacks.)
 		tips = r.companionTips(ctx, change.CompanionPrefixes)
 	}
 	switch {
@@ -999,6 +1003,9 @@ func (r *Repository) push(ctx context.Context, ref plumbing.ReferenceName, old, 
 	if commit != old {
 		req.Commands = append(req.Commands, &packp.Command{Name: ref, Old: old, New: commit})
 	}
+	if c != nil && len(c.CompanionPrefixes) > 0 && r.lacksCompanionTips(advertised, c) {
+		r.companionTips(ctx, c.CompanionPrefixes) // into the store, for keepCompanion
+	}
 	companions, more, err := r.companionCommands(advertised, commit, c)
 	if err != nil {
 		return nil, &writerError{err}
@@ -1114,6 +1121,18 @@ func (r *Repository) companionCommands(advertised map[plumbing.ReferenceName]plu
 	return cmds, append(objects, b.created...), nil
 }
 
+// lacksCompanionTips reports whether the store lacks the commit of a companion's tip the server
+// advertised (one someone else pushed, or that a new Repository never read).
+func (r *Repository) lacksCompanionTips(advertised map[plumbing.ReferenceName]plumbing.Hash, c *Change) bool {
+	for name := range c.Companions {
+		tip, ok := advertised[plumbing.NewBranchReferenceName(name)]
+		if ok && r.repo.Storer.HasEncodedObject(tip) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // companionMove is a companion that needs a new commit, whose tree is root; trees are the tree
 // objects that wrap the folder up to root, which the push must send.
 type companionMove struct {
@@ -1135,6 +1154,9 @@ func (r *Repository) staleCompanions(tips map[plumbing.ReferenceName]plumbing.Ha
 		return nil, nil, fmt.Errorf("reading tree of %s: %w", commit, err)
 	}
 	var moves []companionMove
+	// The tips kept now are all the next call needs to remember.
+	kept := map[plumbing.Hash]bool{}
+	defer func() { r.keptCompanions = kept }()
 	for _, name := range slices.Sorted(maps.Keys(c.Companions)) {
 		ref, folder := plumbing.NewBranchReferenceName(name), c.Companions[name]
 		sub, err := headTree.Tree(folder)
@@ -1146,13 +1168,16 @@ func (r *Repository) staleCompanions(tips map[plumbing.ReferenceName]plumbing.Ha
 		if err != nil {
 			return nil, nil, err
 		}
-		if tip, ok := tips[ref]; !ok || !r.keepCompanion(tip, root, c.KeepCompanion) {
+		if tip, ok := tips[ref]; !ok || !r.keepCompanion(tip, root, c.KeepCompanion, kept) {
 			moves = append(moves, companionMove{ref, folder, root, tb.created})
 		}
 	}
 	var deletes []plumbing.ReferenceName
 	for _, ref := range slices.Sorted(maps.Keys(tips)) {
-		if _, ok := c.Companions[ref.Short()]; !ok && ref.IsBranch() && c.companion(ref.Short()) && ref != r.branch {
+		// Not ReferenceName.Short, which tries every rule of git's rev-parse: tips holds every
+		// ref of a fleet's repository.
+		short, branch := strings.CutPrefix(ref.String(), "refs/heads/")
+		if _, ok := c.Companions[short]; !ok && branch && c.companion(short) && ref != r.branch {
 			deletes = append(deletes, ref)
 		}
 	}
@@ -1160,17 +1185,25 @@ func (r *Repository) staleCompanions(tips map[plumbing.ReferenceName]plumbing.Ha
 }
 
 // keepCompanion reports whether a companion at tip may stay: tip is a commit this store holds,
-// keep accepts it, and its tree is root.
-func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) bool) bool {
+// keep accepts it, and its tree is root. A tip keep accepted once is not asked again (a commit
+// does not change, and keep is the writer's own check of its signature): a render has a
+// companion for each of 256 shards, whose signatures took a fifth of a fleet's re-render.
+// The tips kept are added to kept.
+func (r *Repository) keepCompanion(tip, root plumbing.Hash, keep func(*Commit) bool, kept map[plumbing.Hash]bool) bool {
 	c, err := object.GetCommit(r.repo.Storer, tip)
 	if err != nil || c.TreeHash != root {
 		return false
 	}
-	if keep == nil {
+	if keep == nil || r.keptCompanions[tip] {
+		kept[tip] = true
 		return true
 	}
 	k, err := r.commitOf(context.Background(), r.branch.Short(), tip.String(), false)
-	return err == nil && keep(k)
+	if err != nil || !keep(k) {
+		return false
+	}
+	kept[tip] = true
+	return true
 }
 
 // companionTips fetches the branches under prefixes into the store and returns their tips, so a
