@@ -470,7 +470,7 @@ func (a *adversary) blockRef() string {
 		a.srv.SetRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), head)
 		return "the accepted tips' shards deleted, " + strings.TrimSuffix(api.AcceptedBranchPrefix, "/") + " planted"
 	default:
-		if a.srv.On(target + "/x").Head() != "" {
+		if a.srv.On(target+"/x").Head() != "" {
 			return target + "/x is planted already"
 		}
 		a.srv.SetRef(target, "")

@@ -167,7 +167,7 @@ func (o *notifyOptions) serveHook(ctx context.Context, log logr.Logger, reg prom
 	}
 	h := &notify.Hook{Wake: d.Wake, Log: log.WithName("webhook"), Metrics: notify.NewMetrics(reg),
 		Limiter: rate.NewLimiter(rate.Limit(o.Rate), o.Burst),
-		Own: func(ref string) bool { return api.RendererBranch(ref, renderedBranch) }}
+		Own:     func(ref string) bool { return api.RendererBranch(ref, renderedBranch) }}
 	var err error
 	if o.HostSecretFile != "" {
 		if h.HostSecret, err = notify.ReadSecret(o.HostSecretFile); err != nil {
