@@ -255,6 +255,14 @@ func TestArgoCD(t *testing.T) {
 		firstJob = jobs()[0]
 		// A failed Job shows: its Application is Degraded.
 		synced(t, "bad", "Degraded")
+		// One Application per rendered folder, none for the renderer's own records beside them
+		// (rendered/.gitbroker-accepted/<shard>/, a hidden folder the generator skips).
+		list, err := cluster.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, a := range list.Items {
+			path, _, _ := unstructured.NestedString(a.Object, "spec", "source", "path")
+			require.NotContains(t, path, ".gitbroker", "Application %s", a.GetName())
+		}
 	})
 
 	t.Run("a held run stays held under self-heal", func(t *testing.T) {
