@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -202,22 +203,27 @@ func TestCompanionsSurviveTheStoreLimit(t *testing.T) {
 	require.Len(t, shows(t, srv, "folders/x"), 1500)
 }
 
-// A ref named as a folder of a branch the writer creates (folders beside folders/x), or under
-// it as a folder (gitbroker/inventory/edge-b/x under edge-b's ref), keeps git from creating that
+// A ref named as a folder of a branch the writer creates (gitbroker/folders beside
+// gitbroker/folders/x), or under it as a folder (gitbroker/inventory/edge-b/x under edge-b's ref), keeps git from creating that
 // branch, in the same atomic transaction too: anyone who can push there could stop every render
 // for good, or keep a node whose ref was deleted from writing again. The writer deletes such a
 // ref first, and its push lands.
 func TestRefsThatBlockABranchAreDeleted(t *testing.T) {
 	srv := gitsynctest.NewServer(t, "main", seed())
 	main := rev(t, srv, "main")
-	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/folders", main)
-	companions := map[string]string{"folders/x": "rendered/default/x"}
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/gitbroker/folders", main)
+	companions := map[string]string{"gitbroker/folders/x": "rendered/default/x"}
 	files := map[string]string{"rendered/default/x/pod-a.yaml": "pod: a\n"}
-	res, err := open(t, srv).Update(context.Background(), folders(files, companions, nil))
+	update := func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {
+		c := change([]string{"rendered/"}, files)
+		c.Message, c.CompanionPrefixes, c.Companions = "render", []string{"gitbroker/folders/"}, companions
+		return c, nil
+	}
+	res, err := open(t, srv).Update(context.Background(), update)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.CompanionsMoved)
-	require.False(t, exists(t, srv, "refs/heads/folders"))
-	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "folders/x"))
+	require.False(t, exists(t, srv, "refs/heads/gitbroker/folders"))
+	require.Equal(t, []string{"rendered/default/x/pod-a.yaml"}, shows(t, srv, "gitbroker/folders/x"))
 
 	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/gitbroker/inventory/edge-b/x", main)
 	node, err := gitsync.New(srv.URL(), "gitbroker/inventory/edge-b", fastBackoff(), gitsync.WithCreateBranch())
@@ -226,6 +232,14 @@ func TestRefsThatBlockABranchAreDeleted(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, rev(t, srv, "gitbroker/inventory/edge-b"))
 	require.False(t, exists(t, srv, "refs/heads/gitbroker/inventory/edge-b/x"))
+
+	// A branch of the people's is never deleted: a rendered branch named into its way fails.
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/release/1.0", main)
+	release, err := gitsync.New(srv.URL(), "release", gitsync.WithBackoff(gitsync.Backoff{Initial: time.Millisecond, Max: time.Millisecond, MaxAttempts: 3, MaxElapsed: time.Second}), gitsync.WithCreateBranch())
+	require.NoError(t, err)
+	_, err = release.Update(context.Background(), write([]string{"rendered/"}, files))
+	require.Error(t, err)
+	require.True(t, exists(t, srv, "refs/heads/release/1.0"))
 }
 
 // exists reports whether the server has ref itself (rev matches the refs under it as well).

@@ -1231,7 +1231,9 @@ func atomicFailure(status string) bool {
 }
 
 // refBlockers lists the advertised refs, other than those the commands write, that keep git from
-// creating a ref a command creates: a ref named as a folder of it, or under it as a folder.
+// creating a ref a command creates: a ref named as a folder of it, or under it as a folder. Only
+// gitbroker's own refs (refs/heads/gitbroker and under it) are listed: a branch of the people's
+// in the way of a rendered branch named by --rendered-branch stays, and the push fails.
 func refBlockers(advertised map[plumbing.ReferenceName]plumbing.Hash, cmds []*packp.Command) []plumbing.ReferenceName {
 	writes := map[plumbing.ReferenceName]bool{}
 	for _, c := range cmds {
@@ -1239,7 +1241,7 @@ func refBlockers(advertised map[plumbing.ReferenceName]plumbing.Hash, cmds []*pa
 	}
 	var out []plumbing.ReferenceName
 	for name := range advertised {
-		if writes[name] || !strings.HasPrefix(name.String(), "refs/") {
+		if writes[name] || name != "refs/heads/gitbroker" && !strings.HasPrefix(name.String(), "refs/heads/gitbroker/") {
 			continue
 		}
 		for _, c := range cmds {
