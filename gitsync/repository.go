@@ -214,10 +214,10 @@ func WithOwnHistory() Option {
 const TrailerReplaces = "Gitbroker-Replaces"
 
 // WithRecoverFrom, with WithOwnHistory, tells a writer that must start a new line where to
-// find the commit of its own the renderer accepted last (the render metadata on
-// gitbroker/rendered says it, at a render commit the renderer signed): the new line's first
+// find the commit of its own the renderer accepted last (its shard of the accepted tips on
+// gitbroker/accepted/<shard> says it, at a commit the renderer signed): the new line's first
 // commit names it in TrailerReplaces. An error or "" starts the line without it, and a
-// stale answer (the rendered branch moved back to an older render) names a tip the renderer
+// stale answer (the shard's branch moved back to an older commit) names a tip the renderer
 // no longer holds; it refuses either. So a writer that read it keeps reading it again
 // (WithAcceptedRecheck) until the renderer's accepted tip is on the writer's line, and starts
 // a new line naming that tip whenever it reads one it did not build from: it recovers by
@@ -227,8 +227,8 @@ func WithRecoverFrom(f func(ctx context.Context) (string, error)) Option {
 }
 
 // DefaultAcceptedRecheck is how often a writer that recovered reads the accepted tip again
-// until it sees its line accepted: each read fetches the rendered branch's head once. A read
-// that fails (the head not the renderer's, or larger than the writer's limits) doubles the wait,
+// until it sees its line accepted: each read fetches one small shard branch. A read that fails
+// (the head not the renderer's, or larger than the writer's limits) doubles the wait,
 // up to maxAcceptedRecheck, so a writer that cannot read it keeps trying at a bounded cost.
 const DefaultAcceptedRecheck = 2 * time.Minute
 

@@ -104,7 +104,7 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	o.Git.BindFlags(fs, "Unused: the recorder writes only "+verify.StatusBranch+" and never reads the people's branch.")
 	_ = fs.MarkDeprecated(gitsync.FlagBranch, "the recorder writes only "+verify.StatusBranch+" and never reads the people's branch; drop the flag")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the recorder's commits, as principal recorder (mounted from the recorder's own Secret).")
-	fs.StringVar(&o.RendererKey, cli.FlagRendererKey, "", "The renderer's public key, pinned, as the agents take it (allowed_signers line of principal renderer, or its armored OpenPGP public key). Required with --signing-key: should "+verify.StatusBranch+" be deleted or moved back, the recorder's new line names the commit the renderer accepted last, read only from a render commit this key signed.")
+	fs.StringVar(&o.RendererKey, cli.FlagRendererKey, "", "The renderer's public key, pinned, as the agents take it (allowed_signers line of principal renderer, or its armored OpenPGP public key). Required with --signing-key: should "+verify.StatusBranch+" be deleted or moved back, the recorder's new line names the commit the renderer accepted last, read only from a commit of its shard of the accepted tips ("+api.AcceptedBranchPrefix+"<shard>) this key signed.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Kube.BindFlags(cmd)
