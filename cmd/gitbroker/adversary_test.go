@@ -244,19 +244,19 @@ func (a *adversary) pick(list []string) string {
 
 func (a *adversary) rollbackOwn() string {
 	c := a.pick(a.oldA)
-	a.srv.SetRef(verify.InventoryBranch("edge-a"), c)
+	a.setRef(verify.InventoryBranch("edge-a"), c)
 	return short(c)
 }
 
 func (a *adversary) replayVictim() string {
 	c := a.pick(a.oldB)
-	a.srv.SetRef(verify.InventoryBranch("edge-b"), c)
+	a.setRef(verify.InventoryBranch("edge-b"), c)
 	return short(c)
 }
 
 func (a *adversary) deleteRef() string {
 	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch("edge-b"), verify.StatusBranch, verify.ConfigurationsBranch, verify.RenderedBranch})
-	a.srv.SetRef(ref, "")
+	a.setRef(ref, "")
 	return ref
 }
 
@@ -267,15 +267,15 @@ func (a *adversary) sameTree() string {
 		return ref + " (absent)"
 	}
 	c := strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree"))
-	a.srv.SetRef(ref, c)
+	a.setRef(ref, c)
 	return ref
 }
 
 func (a *adversary) orphan() string {
 	inv := fmt.Sprintf("apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-b\nspec:\n  configurations:\n  - name: akri-debug-echo\n    namespace: default\n    devices:\n    - id: evil-%d\n", a.rng.IntN(1000))
 	c := a.push("node:edge-a", "gitbroker/adversary-scratch", map[string][]byte{api.InventoryPath("edge-b"): []byte(inv)})
-	a.srv.SetRef("gitbroker/adversary-scratch", "")
-	a.srv.SetRef(verify.InventoryBranch("edge-b"), c)
+	a.setRef("gitbroker/adversary-scratch", "")
+	a.setRef(verify.InventoryBranch("edge-b"), c)
 	return short(c)
 }
 
@@ -328,7 +328,7 @@ func (a *adversary) rollbackRendered() string {
 		return "(no older render)"
 	}
 	c := commits[1+a.rng.IntN(len(commits)-1)].Hash
-	a.srv.SetRef(verify.RenderedBranch, c)
+	a.setRef(verify.RenderedBranch, c)
 	return short(c)
 }
 
@@ -386,7 +386,7 @@ func (a *adversary) bomb() string {
 	if head := a.srv.On(ref).Head(); head != "" {
 		args = append(args, "-p", head)
 	}
-	a.srv.SetRef(ref, strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), args...)))
+	a.setRef(ref, strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), args...)))
 	return ref
 }
 
@@ -449,12 +449,24 @@ func (a *adversary) moveAndRestart() string {
 	if a.rng.IntN(2) == 0 {
 		moved = "moved back to " + a.rollbackRendered()
 	} else {
-		a.srv.SetRef(verify.RenderedBranch, "")
+		a.setRef(verify.RenderedBranch, "")
 	}
 	pushed := a.renderer.Pushed()
 	a.renderer = a.refs.renderer(a.keys["renderer"])
 	a.renderer.StartFrom(pushed)
 	return moved
+}
+
+// setRef moves branch to commit ("" deletes it) as the attacker can: clearing first what it
+// planted in the way (blockRef), which git would not let it create the branch beside.
+func (a *adversary) setRef(branch, commit string) {
+	if commit != "" {
+		a.srv.SetRef(branch+"/x", "")
+		if strings.HasPrefix(branch, api.AcceptedBranchPrefix) {
+			a.srv.SetRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), "")
+		}
+	}
+	a.srv.SetRef(branch, commit)
 }
 
 // blockRef deletes a branch a writer creates again and plants a ref git will not let it create
@@ -467,14 +479,14 @@ func (a *adversary) blockRef() string {
 		for _, ref := range strings.Fields(gitsynctest.Git(a.t, a.srv.Bare(), "for-each-ref", "--format=%(refname)", "refs/heads/"+api.AcceptedBranchPrefix)) {
 			gitsynctest.Git(a.t, a.srv.Bare(), "update-ref", "-d", ref)
 		}
-		a.srv.SetRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), head)
+		a.setRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), head)
 		return "the accepted tips' shards deleted, " + strings.TrimSuffix(api.AcceptedBranchPrefix, "/") + " planted"
 	default:
 		if a.srv.On(target+"/x").Head() != "" {
 			return target + "/x is planted already"
 		}
-		a.srv.SetRef(target, "")
-		a.srv.SetRef(target+"/x", head)
+		a.setRef(target, "")
+		a.setRef(target+"/x", head)
 		return target + " deleted, " + target + "/x planted"
 	}
 }
@@ -495,7 +507,7 @@ func (a *adversary) staleMetadataAndRestart() string {
 		older = commits[1+a.rng.IntN(len(commits)-1)].Hash
 		what = who + "'s ref moved back to " + short(older)
 	}
-	a.srv.SetRef(ref, older)
+	a.setRef(ref, older)
 	file := api.AcceptedFile(api.AcceptedShard(ref))
 	switch a.rng.IntN(5) {
 	case 0:
@@ -517,11 +529,11 @@ func (a *adversary) staleMetadataAndRestart() string {
 	case 3:
 		if seen := a.shards[shard]; len(seen) > 1 {
 			c := seen[a.rng.IntN(len(seen)-1)]
-			a.srv.SetRef(shard, c)
+			a.setRef(shard, c)
 			what += ", " + shard + " moved back to " + short(c)
 		}
 	default:
-		a.srv.SetRef(shard, "")
+		a.setRef(shard, "")
 		what += ", " + shard + " deleted"
 	}
 	a.agents[who] = a.startAgent(who, a.keys["node:"+who], a.nodes[who], 0, a.refs.acceptedTip(a.allowed, ref)...)
