@@ -39,7 +39,7 @@ type Options struct {
 	// Store is the node's own ref (or a directory) the inventory is written to.
 	Store gitsync.Store
 	// Configurations is where the Configurations are read from: the renderer's verified
-	// publication (verify.Published) or, unverified, the people's branch; Store when nil (a
+	// publication (publication.Configurations) or, unverified, the people's branch; Store when nil (a
 	// directory holds both). A read that returns a snapshot with an error (a publication
 	// refused, the last accepted one standing in) is logged, and discovery goes on with it.
 	// nil (a directory holds both).
@@ -86,7 +86,7 @@ type ConfigurationSource interface {
 }
 
 // publication is a ConfigurationSource that is the renderer's signed publication
-// (verify.Published): the agent names the one it used in its commits and, restarted, gives it
+// (publication.Configurations): the agent names the one it used in its commits and, restarted, gives it
 // back as the floor below which nothing is taken.
 type publication interface {
 	Used() (string, time.Time)

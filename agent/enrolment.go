@@ -6,9 +6,9 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/trust"
-	"github.com/gitbroker/gitbroker/verify"
 )
 
 // enrolmentKey keys the reported enrolment error.
@@ -33,9 +33,9 @@ type NotEnrolledError struct {
 }
 
 func (e *NotEnrolledError) Error() string {
-	file := verify.AllowedSignersPath
+	file := api.AllowedSignersPath
 	if e.Commit != "" {
-		file = fmt.Sprintf("%s (as of %.12s)", verify.AllowedSignersPath, e.Commit)
+		file = fmt.Sprintf("%s (as of %.12s)", api.AllowedSignersPath, e.Commit)
 	}
 	if e.Line == "" {
 		return fmt.Sprintf("%s enrolls the fleet's writers, but this agent signs nothing: the renderer ignores %s's inventory until it runs with --signing-key and its key is enrolled",
@@ -49,29 +49,29 @@ func (e *NotEnrolledError) Error() string {
 // src) or enrolls the key as the node's principal now; a *NotEnrolledError when it does not;
 // another error when the files cannot be read.
 func (e *Enrolment) check(src gitsync.Snapshot, node string, now func() time.Time) error {
-	data, err := src.ReadFile(verify.AllowedSignersPath)
+	data, err := src.ReadFile(api.AllowedSignersPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", verify.AllowedSignersPath, err)
+		return fmt.Errorf("reading %s: %w", api.AllowedSignersPath, err)
 	}
 	principal := trust.NodePrincipal(node)
 	if e.Signer == nil {
 		return &NotEnrolledError{Principal: principal, Commit: src.Commit()}
 	}
-	allowed, err := trust.ParseAllowedSigners(verify.AllowedSignersPath, data)
+	allowed, err := trust.ParseAllowedSigners(api.AllowedSignersPath, data)
 	if err != nil {
 		return err
 	}
-	revoked, err := src.ReadFile(verify.RevokedKeysPath)
+	revoked, err := src.ReadFile(api.RevokedKeysPath)
 	switch {
 	case err == nil:
-		if err := allowed.Revoke(verify.RevokedKeysPath, revoked); err != nil {
+		if err := allowed.Revoke(api.RevokedKeysPath, revoked); err != nil {
 			return err
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("reading %s: %w", verify.RevokedKeysPath, err)
+		return fmt.Errorf("reading %s: %w", api.RevokedKeysPath, err)
 	}
 	if !allowed.Allows(&trust.Signature{Key: e.Signer.PublicKey()}, principal, now()) {
 		return &NotEnrolledError{Principal: principal, Line: e.Signer.AllowedSignersLine(principal), Commit: src.Commit()}

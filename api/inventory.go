@@ -149,9 +149,12 @@ type ParsedJobRecord struct {
 	Doc *Document
 }
 
+// JobRecordsDir holds the JobRecords on the recorder's ref.
+const JobRecordsDir = "status/jobs"
+
 // JobRecordPath is where the recorder writes the record of a Job.
 func JobRecordPath(namespace, job string) string {
-	return path.Join("status/jobs", namespace, job+".yaml")
+	return path.Join(JobRecordsDir, namespace, job+".yaml")
 }
 
 // ParseJobRecord decodes and validates status/jobs/<namespace>/<job>.yaml. When file is empty the

@@ -32,7 +32,7 @@ func InventoryBranch(node string) string { return InventoryPrefix + node }
 // render like a folder source's branch.
 const (
 	AcceptedBranchPrefix = "gitbroker/accepted/"
-	AcceptedDir          = "rendered/.gitbroker-accepted/"
+	AcceptedDir          = RenderedDir + ".gitbroker-accepted/"
 	AcceptedShards       = 256
 )
 
@@ -61,11 +61,33 @@ func RendererBranch(ref, rendered string) bool {
 	return b == rendered || b == ConfigurationsBranch || strings.HasPrefix(b, FolderBranchPrefix) || strings.HasPrefix(b, AcceptedBranchPrefix)
 }
 
+// What the renderer writes on its branch (render owns what is in them).
+const (
+	RenderedDir = "rendered/"
+	HistoryDir  = "history/"
+	// MetadataPath records the source commit and inputs of the last render that changed rendered/.
+	MetadataPath = "rendered/.gitbroker-render.yaml"
+)
+
 // Where the inputs live in the GitOps repository.
 const (
 	SettingsPath      = "gitbroker.yaml"
 	ConfigurationsDir = "configurations"
 	InventoryDir      = "inventory"
+)
+
+// Files on the source branch that say who is trusted.
+const (
+	AllowedSignersPath = ".gitbroker/allowed_signers"
+	TrustPath          = ".gitbroker/trust.yaml"
+	// RevokedKeysPath lists retired keys and certificates (git's gpg.ssh.revocationFile):
+	// how a node enrolled through an SSH CA is decommissioned.
+	RevokedKeysPath = ".gitbroker/revoked_keys"
+	TrustedKeysDir  = ".gitbroker/trusted-keys"
+	// RendererKeysDir holds the OpenPGP public keys (*.asc) of a renderer that signs with
+	// OpenPGP (for Argo CD), so that a plan, check or history, which holds no renderer key,
+	// knows the renderer's commits; allowed_signers lists SSH keys only.
+	RendererKeysDir = ".gitbroker/renderer-keys"
 )
 
 // Trailers of the renderer's commits. Only a commit that carries TrailerSourceCommit (and the
@@ -118,6 +140,11 @@ func InventoryFolderError(example string) string {
 
 // InventoryPath is the file a node's agent writes.
 func InventoryPath(node string) string { return InventoryDir + "/" + node + ".yaml" }
+
+// TrailerConfigurations marks a commit of ConfigurationsBranch and names the source commit its
+// files come from; a render commit or a folder commit, which the renderer signs too, never
+// carries it, so neither can be pushed there in its place.
+const TrailerConfigurations = "Gitbroker-Configurations"
 
 // TrailerPublication, on an agent's inventory commit, names the renderer's publication of
 // Configurations (gitbroker/configurations) the agent discovered with, and its committer time

@@ -32,7 +32,7 @@ func isConfigurationPath(p string) bool { return api.IsConfigurationPath(p) }
 func isInventoryPath(p string) bool { return api.IsInventoryPath(p) }
 
 func isRecordPath(p string) bool {
-	return strings.HasPrefix(p, "status/jobs/") && strings.HasSuffix(p, ".yaml")
+	return strings.HasPrefix(p, api.JobRecordsDir+"/") && strings.HasSuffix(p, ".yaml")
 }
 
 func sortedStrings(set map[string]bool) []string {

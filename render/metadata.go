@@ -39,40 +39,9 @@ type Metadata struct {
 	InstanceDigests map[string][]InstanceDigest `json:"instanceDigests,omitempty"`
 }
 
-// WriterTip is the tip the metadata records for one writer ref (Metadata.Writers[ref]), found
-// by scanning the file's lines as the render writes them (a top-level "writers:" block of
-// "  <ref>: <commit>" lines, sorted), without parsing the whole file: a writer (an agent, the
-// recorder) reads it when it starts, from a branch anyone may push to and under a memory limit
-// far below what parsing a dense YAML file of its size costs (6 MiB took the recorder to 531
-// MiB), and a large fleet's file lists every node's ref. "" when the file names none.
-func WriterTip(data []byte, ref string) string {
-	in := false
-	for len(data) > 0 {
-		var line []byte
-		line, data, _ = bytes.Cut(data, []byte("\n"))
-		switch {
-		case bytes.Equal(line, []byte("writers:")):
-			in = true
-		case in && len(line) > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ':
-			k, v, ok := bytes.Cut(line[2:], []byte(": "))
-			if ok && unquoteScalar(k) == ref {
-				return unquoteScalar(v)
-			}
-		case in:
-			return "" // the block ended
-		}
-	}
-	return ""
-}
-
-// unquoteScalar strips the quotes YAML puts around a plain string that would read as something
-// else (a commit hash of digits only); refs and hashes hold no escapes.
-func unquoteScalar(b []byte) string {
-	if n := len(b); n >= 2 && (b[0] == '"' && b[n-1] == '"' || b[0] == '\'' && b[n-1] == '\'') {
-		return string(b[1 : n-1])
-	}
-	return string(b)
-}
+// WriterTip is api.WriterTip: the tip the metadata (or an accepted-tips shard) records for one
+// writer ref, found without parsing the file.
+func WriterTip(data []byte, ref string) string { return api.WriterTip(data, ref) }
 
 // lastMetadata is the metadata file last written or read. A daemon reads the one it wrote, once
 // to verify its inputs and once to render, and a fleet's names every node's ref.

@@ -6,17 +6,18 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 // Tree is a set of repository files: slash-separated paths relative to the repository root.
 type Tree map[string][]byte
 
-// Output prefixes the renderer owns.
+// Output prefixes the renderer owns (api's, named here too).
 const (
-	RenderedDir = "rendered/"
-	HistoryDir  = "history/"
-	// MetadataPath records the source commit and inputs of the last render that changed rendered/.
-	MetadataPath = "rendered/.gitbroker-render.yaml"
+	RenderedDir  = api.RenderedDir
+	HistoryDir   = api.HistoryDir
+	MetadataPath = api.MetadataPath
 )
 
 // Paths returns the tree's paths, sorted.

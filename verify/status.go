@@ -47,7 +47,7 @@ func (w *writers) status(ctx context.Context, snap gitsync.Snapshot, oversized e
 		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only files under status/jobs/, status/nodes/ and status/rollouts/", other[0])
 	}
 	for _, p := range paths {
-		if !strings.HasPrefix(p, "status/jobs/") && !api.IsNodeLossPath(p) && !api.IsRolloutPath(p) && why == "" {
+		if !strings.HasPrefix(p, api.JobRecordsDir+"/") && !api.IsNodeLossPath(p) && !api.IsRolloutPath(p) && why == "" {
 			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml", p)
 		}
 	}

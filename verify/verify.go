@@ -32,18 +32,13 @@ const (
 	RenderedBranch  = api.RenderedBranch
 )
 
-// Files on the source branch that say who is trusted.
+// Files on the source branch that say who is trusted (api's, named here too).
 const (
-	AllowedSignersPath = ".gitbroker/allowed_signers"
-	TrustPath          = ".gitbroker/trust.yaml"
-	// RevokedKeysPath lists retired keys and certificates (git's gpg.ssh.revocationFile):
-	// how a node enrolled through an SSH CA is decommissioned.
-	RevokedKeysPath = ".gitbroker/revoked_keys"
-	TrustedKeysDir  = ".gitbroker/trusted-keys"
-	// RendererKeysDir holds the OpenPGP public keys (*.asc) of a renderer that signs with
-	// OpenPGP (for Argo CD), so that a plan, check or history, which holds no renderer key,
-	// knows the renderer's commits; allowed_signers lists SSH keys only.
-	RendererKeysDir = ".gitbroker/renderer-keys"
+	AllowedSignersPath = api.AllowedSignersPath
+	TrustPath          = api.TrustPath
+	RevokedKeysPath    = api.RevokedKeysPath
+	TrustedKeysDir     = api.TrustedKeysDir
+	RendererKeysDir    = api.RendererKeysDir
 )
 
 // IsPeoplePath reports whether a path belongs to the people's branch: gitbroker.yaml,

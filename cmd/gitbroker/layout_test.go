@@ -8,6 +8,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/publication"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/trust"
@@ -65,11 +66,11 @@ func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *rendere
 
 // published returns what an agent given --renderer-key reads its Configurations from: the
 // renderer's signed gitbroker/configurations, checked against allowedSigners.
-func (l layout) published(allowedSigners string) *verify.Published {
+func (l layout) published(allowedSigners string) *publication.Configurations {
 	l.t.Helper()
-	keys, err := verify.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
+	keys, err := publication.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
 	require.NoError(l.t, err)
-	return &verify.Published{Repo: l.open(verify.ConfigurationsBranch), Keys: keys}
+	return &publication.Configurations{Repo: l.open(verify.ConfigurationsBranch), Keys: keys}
 }
 
 // acceptedTip is what a restarted writer given --renderer-key reads to name the tip of ref it
@@ -77,9 +78,9 @@ func (l layout) published(allowedSigners string) *verify.Published {
 // read are the options it reads with (the writer's limits).
 func (l layout) acceptedTip(allowedSigners, ref string, read ...gitsync.Option) []gitsync.Option {
 	l.t.Helper()
-	keys, err := verify.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
+	keys, err := publication.ParseRendererKeys("renderer.pub", []byte(allowedSigners))
 	require.NoError(l.t, err)
-	return []gitsync.Option{gitsync.WithRecoverFrom(verify.AcceptedTip(l.open(api.AcceptedBranch(ref), read...), keys, ref)), gitsync.WithAcceptedRecheck(0)}
+	return []gitsync.Option{gitsync.WithRecoverFrom(publication.AcceptedTip(l.open(api.AcceptedBranch(ref), read...), keys, ref)), gitsync.WithAcceptedRecheck(0)}
 }
 
 func allowingDeletions(r *renderer.Renderer) *renderer.Renderer {

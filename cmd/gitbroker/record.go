@@ -21,6 +21,7 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/publication"
 	"github.com/gitbroker/gitbroker/recorder"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -158,7 +159,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 		return exitf(exitInvalid, "--%s must not be negative (0 watches no nodes), got %s", flagNodeLossGrace, o.NodeLoss)
 	}
 	// Flags first, before anything global (klog's logger) is set.
-	var keys *verify.RendererKeys
+	var keys *publication.RendererKeys
 	if o.Signing.Key != "" {
 		if o.RendererKey == "" {
 			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a render commit the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",

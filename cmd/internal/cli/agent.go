@@ -20,8 +20,8 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/notify"
+	"github.com/gitbroker/gitbroker/publication"
 	"github.com/gitbroker/gitbroker/trust"
-	"github.com/gitbroker/gitbroker/verify"
 )
 
 // Flag names of the agent.
@@ -47,7 +47,7 @@ const (
 	flagAgentDir        = "dir"
 	flagShutdownGrace   = "shutdown-grace"
 	// FlagRendererKey pins the renderer's public key: the agent then reads the Configurations
-	// the renderer verified, from verify.ConfigurationsBranch.
+	// the renderer verified, from api.ConfigurationsBranch.
 	FlagRendererKey            = "renderer-key"
 	flagDevicePluginDir        = "device-plugin-dir"
 	flagPodResourcesSocket     = "pod-resources-socket"
@@ -89,7 +89,7 @@ type agentOptions struct {
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	o.Git.BindFlags(fs, "The people's branch, read for the Configurations only without --renderer-key; never written: the agent writes its own ref, "+verify.InventoryBranch("<node>")+".")
+	o.Git.BindFlags(fs, "The people's branch, read for the Configurations only without --renderer-key; never written: the agent writes its own ref, "+api.InventoryBranch("<node>")+".")
 	o.Inventory.BindRemoteFlags(fs, FlagInventoryPrefix, "Repository to write this node's ref gitbroker/inventory/<node> to, instead of --git (which is then only read, for the Configurations); its credentials take the same flags with the inventory- prefix, and are --git's when none is given.")
 	o.Signing.BindFlags(fs, "OpenSSH private key that signs the agent's commits, as principal node:<node>; a missing file is made there (ed25519) at first start and its allowed_signers line logged. Keep it on the node (under the agent's state path), never in a shared Secret. A certificate at <key>-cert.pub, from the fleet's SSH CA, is sent with each signature.")
 	o.Endpoints.BindFlags(fs)
@@ -111,7 +111,7 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.DebugEchoAvailability, flagDebugEchoAvailability, agent.DebugEchoAvailabilityFile, "debugEcho devices vanish while this file contains OFFLINE.")
 	fs.StringVar(&o.AuthorName, FlagAuthorName, "gitbroker-agent", "Author name of the agent's commits.")
 	fs.StringVar(&o.AuthorEmail, FlagAuthorEmail, "agent@gitbroker.dev", "Author email of the agent's commits.")
-	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+verify.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Required with --signing-key: an agent that signs reads only what the renderer verified.")
+	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+api.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Required with --signing-key: an agent that signs reads only what the renderer verified.")
 	fs.StringVar(&o.DevicePluginDir, flagDevicePluginDir, deviceplugin.DefaultDir, "kubelet's device-plugin folder: the agent serves akri.sh/<instance> (capacity slots per device) and akri.sh/<configuration> there, as Akri's agent does, so a broker gets its device node. Empty disables it.")
 	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
 	fs.StringVar(&o.PropertiesDir, flagPropertiesDir, agent.DefaultPropertiesDir, "Folder of the values discoveryProperties[].valueFrom refer to, as the agent's Pod mounts them: secrets/<namespace>/<name>/<key> and configmaps/<namespace>/<name>/<key> (a reference without a namespace is in default, as in Akri). A reference that is missing and not optional keeps its Configuration's devices undiscovered and the agent not ready; values are never logged or written to git.")
@@ -132,7 +132,7 @@ type unverifiedSource struct {
 
 func (s *unverifiedSource) Snapshot(ctx context.Context) (gitsync.Snapshot, error) {
 	snap, err := s.Repository.Snapshot(ctx)
-	if err == nil && verify.HasAllowedSigners(snap) && !s.told.Swap(true) {
+	if err == nil && publication.HasAllowedSigners(snap) && !s.told.Swap(true) {
 		s.log.Info("this repository verifies its writers, but the agent reads Configurations from the people's branch unverified; give --" + FlagRendererKey + " so that it reads only what the renderer verified")
 	}
 	return snap, err
@@ -140,13 +140,13 @@ func (s *unverifiedSource) Snapshot(ctx context.Context) (gitsync.Snapshot, erro
 
 // published opens the renderer's publication of the Configurations it verified, in the
 // repository the agent writes to, checked against the pinned --renderer-key.
-func (o *agentOptions) published(own gitsync.Options, keys *verify.RendererKeys, read ...gitsync.Option) (*verify.Published, error) {
-	own.Branch = verify.ConfigurationsBranch
+func (o *agentOptions) published(own gitsync.Options, keys *publication.RendererKeys, read ...gitsync.Option) (*publication.Configurations, error) {
+	own.Branch = api.ConfigurationsBranch
 	repo, err := own.Open(read...)
 	if err != nil {
 		return nil, err
 	}
-	return &verify.Published{Repo: repo, Keys: keys}, nil
+	return &publication.Configurations{Repo: repo, Keys: keys}, nil
 }
 
 // sink is the agent's DeviceSink: nil (no device plugin) stays an untyped nil.
@@ -229,9 +229,9 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			// A signing agent vouches for what it writes: it must read only what the renderer
 			// verified, never the people's branch as anyone pushed it.
 			return Exitf(ExitInvalid, "--%s needs --%s: an agent that signs reads its Configurations only from the renderer's signed %s, checked against the renderer's pinned public key (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
-				FlagSigningKey, FlagRendererKey, verify.ConfigurationsBranch)
+				FlagSigningKey, FlagRendererKey, api.ConfigurationsBranch)
 		}
-		var keys *verify.RendererKeys
+		var keys *publication.RendererKeys
 		if o.RendererKey != "" {
 			if keys, err = LoadRendererKeys(o.RendererKey); err != nil {
 				return Exitf(ExitInvalid, "%v", err)
@@ -253,10 +253,10 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			own = o.Inventory
 			own.Inherit(o.Git)
 		}
-		own.Branch = verify.InventoryBranch(o.Node)
+		own.Branch = api.InventoryBranch(o.Node)
 		ownOpts := append(opts, gitsync.WithCreateBranch())
 		if len(signing) > 0 {
-			ownOpts = append(ownOpts, OwnRefOptions(o.Git, verify.InventoryBranch(o.Node), keys, opts...)...)
+			ownOpts = append(ownOpts, OwnRefOptions(o.Git, api.InventoryBranch(o.Node), keys, opts...)...)
 		}
 		repo, err := own.Open(ownOpts...)
 		if err != nil {
@@ -270,7 +270,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 				return Exitf(ExitInvalid, "%v", err)
 			}
 			source = pub
-			where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), verify.ConfigurationsBranch)
+			where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), api.ConfigurationsBranch)
 		} else {
 			source = &unverifiedSource{Repository: src, log: log}
 		}
@@ -312,7 +312,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			return Exitf(ExitInvalid, "--%s: %v", flagNudgeSecretFile, err)
 		}
 		nudge := &notify.Nudge{URL: o.RendererURL, Secret: secret}
-		ref := "refs/heads/" + verify.InventoryBranch(o.Node)
+		ref := "refs/heads/" + api.InventoryBranch(o.Node)
 		pushed = func(commit string) {
 			// The renderer's answer does not hold the next cycle; a nudge lost costs only
 			// latency (the renderer's interval picks the push up).

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/publication"
 	"github.com/gitbroker/gitbroker/trust"
-	"github.com/gitbroker/gitbroker/verify"
 )
 
 // FlagSigningKey names every writer's signing key.
@@ -105,28 +105,28 @@ func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
 // commit someone else pushed there is dropped, never signed; and should its ref be gone or
 // moved back when it starts, its new line names the tip of ref the renderer accepted, read
 // from ref's accepted-tips shard (api.AcceptedBranch), only at a commit of that shard the
-// pinned renderer key signed (verify.AcceptedTip), and read again until it sees its line
+// pinned renderer key signed (publication.AcceptedTip), and read again until it sees its line
 // accepted. That branch is opened only then, and let go after.
 // read are the options to read main with (credentials, limits, logger).
-func OwnRefOptions(main gitsync.Options, ref string, renderer *verify.RendererKeys, read ...gitsync.Option) []gitsync.Option {
+func OwnRefOptions(main gitsync.Options, ref string, renderer *publication.RendererKeys, read ...gitsync.Option) []gitsync.Option {
 	main.Branch = api.AcceptedBranch(ref)
 	accepted := func(ctx context.Context) (string, error) {
 		shard, err := main.Open(read...)
 		if err != nil {
 			return "", err
 		}
-		return verify.AcceptedTip(shard, renderer, ref)(ctx)
+		return publication.AcceptedTip(shard, renderer, ref)(ctx)
 	}
 	return []gitsync.Option{gitsync.WithOwnHistory(), gitsync.WithRecoverFrom(accepted)}
 }
 
 // LoadRendererKeys reads the renderer's pinned public key (--renderer-key).
-func LoadRendererKeys(file string) (*verify.RendererKeys, error) {
+func LoadRendererKeys(file string) (*publication.RendererKeys, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
 	}
-	keys, err := verify.ParseRendererKeys(file, data)
+	keys, err := publication.ParseRendererKeys(file, data)
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
 	}
