@@ -49,6 +49,27 @@ type Retainer interface {
 // Builtin is a fixed set of handlers keyed by discoveryHandler name.
 type Builtin map[string]Handler
 
+// BuiltinOptions choose and set up the agent's built-in handlers.
+type BuiltinOptions struct {
+	// UdevRoot is where udev's view of the devices is (the host's /, or a test's folder).
+	UdevRoot string
+	// DebugEcho serves Akri's debugEcho test handler (Akri's agent.allowDebugEcho); off, a
+	// debugEcho Configuration discovers nothing.
+	DebugEcho bool
+	// DebugEchoShared and DebugEchoAvailability are DebugEcho's Shared and AvailabilityFile.
+	DebugEchoShared       bool
+	DebugEchoAvailability string
+}
+
+// Builtins are the handlers the agent serves itself: udev, and debugEcho when allowed.
+func Builtins(o BuiltinOptions) Builtin {
+	b := Builtin{UdevName: Udev{Root: o.UdevRoot}}
+	if o.DebugEcho {
+		b[DebugEchoName] = DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability}
+	}
+	return b
+}
+
 // Handler implements Source.
 func (b Builtin) Handler(name string) (Handler, bool) {
 	h, ok := b[name]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -98,19 +97,9 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, 
 		}
 		d.Endpoint = &renderer.WebhookEndpoint{Namespace: o.LeaderNS, Service: o.Notify.Service, PodName: os.Getenv("POD_NAME"), IP: ip, Port: int32(p)}
 	}
-	started := time.Now()
-	stall := 3*o.Interval + 5*time.Minute
 	metricsAddr, healthAddr, err := cli.ServeEndpoints(ctx, log, o.Endpoints, reg, cli.Probes{
-		Healthy: func() error {
-			last := d.LastCycle()
-			if last.Before(started) {
-				last = started
-			}
-			if d.Renders() > 0 && time.Since(last) > stall {
-				return fmt.Errorf("no render has finished for %s", time.Since(last).Round(time.Second))
-			}
-			return nil
-		},
+		// A renderer that waits for its Lease renders nothing and is healthy.
+		Healthy: cli.Stalled(time.Now(), o.Interval, d.LastCycle, func() bool { return d.Renders() > 0 }, "render"),
 		Ready: func() error {
 			if d.Renders() > 0 && !d.Ready() {
 				return errors.New("the last render failed")

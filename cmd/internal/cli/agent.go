@@ -288,11 +288,8 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			a.Notify()
 		}
 	})
-	builtin := agent.Builtin{agent.UdevName: agent.Udev{Root: o.UdevRoot}}
-	if o.AllowDebugEcho {
-		builtin[agent.DebugEchoName] = agent.DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability}
-	}
-	handlers := agent.Sources{akri, builtin}
+	handlers := agent.Sources{akri, agent.Builtins(agent.BuiltinOptions{UdevRoot: o.UdevRoot,
+		DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability})}
 	var pushed func(commit string)
 	nudgeFile := o.NudgeSecretFile
 	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir != "" {
@@ -367,19 +364,8 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		return nil
 	}
 
-	started := time.Now()
-	stall := 3*o.Interval + 5*time.Minute
 	metricsAddr, healthAddr, err := ServeEndpoints(ctx, log, o.Endpoints, reg, Probes{
-		Healthy: func() error {
-			last := a.LastCycle()
-			if last.Before(started) {
-				last = started
-			}
-			if time.Since(last) > stall {
-				return fmt.Errorf("no cycle has finished for %s", time.Since(last).Round(time.Second))
-			}
-			return nil
-		},
+		Healthy: Stalled(time.Now(), o.Interval, a.LastCycle, nil, "cycle"),
 		Ready: func() error {
 			if !a.PropertiesResolved() {
 				return errors.New("a Configuration's discovery property cannot be resolved (see the log and gitbroker_agent_discovery_properties_unresolved)")

@@ -39,6 +39,24 @@ type Probes struct {
 	Ready   func() error
 }
 
+// Stalled is a liveness check of a loop that finishes a cycle every interval: it fails once
+// no cycle has finished for 3 intervals and 5 minutes, counted from start until the first one
+// does. last returns when the last cycle finished; what names a cycle in the error. A loop
+// that has not begun (begun false; nil is always begun) is not stalled.
+func Stalled(start time.Time, interval time.Duration, last func() time.Time, begun func() bool, what string) func() error {
+	stall := 3*interval + 5*time.Minute
+	return func() error {
+		l := last()
+		if l.Before(start) {
+			l = start
+		}
+		if (begun == nil || begun()) && time.Since(l) > stall {
+			return fmt.Errorf("no %s has finished for %s", what, time.Since(l).Round(time.Second))
+		}
+		return nil
+	}
+}
+
 // ServeEndpoints starts the metrics and probe servers and stops them when
 // ctx ends. It returns once both listen, with their addresses (useful
 // when binding port 0).
