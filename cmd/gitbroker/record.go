@@ -162,7 +162,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	var keys *publication.RendererKeys
 	if o.Signing.Key != "" {
 		if o.RendererKey == "" {
-			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a render commit the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
+			return exitf(exitInvalid, "--%s needs --%s: a recorder that signs recovers its ref from what the renderer accepted, read only from a commit of its accepted-tips shard the renderer's pinned key signed (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
 				cli.FlagSigningKey, cli.FlagRendererKey)
 		}
 		var err error
