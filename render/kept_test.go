@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"crypto/sha1"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -129,7 +130,8 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	for i := 0; i < steps; i++ {
 		what := c.change(i)
 		tree := c.tree
-		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly}
+		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly,
+			Writers: writerTips(tree)}
 		fresh := render.Render(req)
 		// The kept Renderer is asked as a daemon asks it too: the inputs alone, with its last
 		// output handed back as Previous (known by the map, no pass over it), or a copy of it
@@ -156,6 +158,18 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	}
 	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)
 	require.Greater(t, render.ScopedPasses(kept), steps/2, "most passes are scoped")
+}
+
+// writerTips are the node refs' tips as a daemon would pass them: one per inventory, which
+// moves when the inventory changes (so the accepted tips' shards change with it).
+func writerTips(tree render.Tree) map[string]string {
+	out := map[string]string{}
+	for p, b := range tree {
+		if node, ok := strings.CutPrefix(p, "inventory/"); ok {
+			out["gitbroker/inventory/"+strings.TrimSuffix(node, ".yaml")] = fmt.Sprintf("%x", sha1.Sum(b))
+		}
+	}
+	return out
 }
 
 // requireSameRender requires a kept Renderer's result to be a fresh one's.
