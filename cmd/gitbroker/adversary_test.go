@@ -470,11 +470,11 @@ func (a *adversary) setRef(branch, commit string) {
 }
 
 // blockRef deletes a branch a writer creates again and plants a ref git will not let it create
-// beside (edge-b's ref, gitbroker/rendered, the status branch, or the accepted tips' shards under
+// beside (edge-b's ref, gitbroker/rendered, the status branch, the publication, or the accepted tips' shards under
 // a ref named as their folder), so its next push must clear the way.
 func (a *adversary) blockRef() string {
 	head := a.srv.On("main").Head()
-	switch target := a.pick([]string{verify.InventoryBranch("edge-b"), verify.RenderedBranch, verify.StatusBranch, "shards"}); target {
+	switch target := a.pick([]string{verify.InventoryBranch("edge-b"), verify.RenderedBranch, verify.StatusBranch, verify.ConfigurationsBranch, "shards"}); target {
 	case "shards":
 		for _, ref := range strings.Fields(gitsynctest.Git(a.t, a.srv.Bare(), "for-each-ref", "--format=%(refname)", "refs/heads/"+api.AcceptedBranchPrefix)) {
 			gitsynctest.Git(a.t, a.srv.Bare(), "update-ref", "-d", ref)
