@@ -17,20 +17,26 @@ import (
 // itself, so a mistake in it showed nowhere: a handler name no agent serves, details the agent
 // refuses on every node, a changed rule that will replace brokers once the agents rediscover.
 
-// checkDiscovery refuses discoveryDetails a built-in handler would refuse (with the agent's own
-// parser) and warns about a handler name that is neither built in, nor Akri's, nor listed in
-// gitbroker.yaml.
+// checkDiscovery refuses discoveryDetails a built-in handler or Akri's onvif and opcua would
+// refuse (with the agent's own parser, and one that reads them as Akri's handlers do) and warns
+// about a handler name that is neither built in, nor Akri's, nor listed in gitbroker.yaml.
 func (p *pass) checkDiscovery(set *configSet) {
 	known := knownHandlers(p.settings.DiscoveryHandlers)
 	for _, f := range set.files {
 		for _, c := range set.parsed[f].configs {
 			h := c.Spec.DiscoveryHandler
-			if details.Builtin(h.Name) {
+			if details.Checked(h.Name) {
 				if err := details.Check(h.Name, h.DiscoveryDetails); err != nil {
+					who := "the agent"
+					if !details.Builtin(h.Name) {
+						who = "Akri's " + h.Name + " handler"
+					}
 					set.errs[f] = append(set.errs[f], c.Doc.Errorf("spec.discoveryHandler.discoveryDetails",
-						"%v (the agent would refuse it on every node, and discover nothing)", err))
+						"%v (%s would refuse it on every node, and discover nothing)", err, who))
 				}
-				continue
+				if details.Builtin(h.Name) {
+					continue
+				}
 			}
 			if !slices.Contains(known, h.Name) {
 				e := c.Doc.Errorf("spec.discoveryHandler.name", "no discovery handler %q is known, so no agent will discover devices for Configuration %s%s (known: %s; list the handlers your fleet runs in gitbroker.yaml spec.discoveryHandlers)",

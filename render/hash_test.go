@@ -31,7 +31,7 @@ spec:
   allowedDeviceProperties: [SERIAL]
   discoveryHandler:
     name: onvif
-    discoveryDetails: "ipAddresses: {action: Exclude}"
+    discoveryDetails: "ipAddresses: {action: Exclude, items: []}"
     discoveryProperties:
     - name: user
       value: admin

@@ -453,7 +453,7 @@ func TestMergeKeysMayBeOverridden(t *testing.T) {
 // A file changes only when its object does: discoveryDetails, capacity or a Service spec do not
 // touch the Pods (a Pod "replaced" in the plan is one that is re-created).
 func TestUnrelatedConfigurationChangesLeavePodsAlone(t *testing.T) {
-	cfg := strings.Replace(podConfig, "    name: onvif\n", "    name: onvif\n    discoveryDetails: \"ipAddresses: [10.0.0.1]\"\n", 1)
+	cfg := strings.Replace(podConfig, "    name: onvif\n", "    name: onvif\n    discoveryDetails: \"ipAddresses: {items: [10.0.0.1]}\"\n", 1)
 	tree := repo(map[string]string{
 		"configurations/cam.yaml": cfg,
 		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "shared:c1", "c2")),

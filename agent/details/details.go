@@ -1,6 +1,7 @@
 // Package details parses the discoveryDetails of the agent's built-in discovery handlers (udev
-// and debugEcho). The agent discovers with what it returns, and the renderer refuses at review,
-// with the same parser, what the agent would refuse on every node.
+// and debugEcho), and of Akri's own handler containers (onvif and opcua) as their parsers read
+// them. The agent discovers with what it returns, and the renderer refuses at review, with the
+// same parser, what the agent or Akri's handler would refuse on every node.
 package details
 
 import (
@@ -27,8 +28,9 @@ const (
 // Builtin reports whether the agent itself implements the handler name.
 func Builtin(name string) bool { return name == Udev || name == DebugEcho }
 
-// Check parses details as the built-in handler name does; for any other handler it returns nil:
-// its own container parses them.
+// Check parses details as the handler name does, for the built-in handlers and Akri's onvif and
+// opcua; for any other handler it returns nil: its own container parses them, in a format only
+// it knows.
 func Check(name, details string) error {
 	var err error
 	switch name {
@@ -36,8 +38,89 @@ func Check(name, details string) error {
 		_, err = ParseUdev(details)
 	case DebugEcho:
 		_, err = ParseDebugEcho(details)
+	case ONVIF:
+		_, err = ParseONVIF(details)
+	case OPCUA:
+		_, err = ParseOPCUA(details)
 	}
 	return err
+}
+
+// Checked reports whether Check knows name's format.
+func Checked(name string) bool { return Builtin(name) || name == ONVIF || name == OPCUA }
+
+// FilterList is Akri's filter of discovered values (akri-discovery-utils' FilterList): items is
+// required, action is Include (the default) or Exclude.
+type FilterList struct {
+	Items  []string `json:"items"`
+	Action string   `json:"action,omitempty"`
+}
+
+func (f *FilterList) check(field string) error {
+	if f == nil {
+		return nil
+	}
+	if f.Items == nil {
+		return fmt.Errorf("%s.items is required (a list of values, which action %s)", field, "Include or Exclude")
+	}
+	switch f.Action {
+	case "", "Include", "Exclude":
+		return nil
+	}
+	return fmt.Errorf("%s.action is %q; Akri knows Include and Exclude (capitalized)", field, f.Action)
+}
+
+// ONVIFDetails are Akri's onvif handler's discoveryDetails (OnvifDiscoveryDetails); as there,
+// every field is optional and fields it does not know are ignored.
+type ONVIFDetails struct {
+	IPAddresses             *FilterList `json:"ipAddresses,omitempty"`
+	MACAddresses            *FilterList `json:"macAddresses,omitempty"`
+	Scopes                  *FilterList `json:"scopes,omitempty"`
+	DiscoveryTimeoutSeconds *int32      `json:"discoveryTimeoutSeconds,omitempty"`
+}
+
+// ParseONVIF reads onvif's discoveryDetails as Akri's handler does.
+func ParseONVIF(details string) (*ONVIFDetails, error) {
+	var d ONVIFDetails
+	if err := yaml.Unmarshal([]byte(details), &d); err != nil {
+		return nil, fmt.Errorf("onvif discoveryDetails: %w", err)
+	}
+	for field, f := range map[string]*FilterList{"ipAddresses": d.IPAddresses, "macAddresses": d.MACAddresses, "scopes": d.Scopes} {
+		if err := f.check(field); err != nil {
+			return nil, fmt.Errorf("onvif discoveryDetails: %w", err)
+		}
+	}
+	return &d, nil
+}
+
+// OPCUADetails are Akri's opcua handler's discoveryDetails (OpcuaDiscoveryDetails): a
+// discovery method, of which Akri knows standard (a list of DiscoveryURLs, the host's local
+// discovery server when empty), and an optional filter of application names.
+type OPCUADetails struct {
+	OPCUADiscoveryMethod *struct {
+		Standard *struct {
+			DiscoveryURLs []string `json:"discoveryUrls,omitempty"`
+		} `json:"standard,omitempty"`
+	} `json:"opcuaDiscoveryMethod"`
+	ApplicationNames *FilterList `json:"applicationNames,omitempty"`
+}
+
+// ParseOPCUA reads opcua's discoveryDetails as Akri's handler does.
+func ParseOPCUA(details string) (*OPCUADetails, error) {
+	var d OPCUADetails
+	if err := yaml.Unmarshal([]byte(details), &d); err != nil {
+		return nil, fmt.Errorf("opcua discoveryDetails: %w", err)
+	}
+	switch {
+	case d.OPCUADiscoveryMethod == nil:
+		return nil, errors.New("opcua discoveryDetails: opcuaDiscoveryMethod is required (standard: {discoveryUrls: [...]})")
+	case d.OPCUADiscoveryMethod.Standard == nil:
+		return nil, errors.New("opcua discoveryDetails: opcuaDiscoveryMethod names no method Akri knows (standard)")
+	}
+	if err := d.ApplicationNames.check("applicationNames"); err != nil {
+		return nil, fmt.Errorf("opcua discoveryDetails: %w", err)
+	}
+	return &d, nil
 }
 
 // DebugEchoDetails are debugEcho's discoveryDetails: each description is a device.

@@ -27,7 +27,29 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, details.Check(details.Udev, "udevRules: []\nvfioPassthrough: false\n"))
 	require.NoError(t, details.Check(details.DebugEcho, `descriptions: [foo0]`))
 	require.ErrorContains(t, details.Check(details.DebugEcho, `description: [foo0]`), "descriptions is required")
-	require.NoError(t, details.Check(details.ONVIF, "not: [yaml"), "onvif parses its own")
+	require.NoError(t, details.Check("zeroconf", "not: [yaml"), "a handler of its own parses its own")
 	require.True(t, details.Builtin("udev"))
 	require.False(t, details.Builtin("onvif"))
+}
+
+// Akri's onvif and opcua handlers parse their details with serde into the types of their
+// source (OnvifDiscoveryDetails, OpcuaDiscoveryDetails, FilterList): review refuses what they
+// would refuse, and takes what they take, unknown fields included.
+func TestCheckAkriHandlers(t *testing.T) {
+	// As Akri's Helm chart writes them.
+	require.NoError(t, details.Check(details.ONVIF, "ipAddresses:\n  action: Exclude\n  items: []\nscopes:\n  items: [onvif://www.onvif.org/name/cam]\ndiscoveryTimeoutSeconds: 1\n"))
+	require.NoError(t, details.Check(details.ONVIF, "{}"))
+	require.NoError(t, details.Check(details.ONVIF, "somethingNew: 1\n"), "serde ignores a field it does not know")
+	require.ErrorContains(t, details.Check(details.ONVIF, "ipAddresses: [10.0.0.1]\n"), "onvif discoveryDetails")
+	require.ErrorContains(t, details.Check(details.ONVIF, "macAddresses:\n  action: Exclude\n"), "macAddresses.items is required")
+	require.ErrorContains(t, details.Check(details.ONVIF, "scopes:\n  action: exclude\n  items: []\n"), `scopes.action is "exclude"`)
+	require.ErrorContains(t, details.Check(details.ONVIF, "discoveryTimeoutSeconds: soon\n"), "onvif discoveryDetails")
+
+	require.NoError(t, details.Check(details.OPCUA, "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: [opc.tcp://10.0.0.1:4840/]\napplicationNames:\n  action: Include\n  items: [Some app]\n"))
+	require.NoError(t, details.Check(details.OPCUA, "opcuaDiscoveryMethod:\n  standard: {}\n"), "the host's local discovery server")
+	require.ErrorContains(t, details.Check(details.OPCUA, "applicationNames:\n  items: []\n"), "opcuaDiscoveryMethod is required")
+	require.ErrorContains(t, details.Check(details.OPCUA, "opcuaDiscoveryMethod:\n  scan: {}\n"), "names no method Akri knows")
+	require.ErrorContains(t, details.Check(details.OPCUA, "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: opc.tcp://10.0.0.1:4840/\n"), "opcua discoveryDetails")
+	require.True(t, details.Checked(details.OPCUA))
+	require.False(t, details.Checked("zeroconf"))
 }
