@@ -2,7 +2,6 @@ package render
 
 import (
 	"sort"
-	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
 )
@@ -22,18 +21,17 @@ type parsedRecordFile struct {
 	errs api.ErrorList
 }
 
-// IsInput reports whether a path is an input of the renderer.
+// IsInput reports whether a path is an input of the renderer: the settings, a Configuration, an
+// inventory, or a record of any of the recorder's kinds (api.StatusKinds).
 func IsInput(p string) bool {
-	return p == "gitbroker.yaml" || isConfigurationPath(p) || isInventoryPath(p) || isRecordPath(p) || api.IsNodeLossPath(p) || api.IsRolloutPath(p)
+	return p == api.SettingsPath || isConfigurationPath(p) || isInventoryPath(p) || api.IsStatusPath(p)
 }
 
 func isConfigurationPath(p string) bool { return api.IsConfigurationPath(p) }
 
 func isInventoryPath(p string) bool { return api.IsInventoryPath(p) }
 
-func isRecordPath(p string) bool {
-	return strings.HasPrefix(p, api.JobRecordsDir+"/") && strings.HasSuffix(p, ".yaml")
-}
+func isRecordPath(p string) bool { return api.IsJobRecordPath(p) }
 
 func sortedStrings(set map[string]bool) []string {
 	out := make([]string, 0, len(set))

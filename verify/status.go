@@ -44,11 +44,11 @@ func (w *writers) status(ctx context.Context, snap gitsync.Snapshot, oversized e
 	}
 	if len(other) > 0 && why == "" {
 		slices.Sort(other)
-		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only files under status/jobs/, status/nodes/ and status/rollouts/", other[0])
+		why = fmt.Sprintf("holds %s, which is not a file (a symbolic link or a submodule); the recorder's ref may hold only %s", other[0], api.StatusLayouts())
 	}
 	for _, p := range paths {
-		if !strings.HasPrefix(p, api.JobRecordsDir+"/") && !api.IsNodeLossPath(p) && !api.IsRolloutPath(p) && why == "" {
-			why = fmt.Sprintf("holds %s; the recorder's ref may hold only status/jobs/, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml", p)
+		if !api.IsStatusPath(p) && why == "" {
+			why = fmt.Sprintf("holds %s; the recorder's ref may hold only %s", p, api.StatusLayouts())
 		}
 	}
 	var files map[string][]byte

@@ -255,11 +255,11 @@ func attacks() []attack {
 			attack: func(f *fixture) {
 				f.write("node:edge-a", verify.StatusBranch, api.RolloutPath("default", "cam-1"), "apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\n")
 			}},
-		{name: "a folder under status/rollouts/<namespace>/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml",
+		{name: "a folder under status/rollouts/<namespace>/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/<namespace>/<job>.yaml, status/nodes/<node>.yaml and status/rollouts/<namespace>/<deployment>.yaml",
 			attack: func(f *fixture) {
 				f.write("recorder", verify.StatusBranch, "status/rollouts/default/cam/x.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\n")
 			}},
-		{name: "a folder under status/nodes/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/, status/nodes/<node>.yaml",
+		{name: "a folder under status/nodes/ on the recorder's ref", writer: verify.WriterRecorder, ref: verify.StatusBranch, why: "may hold only status/jobs/<namespace>/<job>.yaml, status/nodes/<node>.yaml",
 			attack: func(f *fixture) {
 				f.write("recorder", verify.StatusBranch, "status/nodes/edge-a/x.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\n")
 			}},
