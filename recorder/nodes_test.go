@@ -73,7 +73,7 @@ spec:
 	// edge-c is back; edge-a is deleted, and lost once its grace has passed.
 	_, err := client.CoreV1().Nodes().UpdateStatus(ctx, node("edge-c", corev1.ConditionTrue, c.Now()), metav1.UpdateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, ok := srv.File(api.NodeLossPath("edge-c")); return !ok }, 20*time.Second, 10*time.Millisecond, "edge-c's record removed")
+	require.Eventually(t, func() bool { _, ok := srv.File(api.NodeLossPath("edge-c")); return !ok }, 60*time.Second, 10*time.Millisecond, "edge-c's record removed")
 	require.NoError(t, client.CoreV1().Nodes().Delete(ctx, "edge-a", metav1.DeleteOptions{}))
 	// The clock here is not the timers': it moves a minute at a time, and a node event has the
 	// recorder look again, until edge-a's grace, from when the recorder saw it deleted, is over.
@@ -84,7 +84,7 @@ spec:
 		require.NoError(t, err)
 		a, ok = srv.File(api.NodeLossPath("edge-a"))
 		return ok
-	}, 20*time.Second, 200*time.Millisecond, "edge-a recorded lost")
+	}, 60*time.Second, 200*time.Millisecond, "edge-a recorded lost")
 	require.Contains(t, a, "reason: Gone")
 	for _, p := range []string{api.NodeLossPath("edge-a"), api.NodeLossPath("edge-b"), api.NodeLossPath("edge-x")} {
 		data, _ := srv.File(p)

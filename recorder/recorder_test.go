@@ -122,7 +122,7 @@ func waitFile(t *testing.T, srv *gitsynctest.Server, path string) string {
 		var ok bool
 		got, ok = srv.File(path)
 		return ok
-	}, 20*time.Second, 10*time.Millisecond, "waiting for %s", path)
+	}, 60*time.Second, 10*time.Millisecond, "waiting for %s", path)
 	return got
 }
 
@@ -278,7 +278,7 @@ func TestRecordsOnlyItsNamespaces(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	waitFile(t, srv, api.JobRecordPath("plant", "fw-a-job"))
 	waitFile(t, srv, api.JobRecordPath("kitchen", "fw-kitchen-job"))
-	require.Eventually(t, r.Ready, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, r.Ready, 60*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 	_, ok := srv.File(api.JobRecordPath("other", "fw-elsewhere-job"))
