@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -253,7 +252,7 @@ func (p *Configurations) accept(ctx context.Context, head gitsync.Snapshot) erro
 		}
 	}
 	p.last.commit, p.last.when = c.Hash, c.When
-	p.last.snap = &snapshot{commit: c.Hash, files: files}
+	p.last.snap = gitsync.MemorySnapshot(c.Hash, files)
 	return nil
 }
 
@@ -304,34 +303,6 @@ func AcceptedTip(shard interface {
 		}
 		return api.WriterTip(data, ref), nil
 	}
-}
-
-// snapshot is a publication's files, held in memory.
-type snapshot struct {
-	commit string
-	files  map[string][]byte
-}
-
-func (t *snapshot) Commit() string { return t.commit }
-
-func (t *snapshot) CommitTime() time.Time { return time.Time{} }
-
-func (t *snapshot) ReadFile(name string) ([]byte, error) {
-	b, ok := t.files[name]
-	if !ok {
-		return nil, fmt.Errorf("reading %s: %w", name, fs.ErrNotExist)
-	}
-	return b, nil
-}
-
-func (t *snapshot) Files(dir string) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	for p, b := range t.files {
-		if dir == "" || strings.HasPrefix(p, dir+"/") {
-			out[p] = b
-		}
-	}
-	return out, nil
 }
 
 func short(h string) string {
