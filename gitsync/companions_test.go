@@ -112,7 +112,7 @@ func TestCompanionsAreRepairedWithoutACommit(t *testing.T) {
 
 	// Someone else moves the companion to a commit of theirs, with the same tree, and plants
 	// a branch under the prefix; a writer that keeps only its own commits puts both right.
-	theirs := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "commit-tree", "-m", "theirs", own+"^{tree}"))
+	theirs := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "-c", "user.name=m", "-c", "user.email=m@example.com", "commit-tree", "-m", "theirs", own+"^{tree}"))
 	srv.SetRef("folders/x", theirs)
 	srv.SetRef("folders/planted", theirs)
 	mine := func(c *gitsync.Commit) bool { return c.Hash != theirs }

@@ -266,7 +266,7 @@ func (a *adversary) sameTree() string {
 	if head == "" {
 		return ref + " (absent)"
 	}
-	c := strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree"))
+	c := strings.TrimSpace(gitsynctest.Git(a.t, a.srv.Bare(), "-c", "user.name=attacker", "-c", "user.email=attacker@example.com", "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree"))
 	a.setRef(ref, c)
 	return ref
 }
@@ -382,7 +382,7 @@ func (a *adversary) bomb() string {
 		}
 		tree = a.mktree(fmt.Sprintf("040000 tree %s\t%s\n", tree, name))
 	}
-	args := []string{"commit-tree", tree, "-m", "zeros"}
+	args := []string{"-c", "user.name=attacker", "-c", "user.email=attacker@example.com", "commit-tree", tree, "-m", "zeros"}
 	if head := a.srv.On(ref).Head(); head != "" {
 		args = append(args, "-p", head)
 	}

@@ -127,7 +127,7 @@ func TestFailClosedSameTreeCommitOnRenderedIsReplaced(t *testing.T) {
 	s.discover()
 	s.renderTrust()
 	head := s.rendered().Head()
-	same := strings.TrimSpace(gitsynctest.Git(t, s.srv.Bare(), "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree, unsigned"))
+	same := strings.TrimSpace(gitsynctest.Git(t, s.srv.Bare(), "-c", "user.name=attacker", "-c", "user.email=attacker@example.com", "commit-tree", head+"^{tree}", "-p", head, "-m", "same tree, unsigned"))
 	s.srv.SetRef(verify.RenderedBranch, same)
 
 	out := s.renderTrust()
