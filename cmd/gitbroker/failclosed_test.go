@@ -180,14 +180,7 @@ func TestFailClosedRevocationDecommissions(t *testing.T) {
 func TestFailClosedRollbackAndRestartDoesNotFreezeANode(t *testing.T) {
 	s := newSignedLoop(t)
 	ref := verify.InventoryBranch("edge-b")
-	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
-	s.discover()
-	s.renderTrust()
-	old := s.srv.On(ref).Head()
-	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
-	s.discover()
-	s.renderTrust()
-	require.Contains(t, s.brokersText(), "baz1")
+	old, _ := s.twoRenders()
 
 	s.srv.SetRef(ref, old)
 	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0,
@@ -705,29 +698,17 @@ func TestFailClosedForgedRenderMetadataDoesNotStrandAWriter(t *testing.T) {
 			s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
 			s.discover()
 			s.renderTrust()
-			old, oldRender, oldShard := s.srv.On(ref).Head(), s.srv.On(verify.RenderedBranch).Head(), s.srv.On(api.AcceptedBranch(ref)).Head()
+			oldShard := s.srv.On(api.AcceptedBranch(ref)).Head()
 			require.NotEmpty(t, oldShard, "the render moved the ref's accepted-tips shard")
-			s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
-			s.discover()
-			s.renderTrust()
+			old, oldRender := s.twoRenders()
 			tip := s.srv.On(ref).Head()
-			require.Contains(t, s.brokersText(), "baz1")
 
 			// The node's ref moved back to its old commit and the metadata made to agree with
 			// it, while the agent restarts.
 			s.srv.SetRef(ref, old)
 			tc.forge(s, oldRender, oldShard, ref, old, tip)
 			restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, s.refs.acceptedTip(s.allowed, ref)...)
-			s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
-			landed := false
-			for cycle := 0; cycle < 4 && !landed; cycle++ {
-				_, err := restarted.Sync(t.Context())
-				require.NoError(t, err)
-				out := s.renderTrust()
-				t.Logf("cycle %d: rendered %s, edge-b %s\n%s", cycle, s.srv.On(verify.RenderedBranch).Head(), s.srv.On(ref).Head(), s.plan(out))
-				landed = strings.Contains(s.brokersText(), "baz2")
-			}
-			require.True(t, landed, "the node's change lands within a few cycles once the renderer has put its branch back")
+			require.True(t, s.landsWithin(restarted, 4), "the node's change lands within a few cycles once the renderer has put its branch back")
 			require.NotContains(t, s.brokersText(), "baz1")
 
 			// The node's old commit stays refused.
@@ -752,14 +733,7 @@ func TestFailClosedRecoveryReadsOnlyItsShard(t *testing.T) {
 		many = append(many, fmt.Sprintf("camera-%04d", i))
 	}
 	s.nodes["edge-a"].set("default/akri-debug-echo", many...)
-	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
-	s.discover()
-	s.renderTrust()
-	old := s.srv.On(ref).Head()
-	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
-	s.discover()
-	s.renderTrust()
-	require.Contains(t, s.brokersText(), "baz1")
+	old, _ := s.twoRenders()
 
 	const limit = 64 << 10
 	limits := gitsync.WithLimits(limit, 0)
@@ -768,15 +742,7 @@ func TestFailClosedRecoveryReadsOnlyItsShard(t *testing.T) {
 
 	s.srv.SetRef(ref, old)
 	restarted := s.startAgent("edge-b", s.keys["node:edge-b"], s.nodes["edge-b"], 0, append(s.refs.acceptedTip(s.allowed, ref, limits), limits)...)
-	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
-	landed := false
-	for cycle := 0; cycle < 4 && !landed; cycle++ {
-		_, err := restarted.Sync(t.Context())
-		require.NoError(t, err)
-		s.renderTrust()
-		landed = strings.Contains(s.brokersText(), "baz2")
-	}
-	require.True(t, landed, "the node's change lands within a few cycles")
+	require.True(t, s.landsWithin(restarted, 4), "the node's change lands within a few cycles")
 	require.NotContains(t, s.brokersText(), "baz1")
 }
 
@@ -795,4 +761,37 @@ func TestFailClosedSigningRecorderNeedsTheRendererKey(t *testing.T) {
 	code, _, stderr = gitbroker(t, "record", "--git", "https://git.example.org/plant/edge.git", "--signing-key", key, "--renderer-key", empty)
 	require.Equal(t, exitInvalid, code, stderr)
 	require.Contains(t, stderr, "names no key for principal renderer")
+}
+
+// twoRenders has edge-b report baz0 and then baz1, each rendered, and returns edge-b's commit
+// with baz0 (a commit of its own to move its ref back to) and the render of it.
+func (s *signedLoop) twoRenders() (old, oldRender string) {
+	s.t.Helper()
+	ref := verify.InventoryBranch("edge-b")
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	s.renderTrust()
+	old, oldRender = s.srv.On(ref).Head(), s.srv.On(verify.RenderedBranch).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	s.renderTrust()
+	require.Contains(s.t, s.brokersText(), "baz1")
+	return old, oldRender
+}
+
+// landsWithin has a restarted edge-b agent report baz2, and reports whether its broker is
+// rendered within cycles of its sync and a render.
+func (s *signedLoop) landsWithin(restarted *agent.Agent, cycles int) bool {
+	s.t.Helper()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz2")
+	for cycle := 0; cycle < cycles; cycle++ {
+		_, err := restarted.Sync(s.t.Context())
+		require.NoError(s.t, err)
+		out := s.renderTrust()
+		s.t.Logf("cycle %d: rendered %s, edge-b %s\n%s", cycle, s.srv.On(verify.RenderedBranch).Head(), s.srv.On(verify.InventoryBranch("edge-b")).Head(), s.plan(out))
+		if strings.Contains(s.brokersText(), "baz2") {
+			return true
+		}
+	}
+	return false
 }
