@@ -606,12 +606,7 @@ func TestWriterTipReadsTheMetadataAsItIsWritten(t *testing.T) {
 	for i := range 500 {
 		writers[fmt.Sprintf("gitbroker/inventory/node-%03d", i)] = fmt.Sprintf("%040x", i+1)
 	}
-	tree := repo(map[string]string{
-		"configurations/cam.yaml": podConfig,
-		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
-	})
-	res := render.Render(render.Request{Files: tree, Writers: writers})
-	require.Empty(t, res.Errors)
+	_, res := renderWithWriters(t, writers)
 	meta := res.Files[render.MetadataPath]
 	require.Contains(t, string(meta), "gitbroker/inventory/edge-b: \"1234567890123456789012345678901234567890\"", "a hash of digits is quoted")
 	parsed := render.ParseMetadata(meta).Writers
@@ -626,6 +621,19 @@ func TestWriterTipReadsTheMetadataAsItIsWritten(t *testing.T) {
 	require.Empty(t, render.WriterTip(dense, "gitbroker/status"))
 }
 
+// renderWithWriters renders one device on edge-a with the writer refs' tips writers, and returns
+// the repository it rendered and the result.
+func renderWithWriters(t *testing.T, writers map[string]string) (render.Tree, *render.Result) {
+	t.Helper()
+	tree := repo(map[string]string{
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
+	})
+	res := render.Render(render.Request{Files: tree, Writers: writers})
+	require.Empty(t, res.Errors)
+	return tree, res
+}
+
 // The accepted tips are also written in shards, each a small file a restarted writer reads from
 // its shard's branch: every writer's tip is in its own shard, a render whose writers are the same
 // rewrites no shard, and a change of one writer's tip rewrites that writer's shard alone.
@@ -634,12 +642,7 @@ func TestAcceptedTipsAreShardedByWriter(t *testing.T) {
 	for i := range 2000 {
 		writers[fmt.Sprintf("gitbroker/inventory/node-%04d", i)] = fmt.Sprintf("%040x", i+2)
 	}
-	tree := repo(map[string]string{
-		"configurations/cam.yaml": podConfig,
-		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "d0")),
-	})
-	res := render.Render(render.Request{Files: tree, Writers: writers})
-	require.Empty(t, res.Errors)
+	tree, res := renderWithWriters(t, writers)
 	shards := map[string]int{}
 	for ref, tip := range writers {
 		shard := api.AcceptedShard(ref)
