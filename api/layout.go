@@ -41,8 +41,11 @@ const (
 func AcceptedShard(ref string) string {
 	h := fnv.New32a()
 	h.Write([]byte(ref))
-	return fmt.Sprintf("%02x", h.Sum32()%AcceptedShards)
+	return AcceptedShardName(int(h.Sum32() % AcceptedShards))
 }
+
+// AcceptedShardName is the name of shard i (0 to AcceptedShards-1): two hex digits.
+func AcceptedShardName(i int) string { return fmt.Sprintf("%02x", i) }
 
 // AcceptedBranch is the branch a writer of ref reads its accepted tip from.
 func AcceptedBranch(ref string) string { return AcceptedBranchPrefix + AcceptedShard(ref) }

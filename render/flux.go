@@ -2,7 +2,6 @@ package render
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -123,7 +122,7 @@ func folderIgnore(folder string) string {
 func AcceptedCompanions(files Tree) map[string]string {
 	out := map[string]string{}
 	for i := range api.AcceptedShards {
-		shard := fmt.Sprintf("%02x", i)
+		shard := api.AcceptedShardName(i)
 		if _, ok := files[api.AcceptedFile(shard)]; ok {
 			out[api.AcceptedBranchPrefix+shard] = api.AcceptedFolder(shard)
 		}

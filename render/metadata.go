@@ -206,7 +206,7 @@ func (p *pass) writeAccepted(writers map[string]string) {
 	}
 	paths := make([]string, 0, api.AcceptedShards)
 	for i := range api.AcceptedShards {
-		shard := fmt.Sprintf("%02x", i)
+		shard := api.AcceptedShardName(i)
 		f := api.AcceptedFile(shard)
 		paths = append(paths, f)
 		if old, ok := p.prev[f]; ok && !changed[shard] {
