@@ -64,9 +64,20 @@ func TestAgentOnceWithDir(t *testing.T) {
 
 var (
 	binaryOnce sync.Once
+	binaryDir  string
 	binaryPath string
 	binaryErr  error
 )
+
+// TestMain removes the binary the tests built: a folder of about 100 MB
+// per run would otherwise stay in the temp folder.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaryDir != "" {
+		os.RemoveAll(binaryDir)
+	}
+	os.Exit(code)
+}
 
 // binary builds gitbroker once for the tests that need a real process
 // (signals, its own stderr).
@@ -78,6 +89,7 @@ func binary(t *testing.T) string {
 			binaryErr = err
 			return
 		}
+		binaryDir = dir
 		binaryPath = filepath.Join(dir, "gitbroker")
 		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
 		if err != nil {
