@@ -113,8 +113,9 @@ func (s *OpenPGPSigner) PublicKey() ([]byte, error) {
 	return append(b.Bytes(), '\n'), nil
 }
 
-// Verifies reports whether armored is this key's valid signature of payload.
-func (s *OpenPGPSigner) Verifies(payload, armored []byte, when time.Time) bool {
+// VerifiesDetached reports whether armored is this key's valid signature of payload, made at when
+// (or after it).
+func (s *OpenPGPSigner) VerifiesDetached(payload, armored []byte, when time.Time) bool {
 	if !IsOpenPGP(armored) {
 		return false
 	}

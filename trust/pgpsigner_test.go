@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,8 +67,16 @@ func TestOpenPGPSignerAgainstGitAndGPG(t *testing.T) {
 	require.NoError(t, err)
 	raw := gitsynctest.Git(t, srv.Bare(), "cat-file", "commit", res.Commit)
 	payload, sig := trust.SplitSignedCommit([]byte(raw))
-	require.True(t, s.Verifies(payload, sig, time.Now()))
-	require.False(t, o.Verifies(payload, sig, time.Now()))
-	require.False(t, s.Verifies(append(payload, 'x'), sig, time.Now()))
+	require.True(t, s.VerifiesDetached(payload, sig, time.Now()))
+	require.False(t, o.VerifiesDetached(payload, sig, time.Now()))
+	require.False(t, s.VerifiesDetached(append(payload, 'x'), sig, time.Now()))
 	require.True(t, strings.HasPrefix(s.String(), "gitbroker renderer"))
+
+	// As an Identity, on the raw commit, at its committer time.
+	var id, mallory trust.Identity = s, o
+	require.True(t, id.Verifies([]byte(raw)))
+	require.False(t, mallory.Verifies([]byte(raw)))
+	require.False(t, id.Verifies([]byte(strings.Replace(raw, "\n\n", "\n\nchanged ", 1))))
+	ct := strings.TrimSpace(gitsynctest.Git(t, srv.Bare(), "log", "-1", "--format=%ct", res.Commit))
+	require.Equal(t, ct, strconv.FormatInt(trust.CommitTime([]byte(raw)).Unix(), 10))
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
@@ -191,10 +189,11 @@ func hasMetadata(s Sources, snap gitsync.Snapshot) bool {
 // wrongRendererKey says how the renderer's own SSH key is enrolled when it is enrolled, but not
 // as renderer: a node's or a person's key given as --signing-key by mistake ("" otherwise).
 func wrongRendererKey(s Sources, tip mode) string {
-	if s.RendererKey == nil || tip.allowed == nil {
+	key, isSSH := s.Renderer.(*trust.Signer)
+	if !isSSH || tip.allowed == nil {
 		return ""
 	}
-	sig := &trust.Signature{Key: s.RendererKey, Fingerprint: ssh.FingerprintSHA256(s.RendererKey)}
+	sig := &trust.Signature{Key: key.PublicKey(), Fingerprint: key.String()}
 	principals := tip.allowed.Principals(sig, time.Now())
 	switch {
 	case slices.Contains(principals, trust.PrincipalRenderer):
@@ -208,10 +207,8 @@ func wrongRendererKey(s Sources, tip mode) string {
 
 func ownCheck(s Sources, tip mode) (own func(*gitsync.Commit) bool, want string, err error) {
 	switch {
-	case s.RendererOpenPGP != nil:
-		want = s.RendererOpenPGP.String()
-	case s.RendererKey != nil:
-		want = ssh.FingerprintSHA256(s.RendererKey)
+	case s.Renderer != nil:
+		want = s.Renderer.String()
 	case s.AnyListedRenderer && tip.allowed != nil:
 		want = "a key " + AllowedSignersPath + " lists as renderer"
 	default:
@@ -221,26 +218,20 @@ func ownCheck(s Sources, tip mode) (own func(*gitsync.Commit) bool, want string,
 		if c.Hash == s.Adopt {
 			return true
 		}
-		payload, armored := trust.SplitSignedCommit(c.Raw)
-		if s.RendererOpenPGP != nil {
-			return s.RendererOpenPGP.Verifies(payload, armored, c.When)
+		if s.Renderer != nil {
+			return s.Renderer.Verifies(c.Raw)
 		}
+		// Only a plan, holding no key, gets here: the keys listed as renderer.
+		payload, armored := trust.SplitSignedCommit(c.Raw)
 		if trust.IsOpenPGP(armored) {
-			// Only a plan, holding no key, gets here: the renderers' listed OpenPGP keys.
-			if s.RendererKey != nil || tip.renderers.Empty() {
+			if tip.renderers.Empty() {
 				return false
 			}
 			_, err := tip.renderers.Verify(payload, armored, c.When)
 			return err == nil
 		}
 		sig, err := trust.VerifySignature(payload, armored)
-		if err != nil {
-			return false
-		}
-		if s.RendererKey == nil {
-			return tip.allowed.Allows(sig, trust.PrincipalRenderer, c.When)
-		}
-		return sig.Fingerprint == ssh.FingerprintSHA256(s.RendererKey)
+		return err == nil && tip.allowed.Allows(sig, trust.PrincipalRenderer, c.When)
 	}
 	return own, want, nil
 }

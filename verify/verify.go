@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
@@ -71,12 +69,10 @@ type Sources struct {
 	SourceBranch string
 	// RenderedBranch is the renderer's own branch; RenderedBranch when empty.
 	RenderedBranch string
-	// RendererKey is the public key of the renderer's --signing-key: a commit on the rendered
-	// branch is the renderer's own when this key signed it. Required when allowed_signers exists.
-	RendererKey ssh.PublicKey
-	// RendererOpenPGP is the renderer's --signing-key when it is an OpenPGP key (for Argo CD):
-	// a commit on the rendered branch is the renderer's own when this key signed it.
-	RendererOpenPGP *trust.OpenPGPSigner
+	// Renderer is the renderer's --signing-key, SSH or OpenPGP (for Argo CD): a commit on the
+	// rendered branch is the renderer's own when this key signed it. Required when
+	// allowed_signers exists, except for a plan (AnyListedRenderer).
+	Renderer trust.Identity
 	// AnyListedRenderer, for a plan that holds no renderer key, takes a commit signed by any key
 	// allowed_signers lists as renderer as the renderer's own. A plan writes nothing.
 	AnyListedRenderer bool

@@ -58,7 +58,7 @@ func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *rendere
 		Now:     time.Now,
 	}
 	if signer != nil {
-		r.Sources.RendererKey = signer.PublicKey()
+		r.Sources.Renderer = signer
 		r.Published = l.open(verify.ConfigurationsBranch, append(extra, gitsync.WithCreateBranch(), gitsync.WithOwnHistory())...)
 	}
 	return r

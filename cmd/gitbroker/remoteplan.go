@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gitbroker/gitbroker/cmd/internal/cli"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/verify"
@@ -125,7 +124,7 @@ func short(h string) string {
 // previous rendered/ and history/ from its last signed commit, the signed records), and returns
 // the source repository with it.
 func (o *readOptions) verifiedInputs(ctx context.Context) (*verify.Inputs, *gitsync.Repository, error) {
-	source, rendered, sources, err := o.remote.open(cli.RendererSigner{}, gitsync.WithFailFast())
+	source, rendered, sources, err := o.remote.open(nil, gitsync.WithFailFast())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -149,7 +148,7 @@ func (o *readOptions) remoteTimeout() time.Duration {
 
 // renderedTree reads the head of the rendered branch: its inputs and its rendered/ and history/.
 func (o *readOptions) renderedTree(ctx context.Context) (render.Tree, error) {
-	_, rendered, _, err := o.remote.open(cli.RendererSigner{}, gitsync.WithFailFast())
+	_, rendered, _, err := o.remote.open(nil, gitsync.WithFailFast())
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 
 	"github.com/spf13/cobra"
@@ -225,8 +226,8 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		return exitf(exitInvalid, "%v", err)
 	}
 	var extra []gitsync.Option
-	if s := signer.Signer(); s != nil {
-		extra = append(extra, gitsync.WithSigner(s))
+	if signer != nil {
+		extra = append(extra, gitsync.WithSigner(signer))
 	}
 	if len(pushOptions) > 0 {
 		extra = append(extra, gitsync.WithPushOptions(pushOptions))
@@ -254,7 +255,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 	target := remote.RenderedBranch
 	if remote.ReviewBranch {
 		r.Review, r.ReviewPrefix = repo, remote.ReviewBranchPrefix
-	} else if v := signer.Verifier(); v != nil {
+	} else if signer != nil {
 		// The agents read the verified Configurations where they write, in the repository of
 		// the node refs.
 		pub := remote.Git
@@ -265,7 +266,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 		pub.Branch = verify.ConfigurationsBranch
 		// What it publishes are inputs (at most api.MaxFileSize each): a larger file someone
 		// pushed there is never fetched.
-		if r.Published, err = pub.Open(append(slices.Clip(extra), gitsync.WithSigner(v), gitsync.WithCreateBranch(), gitsync.WithOwnHistory(),
+		if r.Published, err = pub.Open(append(slices.Clip(extra), gitsync.WithSigner(signer), gitsync.WithCreateBranch(), gitsync.WithOwnHistory(),
 			gitsync.WithLimits(0, api.MaxFileSize))...); err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}
@@ -328,7 +329,7 @@ func runRemoteRender(cmd *cobra.Command, o *renderOptions, remote *remoteOptions
 
 // open returns the people's branch (read only), the rendered branch (which its first render
 // creates) and where the inputs come from, as every remote command reads them.
-func (remote *remoteOptions) open(signer cli.RendererSigner, extra ...gitsync.Option) (*gitsync.Repository, *gitsync.Repository, verify.Sources, error) {
+func (remote *remoteOptions) open(signer trust.Identity, extra ...gitsync.Option) (*gitsync.Repository, *gitsync.Repository, verify.Sources, error) {
 	var none verify.Sources
 	if remote.RenderedBranch == remote.Git.Branch {
 		return nil, nil, none, exitf(exitInvalid, "--%s must differ from --%s: people own the source branch, the renderer its own", flagRenderedBranch, gitsync.FlagBranch)
@@ -345,10 +346,7 @@ func (remote *remoteOptions) open(signer cli.RendererSigner, extra ...gitsync.Op
 	}
 	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered,
 		Signatures: &verify.Signatures{}}
-	if signer.SSH != nil {
-		sources.RendererKey = signer.SSH.PublicKey()
-	}
-	sources.RendererOpenPGP = signer.OpenPGP
+	sources.Renderer = signer
 	// The node refs are read apart, even from the same repository: a node's ref holds one
 	// inventory file of at most api.MaxInventorySize, so its fetches leave out any larger blob
 	// (the renderer's own limit is far larger: its render metadata names every node), and a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -65,39 +64,25 @@ func (o *SigningOptions) Load(log logr.Logger, principal string, create bool) (*
 	return s, nil
 }
 
-// RendererSigner is the renderer's signing key: an OpenSSH key (what Flux verifies, and
-// allowed_signers lists as renderer) or an armored OpenPGP key (what Argo CD verifies, and
-// .gitbroker/renderer-keys/ lists). Exactly one of the two is set; neither without --signing-key.
-type RendererSigner struct {
-	SSH     *trust.Signer
-	OpenPGP *trust.OpenPGPSigner
-}
-
-// Signer is what signs the commits, nil without a key.
-func (r RendererSigner) Signer() gitsync.Signer {
-	switch {
-	case r.SSH != nil:
-		return r.SSH
-	case r.OpenPGP != nil:
-		return r.OpenPGP
-	}
-	return nil
-}
-
-// LoadRenderer loads the renderer's key, of either kind.
-func (o *SigningOptions) LoadRenderer() (RendererSigner, error) {
+// LoadRenderer loads the renderer's key, of either kind: an OpenSSH key (what Flux verifies,
+// and allowed_signers lists as renderer) or an armored OpenPGP key (what Argo CD verifies, and
+// .gitbroker/renderer-keys/ lists). It is nil without --signing-key.
+func (o *SigningOptions) LoadRenderer() (trust.Identity, error) {
 	if o.Key == "" {
-		return RendererSigner{}, nil
+		return nil, nil
 	}
 	if data, err := os.ReadFile(o.Key); err == nil && trust.IsOpenPGPPrivateKey(data) {
 		k, err := trust.LoadOpenPGPSigner(o.Key)
 		if err != nil {
-			return RendererSigner{}, fmt.Errorf("--%s: %w", FlagSigningKey, err)
+			return nil, fmt.Errorf("--%s: %w", FlagSigningKey, err)
 		}
-		return RendererSigner{OpenPGP: k}, nil
+		return k, nil
 	}
 	k, err := o.Load(logr.Discard(), trust.PrincipalRenderer, false)
-	return RendererSigner{SSH: k}, err
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // OwnRefOptions are the gitsync options of a writer that signs its own ref (the agent, the
@@ -131,24 +116,4 @@ func LoadRendererKeys(file string) (*publication.RendererKeys, error) {
 		return nil, fmt.Errorf("--%s: %w", FlagRendererKey, err)
 	}
 	return keys, nil
-}
-
-// Verifier is the renderer's key as a gitsync.Verifier, which tells its own commits (for
-// gitsync.WithOwnHistory); nil without a key.
-func (r RendererSigner) Verifier() gitsync.Verifier {
-	switch {
-	case r.SSH != nil:
-		return r.SSH
-	case r.OpenPGP != nil:
-		return openPGPVerifier{r.OpenPGP}
-	}
-	return nil
-}
-
-// openPGPVerifier tells the commits an OpenPGP renderer key signed.
-type openPGPVerifier struct{ *trust.OpenPGPSigner }
-
-func (v openPGPVerifier) Verifies(raw []byte) bool {
-	payload, armored := trust.SplitSignedCommit(raw)
-	return v.OpenPGPSigner.Verifies(payload, armored, time.Now())
 }
