@@ -149,14 +149,6 @@ func (o *agentOptions) published(own gitsync.Options, keys *publication.Renderer
 	return &publication.Configurations{Repo: repo, Keys: keys}, nil
 }
 
-// sink is the agent's DeviceSink: nil (no device plugin) stays an untyped nil.
-func sink(p *deviceplugin.Plugin) agent.DeviceSink {
-	if p == nil {
-		return nil
-	}
-	return p
-}
-
 // AgentCommand is `agent`: in gitbroker, and the whole of gitbroker-agent.
 func AgentCommand() *cobra.Command {
 	o := &agentOptions{}
@@ -206,148 +198,52 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 	}
 	log := base.WithValues("node", o.Node)
 
-	var store gitsync.Store
-	var source agent.ConfigurationSource
-	var enrolment *agent.Enrolment
-	where := o.Dir
-	if o.Dir != "" {
-		dir, err := gitsync.NewDir(o.Dir)
-		if err != nil {
-			return Exitf(ExitInvalid, "%v", err)
-		}
-		store = dir
-	} else {
-		signer, err := o.Signing.Load(log, trust.NodePrincipal(o.Node), true)
-		if err != nil {
-			return Exitf(ExitInvalid, "%v", err)
-		}
-		var signing []gitsync.Option
-		if signer != nil {
-			signing = []gitsync.Option{gitsync.WithSigner(signer)}
-		}
-		if signer != nil && o.RendererKey == "" {
-			// A signing agent vouches for what it writes: it must read only what the renderer
-			// verified, never the people's branch as anyone pushed it.
-			return Exitf(ExitInvalid, "--%s needs --%s: an agent that signs reads its Configurations only from the renderer's signed %s, checked against the renderer's pinned public key (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
-				FlagSigningKey, FlagRendererKey, api.ConfigurationsBranch)
-		}
-		var keys *publication.RendererKeys
-		if o.RendererKey != "" {
-			if keys, err = LoadRendererKeys(o.RendererKey); err != nil {
-				return Exitf(ExitInvalid, "%v", err)
-			}
-		}
-		enrolment = &agent.Enrolment{Signer: signer}
-		opts := append(signing, gitsync.WithLogger(log), gitsync.WithLimits(gitsync.AgentMaxFetchBytes, gitsync.AgentMaxFileSize))
-		if o.Once {
-			opts = append(opts, gitsync.WithFailFast())
-		}
-		// The Configurations come from the people's branch, which the agent only reads; the
-		// inventory goes to the node's own ref, which its first write creates.
-		src, err := o.Git.Open(opts...)
-		if err != nil {
-			return Exitf(ExitInvalid, "%v", err)
-		}
-		own := o.Git
-		if o.Inventory.URL != "" {
-			own = o.Inventory
-			own.Inherit(o.Git)
-		}
-		own.Branch = api.InventoryBranch(o.Node)
-		ownOpts := append(opts, gitsync.WithCreateBranch())
-		if len(signing) > 0 {
-			ownOpts = append(ownOpts, OwnRefOptions(o.Git, api.InventoryBranch(o.Node), keys, opts...)...)
-		}
-		repo, err := own.Open(ownOpts...)
-		if err != nil {
-			return Exitf(ExitInvalid, "%v", err)
-		}
-		store, source = repo, src
-		where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
-		if o.RendererKey != "" {
-			pub, err := o.published(own, keys, opts...)
-			if err != nil {
-				return Exitf(ExitInvalid, "%v", err)
-			}
-			source = pub
-			where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), api.ConfigurationsBranch)
-		} else {
-			source = &unverifiedSource{Repository: src, log: log}
-		}
+	st, err := o.stores(log)
+	if err != nil {
+		return err
+	}
+	nudge, err := o.nudge(log)
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	reg := prometheus.NewRegistry()
-	// The registry wakes the agent when a handler reports; the agent is
-	// built after the registry, so the hook reads it atomically.
-	var current atomic.Pointer[agent.Agent]
-	akri := agent.NewAkriRegistry(log.WithName("akri"), func() {
-		if a := current.Load(); a != nil {
-			a.Notify()
-		}
-	})
-	handlers := agent.Sources{akri, agent.Builtins(agent.BuiltinOptions{UdevRoot: o.UdevRoot,
-		DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability})}
-	var pushed func(commit string)
-	nudgeFile := o.NudgeSecretFile
-	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir != "" {
-		p := filepath.Join(o.NotifySecretsDir, notify.SecretFileNudge)
-		if _, err := os.Stat(p); err == nil {
-			nudgeFile = p
-		} else {
-			log.Info("not nudging the renderer: the nudge's secret is not there; the renderer's interval picks the pushes up", "file", p)
-		}
-	}
-	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir == "" {
-		return Exitf(ExitInvalid, "--%s needs --%s or --%s", flagRendererURL, flagNudgeSecretFile, flagNotifySecretsDir)
-	}
-	if o.RendererURL != "" && nudgeFile != "" {
-		secret, err := notify.ReadSecret(nudgeFile)
-		if err != nil {
-			return Exitf(ExitInvalid, "--%s: %v", flagNudgeSecretFile, err)
-		}
-		nudge := &notify.Nudge{URL: o.RendererURL, Secret: secret}
-		ref := "refs/heads/" + api.InventoryBranch(o.Node)
-		pushed = func(commit string) {
-			// The renderer's answer does not hold the next cycle; a nudge lost costs only
-			// latency (the renderer's interval picks the push up).
-			go func() {
-				if err := nudge.Send(ctx, ref, commit); err != nil {
-					log.Info("the renderer was not nudged; its interval picks the push up", "reason", err.Error())
-				}
-			}()
-		}
-	}
-	var plugin *deviceplugin.Plugin
+	var plugin *deviceplugin.Options
 	if o.DevicePluginDir != "" && !o.Once {
-		plugin = deviceplugin.New(deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket, Log: log.WithName("device-plugin")})
+		plugin = &deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket}
 	}
-	a, err := agent.New(agent.Options{
-		Node:              o.Node,
-		Store:             store,
-		Configurations:    source,
-		Handlers:          handlers,
-		Interval:          o.Interval,
-		SharedGracePeriod: o.GracePeriod,
-		LocalGracePeriod:  o.LocalGracePeriod,
-		Author:            gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
-		Log:               log,
-		Metrics:           agent.NewMetrics(reg),
-		Enrolment:         enrolment,
-		ShutdownGrace:     o.ShutdownGrace,
-		Devices:           sink(plugin),
-		PropertiesDir:     o.PropertiesDir,
-		Pushed:            pushed,
+	d, err := agent.NewDaemon(agent.DaemonOptions{
+		Options: agent.Options{
+			Node:              o.Node,
+			Store:             st.store,
+			Configurations:    st.source,
+			Interval:          o.Interval,
+			SharedGracePeriod: o.GracePeriod,
+			LocalGracePeriod:  o.LocalGracePeriod,
+			Author:            gitsync.Signature{Name: o.AuthorName, Email: o.AuthorEmail},
+			Log:               log,
+			Metrics:           agent.NewMetrics(reg),
+			Enrolment:         st.enrolment,
+			ShutdownGrace:     o.ShutdownGrace,
+			PropertiesDir:     o.PropertiesDir,
+		},
+		Builtins: agent.BuiltinOptions{UdevRoot: o.UdevRoot,
+			DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability},
+		RegistrationDir: o.DiscoveryHandlersDir,
+		DevicePlugin:    plugin,
+		DeviceEvents:    o.DeviceEvents,
+		Nudge:           nudge,
 	})
 	if err != nil {
 		return Exitf(ExitInvalid, "%v", err)
 	}
-	current.Store(a)
+	a := d.Agent()
 
 	if o.Once {
-		out, err := a.Sync(ctx)
+		out, err := d.Once(ctx)
 		if err != nil {
 			log.Error(err, "cycle failed")
 			return &ExitError{Code: ExitRefused, Err: err, Silent: true}
@@ -380,34 +276,110 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 		return Exitf(ExitInvalid, "%v", err)
 	}
 
-	done := make(chan error, 1)
-	if o.DiscoveryHandlersDir != "" {
-		sock := filepath.Join(o.DiscoveryHandlersDir, agent.RegistrationSocketName)
-		go func() { done <- akri.Serve(ctx, sock) }()
-		log.Info("serving Akri's discovery-handler registration", "socket", sock)
+	return d.Run(ctx, "store", st.where, "metricsAddr", metricsAddr, "healthAddr", healthAddr)
+}
+
+// agentStores are where an agent reads its Configurations and writes its inventory.
+type agentStores struct {
+	store     gitsync.Store
+	source    agent.ConfigurationSource
+	enrolment *agent.Enrolment
+	where     string // for the log
+}
+
+// stores opens the agent's work tree (--dir), or its node ref and where it reads the
+// Configurations: the renderer's signed publication with --renderer-key, else the people's
+// branch, unverified.
+func (o *agentOptions) stores(log logr.Logger) (agentStores, error) {
+	st := agentStores{where: o.Dir}
+	if o.Dir != "" {
+		dir, err := gitsync.NewDir(o.Dir)
+		if err != nil {
+			return st, Exitf(ExitInvalid, "%v", err)
+		}
+		st.store = dir
+		return st, nil
+	}
+	signer, err := o.Signing.Load(log, trust.NodePrincipal(o.Node), true)
+	if err != nil {
+		return st, Exitf(ExitInvalid, "%v", err)
+	}
+	var signing []gitsync.Option
+	if signer != nil {
+		signing = []gitsync.Option{gitsync.WithSigner(signer)}
+	}
+	if signer != nil && o.RendererKey == "" {
+		// A signing agent vouches for what it writes: it must read only what the renderer
+		// verified, never the people's branch as anyone pushed it.
+		return st, Exitf(ExitInvalid, "--%s needs --%s: an agent that signs reads its Configurations only from the renderer's signed %s, checked against the renderer's pinned public key (deploy/ mounts it from the gitbroker-renderer-key ConfigMap)",
+			FlagSigningKey, FlagRendererKey, api.ConfigurationsBranch)
+	}
+	var keys *publication.RendererKeys
+	if o.RendererKey != "" {
+		if keys, err = LoadRendererKeys(o.RendererKey); err != nil {
+			return st, Exitf(ExitInvalid, "%v", err)
+		}
+	}
+	st.enrolment = &agent.Enrolment{Signer: signer}
+	opts := append(signing, gitsync.WithLogger(log), gitsync.WithLimits(gitsync.AgentMaxFetchBytes, gitsync.AgentMaxFileSize))
+	if o.Once {
+		opts = append(opts, gitsync.WithFailFast())
+	}
+	// The Configurations come from the people's branch, which the agent only reads; the
+	// inventory goes to the node's own ref, which its first write creates.
+	src, err := o.Git.Open(opts...)
+	if err != nil {
+		return st, Exitf(ExitInvalid, "%v", err)
+	}
+	own := o.Git
+	if o.Inventory.URL != "" {
+		own = o.Inventory
+		own.Inherit(o.Git)
+	}
+	own.Branch = api.InventoryBranch(o.Node)
+	ownOpts := append(opts, gitsync.WithCreateBranch())
+	if len(signing) > 0 {
+		ownOpts = append(ownOpts, OwnRefOptions(o.Git, api.InventoryBranch(o.Node), keys, opts...)...)
+	}
+	repo, err := own.Open(ownOpts...)
+	if err != nil {
+		return st, Exitf(ExitInvalid, "%v", err)
+	}
+	st.store, st.source = repo, src
+	st.where = fmt.Sprintf("%s (branch %s, Configurations from %s)", repo.URL(), repo.Branch(), src.Branch())
+	if o.RendererKey != "" {
+		pub, err := o.published(own, keys, opts...)
+		if err != nil {
+			return st, Exitf(ExitInvalid, "%v", err)
+		}
+		st.source = pub
+		st.where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), api.ConfigurationsBranch)
 	} else {
-		close(done)
+		st.source = &unverifiedSource{Repository: src, log: log}
 	}
-	pluginDone := make(chan error, 1)
-	if plugin != nil {
-		go func() { pluginDone <- plugin.Run(ctx) }()
-		log.Info("serving kubelet's device-plugin API", "dir", o.DevicePluginDir)
-	} else {
-		close(pluginDone)
+	return st, nil
+}
+
+// nudge is how the agent wakes the renderer after each push (--renderer-url); nil without it.
+func (o *agentOptions) nudge(log logr.Logger) (*notify.Nudge, error) {
+	nudgeFile := o.NudgeSecretFile
+	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir != "" {
+		p := filepath.Join(o.NotifySecretsDir, notify.SecretFileNudge)
+		if _, err := os.Stat(p); err == nil {
+			nudgeFile = p
+		} else {
+			log.Info("not nudging the renderer: the nudge's secret is not there; the renderer's interval picks the pushes up", "file", p)
+		}
 	}
-	var events []string
-	if o.DeviceEvents {
-		events = agent.DeviceEvents(ctx, o.UdevRoot, log, a.Notify)
+	if o.RendererURL != "" && nudgeFile == "" && o.NotifySecretsDir == "" {
+		return nil, Exitf(ExitInvalid, "--%s needs --%s or --%s", flagRendererURL, flagNudgeSecretFile, flagNotifySecretsDir)
 	}
-	log.Info("agent started", "store", where, "interval", o.Interval.String(), "deviceEvents", events, "nudge", pushed != nil,
-		"metricsAddr", metricsAddr, "healthAddr", healthAddr)
-	runErr := a.Run(ctx)
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		log.Error(err, "registration server stopped")
+	if o.RendererURL != "" && nudgeFile != "" {
+		secret, err := notify.ReadSecret(nudgeFile)
+		if err != nil {
+			return nil, Exitf(ExitInvalid, "--%s: %v", flagNudgeSecretFile, err)
+		}
+		return &notify.Nudge{URL: o.RendererURL, Secret: secret}, nil
 	}
-	if err := <-pluginDone; err != nil {
-		log.Error(err, "device plugin stopped")
-	}
-	log.Info("agent stopped")
-	return runErr
+	return nil, nil
 }
