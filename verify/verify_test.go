@@ -303,3 +303,40 @@ func TestCollectRejectsEachAttack(t *testing.T) {
 		})
 	}
 }
+
+// The accept path: each writer moves its own ref (and the people their branch), signed with its
+// own key, and the next render takes every one of them, names each new tip, and rejects nothing;
+// the render after it, with nothing new, is the same verified inputs again.
+func TestCollectAcceptsEachWritersOwnCommits(t *testing.T) {
+	f := newFixture(t)
+	before := f.accepted
+	a := f.write("node:edge-a", verify.InventoryBranch("edge-a"), api.InventoryPath("edge-a"), inventory("edge-a", "a1"))
+	b := f.write("node:edge-b", verify.InventoryBranch("edge-b"), api.InventoryPath("edge-b"), inventory("edge-b", "b1"))
+	rec := f.write("recorder", verify.StatusBranch, "status/jobs/default/job-2.yaml", "apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\n")
+	source := f.person(map[string]string{"configurations/echo.yaml": echo + "# reviewed\n"}, "a reviewed change")
+
+	in := f.render()
+	require.Empty(t, in.Rejections)
+	require.Empty(t, in.Untrusted)
+	require.True(t, in.Verified)
+	require.Equal(t, source, in.Source, "the people's signed head is the source")
+	require.Equal(t, source, in.SourceTip)
+	require.Equal(t, map[string]string{verify.InventoryBranch("edge-a"): a, verify.InventoryBranch("edge-b"): b, verify.StatusBranch: rec}, in.Writers)
+	require.Contains(t, string(in.Inputs[api.InventoryPath("edge-a")]), "id: a1")
+	require.Contains(t, string(in.Inputs[api.InventoryPath("edge-b")]), "id: b1")
+	require.Contains(t, in.Inputs, "status/jobs/default/job-1.yaml", "the recorder's earlier record stays")
+	require.Contains(t, in.Inputs, "status/jobs/default/job-2.yaml")
+	require.Contains(t, string(in.Inputs["configurations/echo.yaml"]), "# reviewed")
+	require.NotEqual(t, before.Writers, in.Writers)
+	require.False(t, in.Overwrite, "the rendered branch's head is the renderer's own render")
+	require.NotNil(t, in.Own)
+
+	again := f.collect()
+	require.Empty(t, again.Rejections)
+	require.Equal(t, in.Writers, again.Writers)
+	require.Equal(t, in.Source, again.Source)
+	require.Equal(t, f.pushed, again.Previous, "the next render starts from the render pushed last")
+	for p, b := range in.Inputs {
+		require.Equal(t, string(b), string(again.Inputs[p]), p)
+	}
+}
