@@ -3,10 +3,7 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,14 +15,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,7 +24,6 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 )
 
 // Loopback ranges: no Service or Pod address ever leaves 127.0.0.0/8.
@@ -385,60 +375,6 @@ func (c *Cluster) checkAlive() error {
 	return nil
 }
 
-// LabelFail on a Pod makes kwok end its containers with exit code 1 instead of completing them
-// (podFailStage outweighs kwok's pod-complete stage).
-const LabelFail = "e2e.gitbroker.dev/fail"
-
-const podFailStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-fail
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  weight: 1
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.labels["` + LabelFail + `"]'
-      operator: 'In'
-      values: ['true']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 1
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
-`
-
-// SetContainerLog makes lines what every container's log says, written as a container runtime
-// writes it (CRI format, one stdout line each).
-func (c *Cluster) SetContainerLog(lines ...string) error {
-	var b strings.Builder
-	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	for i, l := range lines {
-		fmt.Fprintf(&b, "%s stdout F %s\n", at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), l)
-	}
-	return os.WriteFile(c.ContainerLog, []byte(b.String()), 0o644)
-}
-
 // CreateNamespace creates a namespace unless it exists.
 func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -446,146 +382,6 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
-}
-
-// AddNode registers a node that kwok manages as if a kubelet ran it.
-func (c *Cluster) AddNode(ctx context.Context, name string) error {
-	resources := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-			Labels:      map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
-		},
-		Status: corev1.NodeStatus{Allocatable: resources, Capacity: resources},
-	}
-	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		ready := false
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		// The not-ready taint is lifted by the node lifecycle controller.
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeNotReady {
-				ready = false
-			}
-		}
-		return ready, nil
-	})
-}
-
-// Objects decodes a multi-document YAML stream into objects.
-func Objects(data []byte) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(doc, &m); err != nil {
-			return nil, err
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
-}
-
-// resource finds the API resource of an object; a namespaced object that
-// names no namespace is in default.
-func (c *Cluster) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvk := obj.GroupVersionKind()
-	mapping, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		c.Mapper.Reset()
-		mapping, err = c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if mapping.Scope.Name() == meta.RESTScopeNameRoot {
-		return c.Dynamic.Resource(mapping.Resource), nil
-	}
-	ns := obj.GetNamespace()
-	if ns == "" {
-		ns = "default"
-	}
-	return c.Dynamic.Resource(mapping.Resource).Namespace(ns), nil
-}
-
-// Apply server-side applies every object in a YAML stream.
-func (c *Cluster) Apply(ctx context.Context, data []byte) error {
-	objs, err := Objects(data)
-	if err != nil {
-		return err
-	}
-	for _, obj := range objs {
-		if err := c.ApplyObject(ctx, obj); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ApplyObject server-side applies obj, as the e2e field manager, with
-// strict field validation.
-func (c *Cluster) ApplyObject(ctx context.Context, obj *unstructured.Unstructured) error {
-	return c.apply(ctx, obj, nil)
-}
-
-// DryRun is ApplyObject as a dry run: the API server checks obj against
-// its schema (a CRD's OpenAPI schema included) and admission, without
-// storing it.
-func (c *Cluster) DryRun(ctx context.Context, obj *unstructured.Unstructured) error {
-	return c.apply(ctx, obj, []string{metav1.DryRunAll})
-}
-
-func (c *Cluster) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun []string) error {
-	ri, err := c.resource(obj)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
-	}
-	data, err := obj.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	force := true
-	_, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-		DryRun: dryRun, FieldManager: "e2e", Force: &force, FieldValidation: "Strict",
-	})
-	if err != nil {
-		return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
-	}
-	return nil
-}
-
-// WaitForKinds waits until the API server serves each Kind.group.
-func (c *Cluster) WaitForKinds(ctx context.Context, kinds ...string) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		c.Mapper.Reset()
-		for _, k := range kinds {
-			kind, group, _ := strings.Cut(k, ".")
-			if _, err := c.Mapper.RESTMapping(schema.GroupKind{Group: group, Kind: kind}); err != nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
 }
 
 // ServiceAccountKubeconfig writes a kubeconfig that authenticates as a

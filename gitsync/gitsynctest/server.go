@@ -7,10 +7,6 @@ package gitsynctest
 import (
 	"bufio"
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -20,18 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // RepoPath is the repository's path on the server.
@@ -445,19 +434,6 @@ func (s *Server) VerifyCommitRevoked(commit, allowedSigners, revoked string) (st
 	return string(out), err
 }
 
-// SetRef points branch at commit in the server's repository, as a force push of that commit
-// would: a replay or a rollback by someone holding a credential. An empty commit deletes it.
-func (s *Server) SetRef(branch, commit string) {
-	s.t.Helper()
-	if commit == "" {
-		if s.On(branch).Head() != "" { // git refuses to delete a missing ref that a ref under it blocks
-			Git(s.t, s.Bare(), "update-ref", "-d", "refs/heads/"+branch)
-		}
-		return
-	}
-	Git(s.t, s.Bare(), "update-ref", "refs/heads/"+branch, commit)
-}
-
 // Hook installs a server-side hook (git's hooks: update, post-receive, ...; not pre-receive,
 // which records push options) as a shell script body.
 func (s *Server) Hook(name, script string) {
@@ -467,199 +443,5 @@ func (s *Server) Hook(name, script string) {
 	}
 	if err := os.WriteFile(filepath.Join(s.Bare(), "hooks", name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
 		s.t.Fatal(err)
-	}
-}
-
-// SeedBranches writes each branch as one unsigned commit holding exactly its files, straight
-// into the server's object store: a thousand node refs in a second, where a thousand pushes
-// would take minutes. The repository is then packed, objects and refs, as a maintained
-// server's is, and git's automatic gc turned off: tens of thousands of loose objects would
-// otherwise start a gc in the background of the next push, which competes with what a test or
-// benchmark measures and may still be writing when the test's folder is removed.
-func (s *Server) SeedBranches(branches map[string]map[string][]byte) {
-	s.t.Helper()
-	s.seedBranches(branches)
-	Git(s.t, s.Bare(), "gc", "--quiet")
-	Git(s.t, s.Bare(), "config", "gc.auto", "0")
-}
-
-func (s *Server) seedBranches(branches map[string]map[string][]byte) {
-	s.t.Helper()
-	repo, err := git.PlainOpen(s.Bare())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	st := repo.Storer
-	put := func(o interface {
-		Encode(plumbing.EncodedObject) error
-	}) plumbing.Hash {
-		obj := st.NewEncodedObject()
-		if err := o.Encode(obj); err != nil {
-			s.t.Fatal(err)
-		}
-		h, err := st.SetEncodedObject(obj)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		return h
-	}
-	blob := func(content []byte) plumbing.Hash {
-		obj := st.NewEncodedObject()
-		obj.SetType(plumbing.BlobObject)
-		w, _ := obj.Writer()
-		_, _ = w.Write(content)
-		_ = w.Close()
-		h, err := st.SetEncodedObject(obj)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		return h
-	}
-	// tree writes the files under dir ("" for the root) and returns its hash.
-	var tree func(files map[string][]byte, dir string) plumbing.Hash
-	tree = func(files map[string][]byte, dir string) plumbing.Hash {
-		entries := map[string]object.TreeEntry{}
-		for p, content := range files {
-			rest, ok := strings.CutPrefix(p, dir)
-			if !ok {
-				continue
-			}
-			name, _, sub := strings.Cut(rest, "/")
-			if _, done := entries[name]; done {
-				continue
-			}
-			if sub {
-				entries[name] = object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: tree(files, dir+name+"/")}
-			} else {
-				entries[name] = object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: blob(content)}
-			}
-		}
-		t := &object.Tree{}
-		for _, e := range entries {
-			t.Entries = append(t.Entries, e)
-		}
-		// git sorts a tree's entries by name, a folder's as if it ended in "/".
-		sort.Slice(t.Entries, func(i, j int) bool {
-			key := func(e object.TreeEntry) string {
-				if e.Mode == filemode.Dir {
-					return e.Name + "/"
-				}
-				return e.Name
-			}
-			return key(t.Entries[i]) < key(t.Entries[j])
-		})
-		return put(t)
-	}
-	when := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	sig := object.Signature{Name: "gitsynctest", Email: "seed@gitbroker.dev", When: when}
-	for branch, files := range branches {
-		commit := put(&object.Commit{Author: sig, Committer: sig, Message: "seed\n", TreeHash: tree(files, "")})
-		if err := st.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName(branch), commit)); err != nil {
-			s.t.Fatal(err)
-		}
-	}
-}
-
-// AddGitlink commits a submodule entry (a gitlink to commit) at path on the branch, signed with
-// signingKey when one is given: what no writer writes, pushed by someone holding a credential.
-func (s *Server) AddGitlink(signingKey, path, commit, message string) string {
-	s.t.Helper()
-	work := s.t.TempDir()
-	Git(s.t, "", "clone", "--quiet", "--depth=1", "--branch", s.branch, "file://"+s.Bare(), work)
-	Git(s.t, work, "update-index", "--add", "--cacheinfo", "160000,"+commit+","+path)
-	args := []string{"-c", "user.name=A Person", "-c", "user.email=person@example.com"}
-	if signingKey != "" {
-		args = append(args, "-c", "gpg.format=ssh", "-c", "user.signingkey="+signingKey, "-c", "commit.gpgsign=true")
-	}
-	Git(s.t, work, append(args, "commit", "--quiet", "-m", message)...)
-	Git(s.t, work, "push", "--quiet", "file://"+s.Bare(), "HEAD:refs/heads/"+s.branch)
-	return s.Head()
-}
-
-// webhook is where the server sends push events, as a git host does.
-type webhook struct {
-	url    string
-	secret []byte
-	mu     sync.Mutex
-	// read is how much of the post-receive log has been delivered.
-	read int64
-	sent atomic.Int64
-}
-
-// postReceiveHook records each ref a push moved ("old new ref", git's post-receive input) for
-// the webhook.
-const postReceiveHook = `#!/bin/sh
-cat >> post-receive.log
-`
-
-// SendWebhooks makes the server behave as a git host with a push webhook: git's post-receive
-// hook records every ref a push moved (over HTTP, or Commit's), and after the push the server
-// posts GitHub's push event for each to url, signed with secret (X-Hub-Signature-256), one
-// request per ref, in the order pushed, from the server's side (the pusher does not wait).
-func (s *Server) SendWebhooks(url string, secret []byte) {
-	s.t.Helper()
-	if err := os.WriteFile(filepath.Join(s.Bare(), "hooks", "post-receive"), []byte(postReceiveHook), 0o755); err != nil {
-		s.t.Fatal(err)
-	}
-	s.webhook.Store(&webhook{url: url, secret: secret})
-}
-
-// WebhooksSent counts the push events the server posted (answered or not).
-func (s *Server) WebhooksSent() int64 {
-	if w := s.webhook.Load(); w != nil {
-		return w.sent.Load()
-	}
-	return 0
-}
-
-// deliver posts the push events recorded since the last delivery.
-func (s *Server) deliver() {
-	w := s.webhook.Load()
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	f, err := os.Open(filepath.Join(s.Bare(), "post-receive.log"))
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if _, err := f.Seek(w.read, io.SeekStart); err != nil {
-		return
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return
-	}
-	// Whole lines only: the hook of a push still under way may be writing.
-	end := bytes.LastIndexByte(data, '\n') + 1
-	w.read += int64(end)
-	for _, line := range strings.Split(string(data[:end]), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			continue
-		}
-		body, _ := json.Marshal(map[string]any{
-			"ref": fields[2], "before": fields[0], "after": fields[1],
-			"repository": map[string]string{"html_url": strings.TrimSuffix(s.URL(), ".git"), "clone_url": s.URL()},
-		})
-		mac := hmac.New(sha256.New, w.secret)
-		mac.Write(body)
-		req, err := http.NewRequest(http.MethodPost, w.url, bytes.NewReader(body))
-		if err != nil {
-			continue
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "push")
-		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-		w.sent.Add(1)
-		go func() {
-			client := &http.Client{Timeout: 5 * time.Second}
-			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
 	}
 }
