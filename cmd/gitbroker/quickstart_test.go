@@ -106,3 +106,41 @@ func runQuickStart(t *testing.T, more string) string {
 	require.NoError(t, err, "the quick start failed:\n%s", out)
 	return string(out)
 }
+
+// DEPLOYING's step 1, for a host that protects the branch and merges without signing: its
+// trust.yaml block, run as written in the fleet repository and committed signed, lets the host's
+// unsigned merge render.
+func TestDeployingProtectedBranchRendersUnsignedMerges(t *testing.T) {
+	block := docBlock(t, "../../docs/DEPLOYING.md", "sourceBranch: protected")
+	text := runQuickStart(t, `
+git switch -q main && export FLEET=$PWD
+`+block+`
+git add .gitbroker/trust.yaml && git commit -qm "the host protects main" && git push -q "$R" main
+git -c commit.gpgsign=false merge -q --no-ff -m "Merge pull request #1 from more-memory" more-memory
+git push -q "$R" main
+echo "--- render of the host's unsigned merge"
+gitbroker render --git "$R" --signing-key ../renderer
+`)
+	_, merged, ok := strings.Cut(text, "--- render of the host's unsigned merge")
+	require.True(t, ok, text)
+	require.Contains(t, merged, "memory: 10Mi → 16Mi", "the unsigned merge renders")
+	require.Contains(t, merged, "declares the branch protected by its host")
+	require.NotContains(t, merged, "untrusted")
+}
+
+// docBlock is the one shell block of a document that contains marker.
+func docBlock(t *testing.T, doc, marker string) string {
+	t.Helper()
+	data, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	var found []string
+	for _, b := range strings.Split(string(data), "```sh\n")[1:] {
+		b, _, ok := strings.Cut(b, "```")
+		require.True(t, ok, "an unclosed shell block in %s", doc)
+		if strings.Contains(b, marker) {
+			found = append(found, b)
+		}
+	}
+	require.Len(t, found, 1, "%s's shell blocks with %q", doc, marker)
+	return found[0]
+}
