@@ -19,11 +19,12 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(AGENT_BIN) ./cmd/gitbroker-agent
 
 # OCI images of gitbroker and gitbroker-agent for linux/amd64 and linux/arm64, without Docker:
-# one OCI image layout each under bin/image (push with crane push bin/image/<name> <ref>).
-# The same source gives the same digests.
+# one OCI image layout each under bin/image. The same source gives the same digests. PUSH=1 also
+# pushes both to IMAGE_REGISTRY (with docker's, podman's or crane's login) and prints
+# deploy/kustomization.yaml's images: pinned by digest.
 IMAGE_REGISTRY ?= ghcr.io/gitbroker
 image:
-	$(GO) run ./cmd/gitbroker-image -out bin/image -registry $(IMAGE_REGISTRY) -version $(VERSION) -commit $(COMMIT)
+	$(GO) run ./cmd/gitbroker-image -out bin/image -registry $(IMAGE_REGISTRY) -version $(VERSION) -commit $(COMMIT) $(if $(PUSH),-push)
 
 # go test's own limit is 10 minutes per package binary; under the race detector on 2 busy cores
 # cmd/gitbroker's tests have come close to it.

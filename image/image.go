@@ -8,6 +8,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,10 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -147,4 +151,45 @@ func Write(dir string, imgs ...Image) (map[string]v1.Hash, error) {
 		digests[img.Name] = d
 	}
 	return digests, nil
+}
+
+// Push builds the image and pushes its index to the registry its Name names, with the
+// credentials docker, podman or crane logins left (authn.DefaultKeychain; a registry on
+// loopback is spoken to over plain HTTP), and returns the pushed reference pinned by digest
+// (<repository>@sha256:...).
+func Push(ctx context.Context, img Image) (string, error) {
+	ref, err := name.ParseReference(img.Name)
+	if err != nil {
+		return "", fmt.Errorf("image name %q: %w", img.Name, err)
+	}
+	idx, err := Build(img)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", img.Name, err)
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		return "", err
+	}
+	return ref.Context().Name() + "@" + d.String(), nil
+}
+
+// Kustomization is the images: list of deploy/kustomization.yaml that runs the pushed images,
+// pinned by digest: pinned maps the name deploy/ gives an image (gitbroker, gitbroker-agent)
+// to Push's reference.
+func Kustomization(pinned map[string]string) string {
+	var b strings.Builder
+	b.WriteString("images:\n")
+	names := make([]string, 0, len(pinned))
+	for n := range pinned {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		repo, digest, _ := strings.Cut(pinned[n], "@")
+		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n  digest: %s\n", n, repo, digest)
+	}
+	return b.String()
 }

@@ -2,12 +2,19 @@ package image
 
 import (
 	"archive/tar"
+	"context"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 )
 
@@ -90,4 +97,39 @@ func TestImageLayout(t *testing.T) {
 
 	_, err = Build(Image{Name: "x", Path: "/x", Binaries: map[string]string{"arm64": fakeBinary(t, "x")}})
 	require.ErrorContains(t, err, "want os/arch")
+}
+
+// Push sends the multi-platform index to a registry (go-containerregistry's own registry, on
+// loopback) under the image's name, pinned by the same digest the layout gets, and the
+// kustomization's images: list runs exactly that digest.
+func TestPushToARegistry(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := Image{
+		Name:     host + "/edge/gitbroker-agent:v0.1.0",
+		Path:     "/usr/local/bin/gitbroker-agent",
+		Binaries: map[string]string{"linux/amd64": fakeBinary(t, "amd64"), "linux/arm64": fakeBinary(t, "arm64")},
+	}
+	pinned, err := Push(context.Background(), img)
+	require.NoError(t, err)
+	digests, err := Write(t.TempDir(), img)
+	require.NoError(t, err)
+	require.Equal(t, host+"/edge/gitbroker-agent@"+digests[img.Name].String(), pinned)
+
+	ref, err := name.ParseReference(pinned)
+	require.NoError(t, err)
+	idx, err := remote.Index(ref)
+	require.NoError(t, err)
+	m, err := idx.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, m.Manifests, 2, "both platforms pushed")
+	tagged, err := name.ParseReference(img.Name)
+	require.NoError(t, err)
+	desc, err := remote.Head(tagged)
+	require.NoError(t, err)
+	require.Equal(t, digests[img.Name], desc.Digest, "the tag names the same index")
+
+	require.Equal(t, "images:\n- name: gitbroker-agent\n  newName: "+host+"/edge/gitbroker-agent\n  digest: "+digests[img.Name].String()+"\n",
+		Kustomization(map[string]string{"gitbroker-agent": pinned}))
 }

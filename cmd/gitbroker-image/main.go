@@ -1,10 +1,11 @@
 // Command gitbroker-image builds gitbroker's OCI images without Docker (make image): it
 // cross-compiles gitbroker and gitbroker-agent for each platform, static and stripped, and
-// writes one multi-platform OCI image layout per image, ready for
-// `crane push bin/image/gitbroker-agent <registry>/gitbroker-agent:<tag>`.
+// writes one multi-platform OCI image layout per image; with -push it also pushes both to the
+// registry and prints deploy/kustomization.yaml's images: list pinned by digest.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -21,14 +22,15 @@ func main() {
 	registry := flag.String("registry", "ghcr.io/gitbroker", "registry and path the images are named under")
 	version := flag.String("version", "dev", "version stamped into the binaries and the images' tag")
 	commit := flag.String("commit", "unknown", "commit stamped into the binaries")
+	push := flag.Bool("push", false, "also push both images to -registry, with the credentials of docker login, podman login or crane auth login (plain HTTP to a registry on loopback), and print deploy/kustomization.yaml's images: pinned by digest")
 	flag.Parse()
-	if err := build(*out, strings.Split(*platforms, ","), *registry, *version, *commit); err != nil {
+	if err := build(*out, strings.Split(*platforms, ","), *registry, *version, *commit, *push); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func build(out string, platforms []string, registry, version, commit string) error {
+func build(out string, platforms []string, registry, version, commit string, push bool) error {
 	work, err := os.MkdirTemp("", "gitbroker-image-")
 	if err != nil {
 		return err
@@ -36,6 +38,7 @@ func build(out string, platforms []string, registry, version, commit string) err
 	defer os.RemoveAll(work)
 	const cli = "github.com/gitbroker/gitbroker/cmd/internal/cli"
 	ldflags := fmt.Sprintf("-s -w -X %s.version=%s -X %s.commit=%s", cli, version, cli, commit)
+	pinned := map[string]string{}
 	for _, name := range []string{"gitbroker", "gitbroker-agent"} {
 		img := image.Image{
 			Name:     fmt.Sprintf("%s/%s:%s", registry, name, version),
@@ -70,6 +73,15 @@ func build(out string, platforms []string, registry, version, commit string) err
 			return err
 		}
 		fmt.Printf("%s %s (%s) in %s\n", img.Name, digests[img.Name], strings.Join(platforms, ", "), dir)
+		if push {
+			if pinned[name], err = image.Push(context.Background(), img); err != nil {
+				return err
+			}
+			fmt.Printf("pushed %s\n", pinned[name])
+		}
+	}
+	if push {
+		fmt.Printf("\nIn deploy/kustomization.yaml, to run exactly these images:\n\n%s", image.Kustomization(pinned))
 	}
 	return nil
 }
