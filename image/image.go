@@ -11,7 +11,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -153,27 +155,37 @@ func Write(dir string, imgs ...Image) (map[string]v1.Hash, error) {
 	return digests, nil
 }
 
-// Push builds the image and pushes its index to the registry its Name names, with the
-// credentials docker, podman or crane logins left (authn.DefaultKeychain; a registry on
-// loopback is spoken to over plain HTTP), and returns the pushed reference pinned by digest
-// (<repository>@sha256:...).
-func Push(ctx context.Context, img Image) (string, error) {
-	ref, err := name.ParseReference(img.Name)
+// Push pushes the index named name in the OCI image layout at dir (as Write wrote it) to the
+// registry name names, with the credentials docker, podman or crane logins left
+// (authn.DefaultKeychain; a registry on loopback is spoken to over plain HTTP), and returns the
+// pushed reference pinned by digest (<repository>@sha256:...): the same bytes as the layout's.
+func Push(ctx context.Context, dir, imageName string) (string, error) {
+	ref, err := name.ParseReference(imageName)
 	if err != nil {
-		return "", fmt.Errorf("image name %q: %w", img.Name, err)
+		return "", fmt.Errorf("image name %q: %w", imageName, err)
 	}
-	idx, err := Build(img)
-	if err != nil {
-		return "", err
-	}
-	if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-		return "", fmt.Errorf("pushing %s: %w", img.Name, err)
-	}
-	d, err := idx.Digest()
+	p, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return "", err
 	}
-	return ref.Context().Name() + "@" + d.String(), nil
+	m, err := p.IndexManifest()
+	if err != nil {
+		return "", err
+	}
+	for _, d := range m.Manifests {
+		if d.Annotations["org.opencontainers.image.ref.name"] != imageName {
+			continue
+		}
+		idx, err := p.ImageIndex(d.Digest)
+		if err != nil {
+			return "", err
+		}
+		if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return "", fmt.Errorf("pushing %s: %w", imageName, err)
+		}
+		return ref.Context().Name() + "@" + d.Digest.String(), nil
+	}
+	return "", fmt.Errorf("%s holds no image named %s", dir, imageName)
 }
 
 // Kustomization is the images: list of deploy/kustomization.yaml that runs the pushed images,
@@ -182,12 +194,7 @@ func Push(ctx context.Context, img Image) (string, error) {
 func Kustomization(pinned map[string]string) string {
 	var b strings.Builder
 	b.WriteString("images:\n")
-	names := make([]string, 0, len(pinned))
-	for n := range pinned {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(pinned)) {
 		repo, digest, _ := strings.Cut(pinned[n], "@")
 		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n  digest: %s\n", n, repo, digest)
 	}

@@ -99,8 +99,8 @@ func TestImageLayout(t *testing.T) {
 	require.ErrorContains(t, err, "want os/arch")
 }
 
-// Push sends the multi-platform index to a registry (go-containerregistry's own registry, on
-// loopback) under the image's name, pinned by the same digest the layout gets, and the
+// Push sends the layout's multi-platform index to a registry (go-containerregistry's own
+// registry, on loopback) under the image's name, pinned by the layout's digest, and the
 // kustomization's images: list runs exactly that digest.
 func TestPushToARegistry(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
@@ -111,11 +111,14 @@ func TestPushToARegistry(t *testing.T) {
 		Path:     "/usr/local/bin/gitbroker-agent",
 		Binaries: map[string]string{"linux/amd64": fakeBinary(t, "amd64"), "linux/arm64": fakeBinary(t, "arm64")},
 	}
-	pinned, err := Push(context.Background(), img)
+	dir := t.TempDir()
+	digests, err := Write(dir, img)
 	require.NoError(t, err)
-	digests, err := Write(t.TempDir(), img)
+	pinned, err := Push(context.Background(), dir, img.Name)
 	require.NoError(t, err)
 	require.Equal(t, host+"/edge/gitbroker-agent@"+digests[img.Name].String(), pinned)
+	_, err = Push(context.Background(), dir, host+"/edge/other:v0.1.0")
+	require.ErrorContains(t, err, "holds no image named")
 
 	ref, err := name.ParseReference(pinned)
 	require.NoError(t, err)

@@ -74,7 +74,7 @@ func build(out string, platforms []string, registry, version, commit string, pus
 		}
 		fmt.Printf("%s %s (%s) in %s\n", img.Name, digests[img.Name], strings.Join(platforms, ", "), dir)
 		if push {
-			if pinned[name], err = image.Push(context.Background(), img); err != nil {
+			if pinned[name], err = image.Push(context.Background(), dir, img.Name); err != nil {
 				return err
 			}
 			fmt.Printf("pushed %s\n", pinned[name])
