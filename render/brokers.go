@@ -14,8 +14,8 @@ import (
 
 // renderBrokers writes the broker Deployments and Services of every valid Configuration.
 func (p *pass) renderBrokers() {
-	for _, k := range sortedKeys(p.configs) {
-		cfg := p.configs[k]
+	for _, k := range sortedKeys(p.loaded.configs) {
+		cfg := p.loaded.configs[k]
 		broker := "none"
 		switch {
 		case cfg.IsPodBroker():
@@ -25,7 +25,7 @@ func (p *pass) renderBrokers() {
 		}
 		p.plan.config(cfg.Namespace, cfg.Name, broker)
 		p.warnBrokerSettings(k, cfg)
-		if p.scope != nil && !p.scope[k] {
+		if p.scoping.scope != nil && !p.scoping.scope[k] {
 			// Carried over with its plan entries (mergeScope).
 			continue
 		}
@@ -63,21 +63,21 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 	ishash := serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
 	// What each instance's objects are keyed and named by, worked out on every CPU: the
 	// loop after it only looks them up.
-	list := p.instances[k]
+	list := p.placement.instances[k]
 	var todo []*instance
 	for _, in := range list {
-		if in.broker == nil || in.broker.lost != lostKey(in, p.lost) {
+		if in.broker == nil || in.broker.lost != lostKey(in, p.loaded.lost) {
 			todo = append(todo, in)
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.lost)
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost)
 		todo[i].broker = &pi
 	})
 	staged := p.stageRollout(cfg, list)
 	withBrokers := 0
 	for _, in := range list {
-		if _, frozen := p.frozenInstances[k+"/"+in.name]; frozen {
+		if _, frozen := p.placement.frozenInstances[k+"/"+in.name]; frozen {
 			continue
 		}
 		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
@@ -118,21 +118,21 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 // brokers.
 func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 	withBrokers := 0
-	for _, ik := range sortedKeys(p.frozenInstances) {
+	for _, ik := range sortedKeys(p.placement.frozenInstances) {
 		if !strings.HasPrefix(ik, k+"/") {
 			continue
 		}
 		inst := strings.TrimPrefix(ik, k+"/")
 		folder := p.instanceFolder(cfg, inst)
 		kept := false
-		for _, f := range p.frozenInstances[ik] {
+		for _, f := range p.placement.frozenInstances[ik] {
 			if ref, _ := parseObjectPath(f); ref.kind == "job" {
 				continue
 			}
 			p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
 			kept = true
 		}
-		note := p.frozenWhy[ik]
+		note := p.placement.frozenWhy[ik]
 		if note == "" && kept {
 			note = fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
 		}
@@ -142,7 +142,7 @@ func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 		if note != "" {
 			cp := p.plan.config(cfg.Namespace, cfg.Name, "")
 			cp.Notes = append(cp.Notes, note)
-			p.configNotes[k] = append(p.configNotes[k], note)
+			p.output.configNotes[k] = append(p.output.configNotes[k], note)
 		}
 	}
 	return withBrokers
@@ -238,16 +238,16 @@ func (p *pass) build(key, path string, m objMeta, f func() []byte) {
 		p.put(path, data, m)
 		return
 	}
-	p.pending = append(p.pending, &pendingBuild{key: key, path: path, m: m, build: f})
+	p.output.pending = append(p.output.pending, &pendingBuild{key: key, path: path, m: m, build: f})
 }
 
 func (p *pass) flushBuilds() {
-	parallel(len(p.pending), func(i int) { p.pending[i].data = p.pending[i].build() })
-	for _, b := range p.pending {
+	parallel(len(p.output.pending), func(i int) { p.output.pending[i].data = p.output.pending[i].build() })
+	for _, b := range p.output.pending {
 		p.r.objs.store(b.key, b.data)
 		p.put(b.path, b.data, b.m)
 	}
-	p.pending = nil
+	p.output.pending = nil
 }
 
 // afterHeld says why an instance's brokers must wait for a Job, or "" when they may start.
@@ -264,7 +264,7 @@ func (p *pass) afterHeld(cfg *api.ParsedConfiguration, in *instance) string {
 		}
 	}
 	var failed *api.JobRecord
-	for _, rec := range p.byDevice[cfg.Namespace+"/"+after+"/"+in.deviceID] {
+	for _, rec := range p.loaded.byDevice[cfg.Namespace+"/"+after+"/"+in.deviceID] {
 		if !candidates[rec.Spec.Instance] {
 			continue
 		}

@@ -14,7 +14,7 @@ import (
 func (p *pass) planFromDiff() {
 	newIDs := p.outIndex()
 	moved := map[string]int{}
-	for _, f := range p.diff {
+	for _, f := range p.output.diff {
 		switch {
 		case f == NamespacesFluxFile:
 		case strings.HasPrefix(f, NamespacesDir):
@@ -43,7 +43,7 @@ func (p *pass) planFromDiff() {
 	for _, k := range sortedKeys(moved) {
 		ns, name, _ := strings.Cut(k, "/")
 		shards := 1
-		if cfg, ok := p.configs[k]; ok {
+		if cfg, ok := p.loaded.configs[k]; ok {
 			shards = cfg.Policy.Shards
 		}
 		c := p.plan.config(ns, name, "")
@@ -61,7 +61,7 @@ func (p *pass) planNamespace(f string) {
 	switch {
 	case p.prev[f] == nil:
 		ch.Action, ch.Reason = Rendered, "applied with the RoleBindings that let Flux apply brokers in it and the recorder keep their Pods' ends (created if it does not exist; never pruned)"
-	case p.out[f] == nil:
+	case p.output.files[f] == nil:
 		ch.Action, ch.Reason = Unrendered, "it stays in the cluster (namespaces are never pruned: deleting one deletes everything in it)"
 	default:
 		ch.Action = Updated
@@ -73,7 +73,7 @@ func (p *pass) planNamespace(f string) {
 // planFluxKustomization plans a changed Flux Kustomization under rendered/flux/.
 func (p *pass) planFluxKustomization(f string) {
 	ns, cfg := "", ""
-	data := p.out[f]
+	data := p.output.files[f]
 	if data == nil {
 		data = p.prev[f]
 	}
@@ -86,7 +86,7 @@ func (p *pass) planFluxKustomization(f string) {
 	switch {
 	case p.prev[f] == nil:
 		action = Created
-	case p.out[f] == nil:
+	case p.output.files[f] == nil:
 		action = Removed
 	}
 	p.plan.add(ns, cfg, "", Change{Action: action, Kind: "Kustomization", Name: h.Metadata.Name, Reason: "Flux applies " + h.Spec.Path})
@@ -95,13 +95,13 @@ func (p *pass) planFluxKustomization(f string) {
 // planMovedObject plans an object that moved to another folder: a change only when its content
 // changed too.
 func (p *pass) planMovedObject(ref objectRef, oldF, newF string) {
-	if bytes.Equal(p.prev[oldF], p.out[newF]) {
+	if bytes.Equal(p.prev[oldF], p.output.files[newF]) {
 		return
 	}
 	kind := objectKinds[ref.kind]
-	m := p.meta[newF]
+	m := p.output.meta[newF]
 	p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-	fields := fieldChanges(p.prev[oldF], p.out[newF])
+	fields := fieldChanges(p.prev[oldF], p.output.files[newF])
 	p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(fields), Fields: fields})
 }
 
@@ -112,23 +112,23 @@ var objectKinds = map[string]string{"deployment": "Deployment", "pod": "Pod", "s
 func (p *pass) planObject(f string, ref objectRef) {
 	kind := objectKinds[ref.kind]
 	switch {
-	case p.out[f] != nil && p.prev[f] == nil:
-		m := p.meta[f]
+	case p.output.files[f] != nil && p.prev[f] == nil:
+		m := p.output.meta[f]
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
 		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name})
-	case p.out[f] != nil:
-		m := p.meta[f]
+	case p.output.files[f] != nil:
+		m := p.output.meta[f]
 		if m.cfg == "" { // carried over from a frozen Configuration: not a change
 			return
 		}
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-		fields := fieldChanges(p.prev[f], p.out[f])
+		fields := fieldChanges(p.prev[f], p.output.files[f])
 		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(fields), Fields: fields})
 	default:
 		h := p.head(f, p.prev[f])
 		inst := h.Metadata.Labels[api.LabelInstance]
 		reason := ""
-		if _, ok := p.configs[ref.namespace+"/"+ref.configuration]; !ok {
+		if _, ok := p.loaded.configs[ref.namespace+"/"+ref.configuration]; !ok {
 			p.plan.config(ref.namespace, ref.configuration, "deleted")
 			reason = "its Configuration was deleted"
 		} else if p.movedBroker(ref.key()) {

@@ -21,7 +21,7 @@ import (
 // refuse (with the agent's own parser, and one that reads them as Akri's handlers do) and warns
 // about a handler name that is neither built in, nor Akri's, nor listed in gitbroker.yaml.
 func (p *pass) checkDiscovery(set *configSet) {
-	known := knownHandlers(p.settings.DiscoveryHandlers)
+	known := knownHandlers(p.loaded.settings.DiscoveryHandlers)
 	for _, f := range set.files {
 		for _, c := range set.parsed[f].configs {
 			h := c.Spec.DiscoveryHandler

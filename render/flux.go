@@ -69,7 +69,7 @@ type gitRepository struct {
 // (Companions), verifies the renderer's signature like deploy/flux's, and keeps only folder in
 // its artifact.
 func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configuration string) {
-	fs := p.settings.Flux.FolderSources
+	fs := p.loaded.settings.Flux.FolderSources
 	if fs == nil {
 		return
 	}
@@ -86,7 +86,7 @@ func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configurati
 	g.Spec.Ref.Branch = FolderBranch(fk.Metadata.Name)
 	g.Spec.Verify.Mode, g.Spec.Verify.SecretRef = "HEAD", *fs.VerifySecretRef
 	g.Spec.Ignore = folderIgnore(folder)
-	p.out[FolderSourcesDir+fileName+".yaml"] = yamlcodec.Marshal(g)
+	p.output.files[FolderSourcesDir+fileName+".yaml"] = yamlcodec.Marshal(g)
 	fk.Spec.SourceRef = fluxSourceRef{Kind: "GitRepository", Name: g.Metadata.Name}
 }
 

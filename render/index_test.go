@@ -29,13 +29,13 @@ func (s *indexSteps) step(name string, edit func(Tree)) {
 		res, p = s.r.pass(req, s.r.split(req), nil, false)
 	}
 	require.Empty(t, res.Errors, name)
-	want, dups := objectIndex(p.out)
+	want, dups := objectIndex(p.output.files)
 	require.Equal(t, want, p.outIndex(), name)
-	require.Equal(t, dups, p.outDups, name)
+	require.Equal(t, dups, p.index.outDups, name)
 	want, dups = objectIndex(p.prev)
 	// The index of prev became out's in place; undo holds what it was.
 	prev := maps.Clone(p.prevIndex())
-	for k, e := range p.undo {
+	for k, e := range p.index.undo {
 		if e.had {
 			prev[k] = e.file
 		} else {
@@ -48,7 +48,7 @@ func (s *indexSteps) step(name string, edit func(Tree)) {
 		got, ok := p.prevID(k)
 		require.True(t, ok && got == f, name)
 	}
-	require.Equal(t, dups, p.prevDups, name)
+	require.Equal(t, dups, p.index.prevDups, name)
 	s.r.keep(res, p)
 	maps.DeleteFunc(s.tree, func(f string, _ []byte) bool { return IsOwned(f) })
 	maps.Copy(s.tree, res.Files)

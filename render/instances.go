@@ -15,16 +15,16 @@ import (
 
 // buildInstances groups every valid inventory's devices into Akri instances.
 func (p *pass) buildInstances() {
-	p.instances = map[string][]*instance{}
-	sort.Slice(p.invs, func(i, j int) bool { return p.invs[i].Name < p.invs[j].Name })
+	p.placement.instances = map[string][]*instance{}
+	sort.Slice(p.loaded.invs, func(i, j int) bool { return p.loaded.invs[i].Name < p.loaded.invs[j].Name })
 	// Which inventories report devices for each Configuration, in node order: with the
 	// Configuration itself, all its instances are made of.
 	reports := map[string][]report{}
-	for _, inv := range p.invs {
+	for _, inv := range p.loaded.invs {
 		for j := range inv.Spec.Configurations {
 			ic := &inv.Spec.Configurations[j]
 			k := ic.Namespace + "/" + ic.Name
-			if _, ok := p.configs[k]; ok {
+			if _, ok := p.loaded.configs[k]; ok {
 				reports[k] = append(reports[k], report{inv: inv, ic: ic})
 			}
 		}
@@ -37,7 +37,7 @@ func (p *pass) buildInstances() {
 	sets := make([]*instanceSet, len(keys))
 	var todo []int
 	for i, k := range keys {
-		if s := p.r.instanceSets[k]; s != nil && s.reusable(p.configs[k], reports[k]) {
+		if s := p.r.instanceSets[k]; s != nil && s.reusable(p.loaded.configs[k], reports[k]) {
 			sets[i] = s
 			continue
 		}
@@ -82,21 +82,21 @@ func (p *pass) buildInstances() {
 		for _, w := range s.warns {
 			p.warn("%s", w)
 		}
-		p.instances[k] = s.list
+		p.placement.instances[k] = s.list
 		for _, in := range s.list {
 			if in.disputed != "" {
-				p.disputed = append(p.disputed, in)
+				p.placement.disputed = append(p.placement.disputed, in)
 			}
 		}
 	}
-	p.r.instanceSets, p.sets = kept, kept
+	p.r.instanceSets, p.placement.sets = kept, kept
 }
 
 // instance finds an instance by namespace/configuration/instance.
 func (p *pass) instance(ik string) *instance {
 	ns, rest, _ := strings.Cut(ik, "/")
 	cfg, name, _ := strings.Cut(rest, "/")
-	s := p.sets[ns+"/"+cfg]
+	s := p.placement.sets[ns+"/"+cfg]
 	if s == nil {
 		return nil
 	}
@@ -172,7 +172,7 @@ func (p *pass) groupInstances(k string, reports []report) *instanceSet {
 		// the first node did.
 		disagree string
 	}
-	cfg := p.configs[k]
+	cfg := p.loaded.configs[k]
 	set := &instanceSet{cfg: cfg, invs: make([]*api.ParsedInventory, len(reports)), ics: make([]*api.InventoryConfiguration, len(reports))}
 	devs := map[string]*agg{}
 	for i, r := range reports {
@@ -261,21 +261,21 @@ func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
 // making its own inventory invalid. An instance whose reporting nodes disagree about its
 // properties is held as it was too (instance.disputed).
 func (p *pass) findFrozenInstances() {
-	p.frozenInstances = map[string][]string{}
-	p.frozenWhy = map[string]string{}
+	p.placement.frozenInstances = map[string][]string{}
+	p.placement.frozenWhy = map[string]string{}
 	disputed := map[string]*instance{}
-	for _, in := range p.disputed {
+	for _, in := range p.placement.disputed {
 		disputed[in.cfg.Namespace+"/"+in.cfg.Name+"/"+in.name] = in
 	}
-	if len(p.frozenNodes) == 0 && len(disputed) == 0 {
+	if len(p.loaded.frozenNodes) == 0 && len(disputed) == 0 {
 		return
 	}
 	files := map[string][]string{}
 	involved := map[string]bool{}
 	paths := p.prevPaths
-	if p.scope != nil {
+	if p.scoping.scope != nil {
 		// The Configurations out of scope keep their frozen instances with their files.
-		paths = func() []string { return p.prevPathsIn(p.scope) }
+		paths = func() []string { return p.prevPathsIn(p.scoping.scope) }
 	}
 	for _, f := range paths() {
 		ref, ok := parseObjectPath(f)
@@ -289,26 +289,26 @@ func (p *pass) findFrozenInstances() {
 		}
 		k := ref.namespace + "/" + ref.configuration + "/" + inst
 		files[k] = append(files[k], f)
-		if len(p.frozenNodes) == 0 {
+		if len(p.loaded.frozenNodes) == 0 {
 			continue
 		}
 		if cur := p.instance(k); cur != nil && cur.shared && ref.kind != "deployment" && ref.kind != "pod" {
 			continue // reported by valid nodes: only a broker on the frozen node freezes it
 		}
 		for _, n := range h.nodes() {
-			if p.frozenNodes[n] {
+			if p.loaded.frozenNodes[n] {
 				involved[k] = true
 			}
 		}
 	}
 	for k := range involved {
-		p.frozenInstances[k] = files[k]
+		p.placement.frozenInstances[k] = files[k]
 	}
 	for k, in := range disputed {
-		if p.scope != nil && !p.scope[in.cfg.Namespace+"/"+in.cfg.Name] {
+		if p.scoping.scope != nil && !p.scoping.scope[in.cfg.Namespace+"/"+in.cfg.Name] {
 			continue
 		}
-		p.frozenInstances[k] = append([]string{}, files[k]...)
-		p.frozenWhy[k] = in.disputed
+		p.placement.frozenInstances[k] = append([]string{}, files[k]...)
+		p.placement.frozenWhy[k] = in.disputed
 	}
 }

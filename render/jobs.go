@@ -15,12 +15,12 @@ import (
 // inputs give a Job name that has not run yet, and, under concurrency Forbid, only when no
 // earlier run of the instance is still unrecorded.
 func (p *pass) renderJobs() {
-	p.retired = map[objectKey]bool{}
+	p.output.retired = map[objectKey]bool{}
 	runs := unrecordedJobs{byInstance: map[string][]string{}, names: map[string]bool{}}
 	p.prefetchHeads(p.prevJobPaths())
 	for _, f := range p.prevJobPaths() {
 		if !p.carryJob(f, runs) {
-			p.bailed = true
+			p.scoping.bailed = true
 			return
 		}
 	}
@@ -37,7 +37,7 @@ type unrecordedJobs struct {
 // arrived. It returns false when a scoped pass finds a Job out of its scope.
 func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 	ref, ok := parseObjectPath(f)
-	if !ok || ref.kind != "job" || p.frozenConfigs[ref.namespace+"/"+ref.configuration] {
+	if !ok || ref.kind != "job" || p.loaded.frozenConfigs[ref.namespace+"/"+ref.configuration] {
 		return true
 	}
 	data := p.prev[f]
@@ -56,7 +56,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 	if cfgName == "" {
 		cfgName = ref.configuration
 	}
-	if p.scope != nil && !p.scope[ns+"/"+cfgName] {
+	if p.scoping.scope != nil && !p.scoping.scope[ns+"/"+cfgName] {
 		return false
 	}
 	inst := h.Metadata.Labels[api.LabelInstance]
@@ -72,14 +72,14 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 	} else {
 		m.nodes = h.nodes()
 	}
-	if rec, ok := p.records[ns+"/"+name]; ok {
-		recBytes := p.recordBytes[ns+"/"+name]
+	if rec, ok := p.loaded.records[ns+"/"+name]; ok {
+		recBytes := p.loaded.recordBytes[ns+"/"+name]
 		if recBytes == nil {
 			recBytes = yamlcodec.Marshal(rec)
 		}
 		hp := historyPath(ns, cfgName, inst, name)
-		p.out[hp] = historyFile(data, recBytes)
-		p.retired[ref.key()] = true
+		p.output.files[hp] = historyFile(data, recBytes)
+		p.output.retired[ref.key()] = true
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
 			Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})
@@ -96,7 +96,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 	target := f
 	if in != nil {
 		target = in.folder + "/" + path.Base(f)
-	} else if cfg, ok := p.configs[ns+"/"+cfgName]; ok && inst != "" {
+	} else if cfg, ok := p.loaded.configs[ns+"/"+cfgName]; ok && inst != "" {
 		target = p.instanceFolder(cfg, inst) + "/" + path.Base(f)
 	}
 	p.put(target, data, m)
@@ -109,14 +109,14 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 // planKeptJob says why an unrecorded Job stays when nothing would render it now.
 func (p *pass) planKeptJob(ik, name string, m objMeta) {
 	ns, cfgName, inst := m.ns, m.cfg, m.inst
-	cfg, cfgOK := p.configs[ns+"/"+cfgName]
+	cfg, cfgOK := p.loaded.configs[ns+"/"+cfgName]
 	switch {
-	case !cfgOK && !p.frozenConfigs[ns+"/"+cfgName]:
+	case !cfgOK && !p.loaded.frozenConfigs[ns+"/"+cfgName]:
 		p.plan.config(ns, cfgName, "deleted")
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 			Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
-	case cfgOK && p.instance(ik) == nil && p.frozenInstances[ik] == nil:
+	case cfgOK && p.instance(ik) == nil && p.placement.frozenInstances[ik] == nil:
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 			Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
@@ -141,13 +141,13 @@ type desiredJob struct {
 // anything is decided.
 func (p *pass) desiredJobs() []*desiredJob {
 	var want []*desiredJob
-	for _, k := range sortedKeys(p.configs) {
-		cfg := p.configs[k]
-		if !cfg.IsJobBroker() || p.scope != nil && !p.scope[k] {
+	for _, k := range sortedKeys(p.loaded.configs) {
+		cfg := p.loaded.configs[k]
+		if !cfg.IsJobBroker() || p.scoping.scope != nil && !p.scoping.scope[k] {
 			continue
 		}
 		chash := jobHash(cfg)
-		list := p.instances[k]
+		list := p.placement.instances[k]
 		var todo []*instance
 		for _, in := range list {
 			if in.jobHash == "" {
@@ -156,7 +156,7 @@ func (p *pass) desiredJobs() []*desiredJob {
 		}
 		parallel(len(todo), func(i int) { todo[i].jobHash = instanceJobHash(chash, todo[i]) })
 		for _, in := range list {
-			if p.frozenInstances[k+"/"+in.name] != nil {
+			if p.placement.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
 			ih := in.jobHash
@@ -206,7 +206,7 @@ func (p *pass) startJobs(want []*desiredJob, runs unrecordedJobs) {
 		if runs.names[id] {
 			continue
 		}
-		if _, done := p.records[id]; done {
+		if _, done := p.loaded.records[id]; done {
 			// This exact run already finished; an unchanged input never runs again.
 			continue
 		}
@@ -250,11 +250,11 @@ func (p *pass) renderHistory() {
 		if !strings.HasPrefix(f, HistoryDir) {
 			continue
 		}
-		if _, retiredNow := p.out[f]; retiredNow {
+		if _, retiredNow := p.output.files[f]; retiredNow {
 			continue
 		}
 		h := p.history(f)
-		p.out[f] = p.prev[f]
+		p.output.files[f] = p.prev[f]
 		if h.err != nil {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: fmt.Sprintf("history file cannot be read (%v); it is kept as it is", h.err)})
 			continue
@@ -264,14 +264,14 @@ func (p *pass) renderHistory() {
 	}
 	// The Jobs retired by this render, in order (not the whole output, sorted).
 	var retired []string
-	for f := range p.out {
+	for f := range p.output.files {
 		if strings.HasPrefix(f, "history/jobs/") && p.prev[f] == nil {
 			retired = append(retired, f)
 		}
 	}
 	sort.Strings(retired)
 	for _, f := range retired {
-		e, err := parseHistory(f, p.out[f])
+		e, err := parseHistory(f, p.output.files[f])
 		if err != nil {
 			continue
 		}
@@ -281,11 +281,11 @@ func (p *pass) renderHistory() {
 		entries := groups[g]
 		parts := strings.SplitN(g, "/", 3)
 		ck := parts[0] + "/" + parts[1]
-		if p.frozenConfigs[ck] {
+		if p.loaded.frozenConfigs[ck] {
 			continue
 		}
 		limit := api.DefaultHistoryLimit
-		if cfg, ok := p.configs[ck]; ok {
+		if cfg, ok := p.loaded.configs[ck]; ok {
 			limit = cfg.Policy.HistoryLimit
 		}
 		if len(entries) <= limit {
@@ -299,7 +299,7 @@ func (p *pass) renderHistory() {
 			return a.job > b.job
 		})
 		for _, e := range entries[limit:] {
-			delete(p.out, e.path)
+			delete(p.output.files, e.path)
 		}
 		cp := p.plan.config(parts[0], parts[1], "")
 		cp.Notes = append(cp.Notes, fmt.Sprintf("instance %s: %d older finished runs pruned from history/ (historyLimit %d; git history keeps them)", parts[2], len(entries)-limit, limit))

@@ -18,16 +18,16 @@ import (
 // copyFrozenConfigurations keeps the folders (and Flux Kustomizations) of Configurations whose
 // file is invalid exactly as they were.
 func (p *pass) copyFrozenConfigurations() {
-	if len(p.frozenConfigs) == 0 {
+	if len(p.loaded.frozenConfigs) == 0 {
 		return
 	}
-	for _, k := range sortedKeys(p.frozenConfigs) {
+	for _, k := range sortedKeys(p.loaded.frozenConfigs) {
 		ns, name, _ := strings.Cut(k, "/")
 		p.plan.config(ns, name, "invalid")
 		prefix := configFolder(ns, name) + "/"
 		for _, f := range p.prevPaths() {
 			if strings.HasPrefix(f, prefix) {
-				p.out[f] = p.prev[f]
+				p.output.files[f] = p.prev[f]
 			}
 		}
 	}
@@ -42,8 +42,8 @@ func (p *pass) copyFrozenConfigurations() {
 		}
 		rel := strings.TrimPrefix(path.Clean(folder), RenderedDir)
 		parts := strings.Split(rel, "/")
-		if len(parts) >= 2 && p.frozenConfigs[parts[0]+"/"+parts[1]] {
-			p.out[f] = p.prev[f]
+		if len(parts) >= 2 && p.loaded.frozenConfigs[parts[0]+"/"+parts[1]] {
+			p.output.files[f] = p.prev[f]
 		}
 	}
 }
@@ -83,33 +83,33 @@ func (p *pass) kustomization(resources []string) []byte {
 
 // layout writes the kustomization.yaml files, the root kustomization and rendered/flux/.
 func (p *pass) layout() {
-	t := folderTreeOf(p.out, p.frozenConfigs)
+	t := folderTreeOf(p.output.files, p.loaded.frozenConfigs)
 	for d, files := range t.dirs {
-		p.out[d+"/kustomization.yaml"] = p.kustomization(append(files, t.sub[d]...))
+		p.output.files[d+"/kustomization.yaml"] = p.kustomization(append(files, t.sub[d]...))
 	}
 	for parent, subs := range t.sub {
 		if _, ok := t.dirs[parent]; !ok {
-			p.out[parent+"/kustomization.yaml"] = p.kustomization(append([]string(nil), subs...))
+			p.output.files[parent+"/kustomization.yaml"] = p.kustomization(append([]string(nil), subs...))
 		}
 	}
 	fileNames := fluxFileNames(t)
 	for _, d := range sortedKeys(fileNames) {
 		parts := strings.Split(strings.TrimPrefix(d, RenderedDir), "/")
-		if n, max := len(t.dirs[d]), p.settings.MaxObjectsPerFolder; n > max {
+		if n, max := len(t.dirs[d]), p.loaded.settings.MaxObjectsPerFolder; n > max {
 			w := fmt.Sprintf("folder %s holds %d objects, more than maxObjectsPerFolder (%d): kustomize builds grow with the square of the object count and Flux runs one on every reconcile; raise spec.shards of Configuration %s/%s", d, n, max, parts[0], parts[1])
-			p.layoutWarns[parts[0]+"/"+parts[1]] = append(p.layoutWarns[parts[0]+"/"+parts[1]], w)
+			p.output.layoutWarns[parts[0]+"/"+parts[1]] = append(p.output.layoutWarns[parts[0]+"/"+parts[1]], w)
 			p.warn("%s", w)
 		}
-		if p.scope != nil {
+		if p.scoping.scope != nil {
 			// The folders are those of the last render (mergeScope checks it), and so are their
 			// Flux Kustomizations.
 			continue
 		}
 		fk := p.fluxFor(d, fileNames[d], parts[1])
 		p.folderSource(&fk, fileNames[d], d, parts[1])
-		p.out[RenderedDir+"flux/"+fileNames[d]+".yaml"] = yamlcodec.Marshal(fk)
+		p.output.files[RenderedDir+"flux/"+fileNames[d]+".yaml"] = yamlcodec.Marshal(fk)
 	}
-	if p.scope != nil {
+	if p.scoping.scope != nil {
 		// And so are the root and the namespaces.
 		return
 	}
@@ -121,8 +121,8 @@ func (p *pass) layout() {
 		roots = append(roots, strings.TrimSuffix(strings.TrimPrefix(NamespacesDir, RenderedDir), "/"))
 	}
 	// Frozen Configurations whose folders were empty before stay out; the others are listed.
-	if len(roots) > 0 || len(p.configs) > 0 || len(p.frozenConfigs) > 0 || len(p.prev) > 0 {
-		p.out[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
+	if len(roots) > 0 || len(p.loaded.configs) > 0 || len(p.loaded.frozenConfigs) > 0 || len(p.prev) > 0 {
+		p.output.files[RenderedDir+"kustomization.yaml"] = kustomizationFile(roots)
 	}
 }
 
@@ -181,7 +181,7 @@ func fluxFileNames(t folderTree) map[string]string {
 
 // fluxFor is the Flux Kustomization that applies one leaf folder.
 func (p *pass) fluxFor(folder, fileName, configuration string) fluxKustomization {
-	f := p.settings.Flux
+	f := p.loaded.settings.Flux
 	return fluxKustomization{
 		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
 		Kind:       "Kustomization",
@@ -242,7 +242,7 @@ func renderNamespaces(f api.FluxSettings) bool { return f.Namespaces == nil || *
 // moment. A folder applied before its namespace's RoleBinding exists fails (Forbidden) and
 // retries after its retryInterval. It reports whether it wrote any.
 func (p *pass) renderNamespaces(folders map[string]bool) bool {
-	f := p.settings.Flux
+	f := p.loaded.settings.Flux
 	if !renderNamespaces(f) || len(folders) == 0 {
 		return false
 	}
@@ -255,16 +255,16 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 	for _, ns := range sortedKeys(set) {
 		meta := metav1.ObjectMeta{Name: ns, Labels: map[string]string{api.LabelManagedBy: api.ManagedByGitbroker},
 			Annotations: map[string]string{"kustomize.toolkit.fluxcd.io/prune": "disabled"}}
-		p.out[NamespacesDir+"namespace-"+ns+".yaml"] = yamlcodec.Marshal(struct {
+		p.output.files[NamespacesDir+"namespace-"+ns+".yaml"] = yamlcodec.Marshal(struct {
 			APIVersion string            `json:"apiVersion"`
 			Kind       string            `json:"kind"`
 			Metadata   metav1.ObjectMeta `json:"metadata"`
 		}{"v1", "Namespace", meta})
-		p.out[NamespacesDir+"rolebinding-"+ns+".yaml"] = roleBinding(ns, api.DefaultFluxServiceAccount, f.ServiceAccountName, f.Namespace)
-		p.out[NamespacesDir+"recorder-rolebinding-"+ns+".yaml"] = roleBinding(ns, api.RecorderPodsClusterRole, p.settings.Recorder.ServiceAccountName, p.settings.Recorder.Namespace)
+		p.output.files[NamespacesDir+"rolebinding-"+ns+".yaml"] = roleBinding(ns, api.DefaultFluxServiceAccount, f.ServiceAccountName, f.Namespace)
+		p.output.files[NamespacesDir+"recorder-rolebinding-"+ns+".yaml"] = roleBinding(ns, api.RecorderPodsClusterRole, p.loaded.settings.Recorder.ServiceAccountName, p.loaded.settings.Recorder.Namespace)
 		files = append(files, "namespace-"+ns+".yaml", "recorder-rolebinding-"+ns+".yaml", "rolebinding-"+ns+".yaml")
 	}
-	p.out[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
+	p.output.files[NamespacesDir+"kustomization.yaml"] = kustomizationFile(files)
 	fk := fluxKustomization{
 		APIVersion: "kustomize.toolkit.fluxcd.io/v1",
 		Kind:       "Kustomization",
@@ -280,7 +280,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 		},
 	}
 	p.folderSource(&fk, strings.TrimSuffix(path.Base(NamespacesFluxFile), ".yaml"), strings.TrimSuffix(NamespacesDir, "/"), "")
-	p.out[NamespacesFluxFile] = yamlcodec.Marshal(fk)
+	p.output.files[NamespacesFluxFile] = yamlcodec.Marshal(fk)
 	return true
 }
 

@@ -10,9 +10,9 @@ import (
 )
 
 func (p *pass) loadConfigurations() {
-	p.configs = map[string]*api.ParsedConfiguration{}
-	p.configFiles = map[string][]string{}
-	p.frozenConfigs = map[string]bool{}
+	p.loaded.configs = map[string]*api.ParsedConfiguration{}
+	p.loaded.configFiles = map[string][]string{}
+	p.loaded.frozenConfigs = map[string]bool{}
 	set := p.parseConfigurationFiles()
 	set.checkDuplicates()
 	p.checkAfter(set)
@@ -26,11 +26,11 @@ func (p *pass) loadConfigurations() {
 		}
 		var keys []string
 		for _, c := range set.parsed[f].configs {
-			p.configs[c.Key()] = c
+			p.loaded.configs[c.Key()] = c
 			keys = append(keys, c.Key())
 		}
 		sort.Strings(keys)
-		p.configFiles[f] = keys
+		p.loaded.configFiles[f] = keys
 	}
 	p.freezeInvalid(invalid)
 	p.digestDiscovery()
@@ -63,8 +63,8 @@ func (p *pass) parseConfigurationFiles() *configSet {
 		}
 		data := p.req.Files[f]
 		// Parsing fills in the default namespace, so it is part of the memo key.
-		parsed := p.r.configs.get(p.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
-			cs, errs := api.ParseConfigurations(f, data, p.settings.DefaultNamespace)
+		parsed := p.r.configs.get(p.loaded.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
+			cs, errs := api.ParseConfigurations(f, data, p.loaded.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})
 		set.files = append(set.files, f)
@@ -103,14 +103,14 @@ func (s *configSet) checkDuplicates() {
 func (p *pass) freezeInvalid(invalid []string) {
 	for _, f := range invalid {
 		var kept []string
-		for _, k := range p.prevMeta.ConfigurationFiles[f] {
-			if _, ok := p.configs[k]; !ok {
-				p.frozenConfigs[k] = true
+		for _, k := range p.loaded.prevMeta.ConfigurationFiles[f] {
+			if _, ok := p.loaded.configs[k]; !ok {
+				p.loaded.frozenConfigs[k] = true
 				kept = append(kept, k)
 			}
 		}
 		if len(kept) > 0 {
-			p.configFiles[f] = kept
+			p.loaded.configFiles[f] = kept
 		}
 	}
 }
@@ -118,13 +118,13 @@ func (p *pass) freezeInvalid(invalid []string) {
 // digestDiscovery digests each Configuration's discoveryHandler for the metadata file; a frozen
 // one keeps its last digest.
 func (p *pass) digestDiscovery() {
-	p.discovery = map[string]string{}
-	for k, c := range p.configs {
-		p.discovery[k] = discoveryDigest(c)
+	p.loaded.discovery = map[string]string{}
+	for k, c := range p.loaded.configs {
+		p.loaded.discovery[k] = discoveryDigest(c)
 	}
-	for k := range p.frozenConfigs {
-		if d, ok := p.prevMeta.Discovery[k]; ok {
-			p.discovery[k] = d
+	for k := range p.loaded.frozenConfigs {
+		if d, ok := p.loaded.prevMeta.Discovery[k]; ok {
+			p.loaded.discovery[k] = d
 		}
 	}
 }
@@ -143,7 +143,7 @@ func (p *pass) checkAfter(set *configSet) {
 	frozen := map[string]bool{}
 	for _, f := range append(slices.Clone(set.unreadable), set.files...) {
 		if len(set.errs[f]) > 0 || slices.Contains(set.unreadable, f) {
-			for _, k := range p.prevMeta.ConfigurationFiles[f] {
+			for _, k := range p.loaded.prevMeta.ConfigurationFiles[f] {
 				frozen[k] = true
 			}
 		}
@@ -187,17 +187,17 @@ func namesIn(configs map[string]*api.ParsedConfiguration, ns string) string {
 // since the last render: that changes the metadata file even when no object changes (a new
 // Configuration no device reports yet), and the plan must say why a file changes.
 func (p *pass) planConfigurations() {
-	if p.prevMeta.ConfigurationFiles == nil && len(p.prev) == 0 {
+	if p.loaded.prevMeta.ConfigurationFiles == nil && len(p.prev) == 0 {
 		// The first render: every object it starts is in the plan already.
 		return
 	}
 	was, is := map[string]string{}, map[string]string{}
-	for f, keys := range p.prevMeta.ConfigurationFiles {
+	for f, keys := range p.loaded.prevMeta.ConfigurationFiles {
 		for _, k := range keys {
 			was[k] = f
 		}
 	}
-	for f, keys := range p.configFiles {
+	for f, keys := range p.loaded.configFiles {
 		for _, k := range keys {
 			is[k] = f
 		}
@@ -207,7 +207,7 @@ func (p *pass) planConfigurations() {
 		switch old, ok := was[k]; {
 		case !ok:
 			reason := "defined in " + is[k]
-			if len(p.instances[k]) == 0 {
+			if len(p.placement.instances[k]) == 0 {
 				reason += "; no node reports a device for it yet"
 			}
 			p.plan.add(ns, name, "", Change{Action: Created, Kind: "Configuration", Name: name, Reason: reason})
@@ -215,13 +215,13 @@ func (p *pass) planConfigurations() {
 			cp := p.plan.config(ns, name, "")
 			cp.Notes = append(cp.Notes, fmt.Sprintf("now defined in %s (was %s)", is[k], old))
 		}
-		if was, ok := p.prevMeta.Discovery[k]; ok && was != p.discovery[k] {
+		if was, ok := p.loaded.prevMeta.Discovery[k]; ok && was != p.loaded.discovery[k] {
 			cp := p.plan.config(ns, name, "")
 			cp.Notes = append(cp.Notes, "discoveryHandler changed: brokers will be replaced once agents rediscover (devices the new handler, details or properties no longer find lose theirs; new ones get brokers)")
 		}
 	}
 	for _, k := range sortedKeys(was) {
-		if _, ok := is[k]; !ok && !p.frozenConfigs[k] {
+		if _, ok := is[k]; !ok && !p.loaded.frozenConfigs[k] {
 			ns, name, _ := strings.Cut(k, "/")
 			p.plan.add(ns, name, "", Change{Action: Removed, Kind: "Configuration", Name: name, Reason: "no longer defined (was in " + was[k] + ")"})
 		}
@@ -229,16 +229,16 @@ func (p *pass) planConfigurations() {
 }
 
 func (p *pass) loadInventories() {
-	p.frozenNodes = map[string]bool{}
-	p.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
+	p.loaded.frozenNodes = map[string]bool{}
+	p.loaded.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
 	var paths []string
 	for _, f := range p.inputPaths() {
 		if isInventoryPath(f) {
 			paths = append(paths, f)
 		}
 	}
-	all := p.r.invs.getMany(p.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
-		inv, errs := api.ParseInventory(f, data, p.settings.DefaultNamespace)
+	all := p.r.invs.getMany(p.loaded.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
+		inv, errs := api.ParseInventory(f, data, p.loaded.settings.DefaultNamespace)
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})
 	for _, f := range sortedKeys(p.req.Unreadable) {
@@ -249,13 +249,13 @@ func (p *pass) loadInventories() {
 		if isInventoryPath(f) {
 			// A node's file that cannot be read, or a folder named like one: the node keeps
 			// what it rendered before.
-			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			p.loaded.frozenNodes[api.NodeFromInventoryPath(f)] = true
 		}
 	}
 	// Nodes the deletion budget holds keep their part as it was, whether their inventory
 	// changed or is gone.
 	for _, n := range sortedKeys(p.held) {
-		p.frozenNodes[n] = true
+		p.loaded.frozenNodes[n] = true
 		p.warn("%s", p.held[n])
 	}
 	for i, f := range paths {
@@ -269,13 +269,13 @@ func (p *pass) loadInventories() {
 		}
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
-			p.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			p.loaded.frozenNodes[api.NodeFromInventoryPath(f)] = true
 			continue
 		}
-		p.invs = append(p.invs, parsed.inv)
+		p.loaded.invs = append(p.loaded.invs, parsed.inv)
 		for j, ic := range parsed.inv.Spec.Configurations {
 			k := ic.Namespace + "/" + ic.Name
-			if _, ok := p.configs[k]; !ok && !p.frozenConfigs[k] && len(ic.Devices) > 0 {
+			if _, ok := p.loaded.configs[k]; !ok && !p.loaded.frozenConfigs[k] && len(ic.Devices) > 0 {
 				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", j),
 					"%d devices reported for Configuration %s, which does not exist", len(ic.Devices), k)
 				p.warn("%s", e.Error())
@@ -297,21 +297,21 @@ func (p *pass) refusedPropertiesOf(inv *api.ParsedInventory) api.ErrorList {
 	if c, ok := p.r.refused[inv]; ok && len(c.configs) == len(inv.Spec.Configurations) {
 		same := true
 		for i, ic := range inv.Spec.Configurations {
-			if p.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
+			if p.loaded.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
 				same = false
 				break
 			}
 		}
 		if same {
-			p.refused[inv] = c
+			p.loaded.refused[inv] = c
 			return c.errs
 		}
 	}
 	c := refusedCheck{configs: make([]*api.ParsedConfiguration, len(inv.Spec.Configurations)), errs: p.refusedProperties(inv)}
 	for i, ic := range inv.Spec.Configurations {
-		c.configs[i] = p.configs[ic.Namespace+"/"+ic.Name]
+		c.configs[i] = p.loaded.configs[ic.Namespace+"/"+ic.Name]
 	}
-	p.refused[inv] = c
+	p.loaded.refused[inv] = c
 	return c.errs
 }
 
@@ -321,7 +321,7 @@ func (p *pass) refusedPropertiesOf(inv *api.ParsedInventory) api.ErrorList {
 func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
 	var errs api.ErrorList
 	for i, ic := range inv.Spec.Configurations {
-		cfg, ok := p.configs[ic.Namespace+"/"+ic.Name]
+		cfg, ok := p.loaded.configs[ic.Namespace+"/"+ic.Name]
 		if !ok {
 			continue
 		}

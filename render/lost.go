@@ -12,7 +12,7 @@ import (
 // and fail over"). An invalid record is an error naming its file and counts for nothing: its node is
 // not lost, so nothing moves on a record the renderer cannot read.
 func (p *pass) loadNodeLosses() {
-	p.lost = map[string]*api.NodeLoss{}
+	p.loaded.lost = map[string]*api.NodeLoss{}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if api.IsNodeLossPath(f) {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
@@ -27,7 +27,7 @@ func (p *pass) loadNodeLosses() {
 			p.errs = append(p.errs, errs...)
 			continue
 		}
-		p.lost[n.Name] = n.NodeLoss
+		p.loaded.lost[n.Name] = n.NodeLoss
 		why := "NotReady"
 		if n.Spec.Reason == api.NodeLossGone {
 			why = "gone from the cluster"
@@ -74,7 +74,7 @@ func lostKey(in *instance, lost map[string]*api.NodeLoss) string {
 
 // lostReason says why a broker Deployment on a lost node goes, or "".
 func (p *pass) lostReason(h *objectHead) string {
-	n := p.lost[h.Metadata.Labels[api.LabelTargetNode]]
+	n := p.loaded.lost[h.Metadata.Labels[api.LabelTargetNode]]
 	if n == nil {
 		return ""
 	}
@@ -86,7 +86,7 @@ func (p *pass) lostReason(h *objectHead) string {
 // node is lost and its instance has a broker on another node now: a move, which the deletion
 // budget does not count.
 func (p *pass) movedBroker(id objectKey) bool {
-	if id.kind != "deployment" || len(p.lost) == 0 {
+	if id.kind != "deployment" || len(p.loaded.lost) == 0 {
 		return false
 	}
 	f, ok := p.prevID(id)
@@ -94,7 +94,7 @@ func (p *pass) movedBroker(id objectKey) bool {
 		return false
 	}
 	h := p.head(f, p.prev[f])
-	if p.lost[h.Metadata.Labels[api.LabelTargetNode]] == nil {
+	if p.loaded.lost[h.Metadata.Labels[api.LabelTargetNode]] == nil {
 		return false
 	}
 	ref, _ := parseObjectPath(f)

@@ -120,46 +120,46 @@ func digestOf(files Tree, inputs []string) string {
 // changed (or which file defines which Configuration changed), so a render from the renderer's
 // own commit, or from a commit that changes no output, commits nothing.
 func (p *pass) writeMetadata() {
-	if len(p.out) == 0 && len(p.prev) == 0 {
+	if len(p.output.files) == 0 && len(p.prev) == 0 {
 		return
 	}
 	// The one pass over every file that compares the output with the previous one; a scoped
 	// pass compared its Configurations' files only (mergeScope).
-	if !p.diffed {
-		p.diff, p.diffed = Diff(p.prev, p.out), true
+	if !p.output.diffed {
+		p.output.diff, p.output.diffed = Diff(p.prev, p.output.files), true
 	}
 	defer p.diffMetadata()
 	prevData, hadPrev := p.prev[MetadataPath]
-	sameFiles := fmt.Sprint(p.prevMeta.ConfigurationFiles) == fmt.Sprint(p.configFiles) ||
-		(len(p.prevMeta.ConfigurationFiles) == 0 && len(p.configFiles) == 0)
+	sameFiles := fmt.Sprint(p.loaded.prevMeta.ConfigurationFiles) == fmt.Sprint(p.loaded.configFiles) ||
+		(len(p.loaded.prevMeta.ConfigurationFiles) == 0 && len(p.loaded.configFiles) == 0)
 	// A render without writers (a work tree, a check of a clone of the rendered branch) keeps
 	// the tips the last verified render recorded.
 	writers := p.req.Writers
 	if writers == nil {
-		writers = p.prevMeta.Writers
+		writers = p.loaded.prevMeta.Writers
 	}
-	sameWriters := maps.Equal(p.prevMeta.Writers, writers)
+	sameWriters := maps.Equal(p.loaded.prevMeta.Writers, writers)
 	p.writeAccepted(writers)
-	sameDiscovery := maps.Equal(p.prevMeta.Discovery, p.discovery)
+	sameDiscovery := maps.Equal(p.loaded.prevMeta.Discovery, p.loaded.discovery)
 	digests := p.instanceDigests()
-	sameDigests := fmt.Sprint(p.prevMeta.InstanceDigests) == fmt.Sprint(digests) || len(p.prevMeta.InstanceDigests) == 0 && len(digests) == 0
-	others := slices.DeleteFunc(slices.Clone(p.diff), func(f string) bool { return f == MetadataPath || strings.HasPrefix(f, api.AcceptedDir) })
+	sameDigests := fmt.Sprint(p.loaded.prevMeta.InstanceDigests) == fmt.Sprint(digests) || len(p.loaded.prevMeta.InstanceDigests) == 0 && len(digests) == 0
+	others := slices.DeleteFunc(slices.Clone(p.output.diff), func(f string) bool { return f == MetadataPath || strings.HasPrefix(f, api.AcceptedDir) })
 	if hadPrev && sameFiles && sameWriters && sameDiscovery && sameDigests && len(others) == 0 {
-		p.out[MetadataPath] = prevData
+		p.output.files[MetadataPath] = prevData
 		return
 	}
 	m := Metadata{
 		APIVersion:         api.APIVersion,
 		Kind:               "RenderMetadata",
 		SourceCommit:       p.req.SourceCommit,
-		InputsDigest:       p.digest,
-		ConfigurationFiles: p.configFiles,
-		Discovery:          p.discovery,
+		InputsDigest:       p.output.digest,
+		ConfigurationFiles: p.loaded.configFiles,
+		Discovery:          p.loaded.discovery,
 		Writers:            writers,
 		InstanceDigests:    digests,
 	}
-	p.out[MetadataPath] = yamlcodec.Marshal(m)
-	wroteMetadata(p.out[MetadataPath], m)
+	p.output.files[MetadataPath] = yamlcodec.Marshal(m)
+	wroteMetadata(p.output.files[MetadataPath], m)
 }
 
 // diffMetadata brings the diff up to date with the metadata file just written.
@@ -168,14 +168,14 @@ func (p *pass) diffMetadata() { p.rediff(MetadataPath) }
 // rediff brings the diff up to date with the files at paths, just written or deleted.
 func (p *pass) rediff(paths ...string) {
 	for _, f := range paths {
-		i, listed := slices.BinarySearch(p.diff, f)
+		i, listed := slices.BinarySearch(p.output.diff, f)
 		before, had := p.prev[f]
-		after, has := p.out[f]
+		after, has := p.output.files[f]
 		switch changed := had != has || !bytes.Equal(before, after); {
 		case changed && !listed:
-			p.diff = slices.Insert(p.diff, i, f)
+			p.output.diff = slices.Insert(p.output.diff, i, f)
 		case !changed && listed:
-			p.diff = slices.Delete(p.diff, i, i+1)
+			p.output.diff = slices.Delete(p.output.diff, i, i+1)
 		}
 	}
 }
@@ -195,11 +195,11 @@ type AcceptedTips struct {
 func (p *pass) writeAccepted(writers map[string]string) {
 	changed := map[string]bool{}
 	for ref, tip := range writers {
-		if old, ok := p.prevMeta.Writers[ref]; !ok || old != tip {
+		if old, ok := p.loaded.prevMeta.Writers[ref]; !ok || old != tip {
 			changed[api.AcceptedShard(ref)] = true
 		}
 	}
-	for ref := range p.prevMeta.Writers {
+	for ref := range p.loaded.prevMeta.Writers {
 		if _, ok := writers[ref]; !ok {
 			changed[api.AcceptedShard(ref)] = true
 		}
@@ -210,11 +210,11 @@ func (p *pass) writeAccepted(writers map[string]string) {
 		f := api.AcceptedFile(shard)
 		paths = append(paths, f)
 		if old, ok := p.prev[f]; ok && !changed[shard] {
-			p.out[f] = old
+			p.output.files[f] = old
 			continue
 		}
 		changed[shard] = true // written anew (or a file the last render lacked)
-		delete(p.out, f)
+		delete(p.output.files, f)
 	}
 	shards := map[string]map[string]string{}
 	for ref, tip := range writers {
@@ -226,7 +226,7 @@ func (p *pass) writeAccepted(writers map[string]string) {
 		}
 	}
 	for shard, tips := range shards {
-		p.out[api.AcceptedFile(shard)] = yamlcodec.Marshal(AcceptedTips{APIVersion: api.APIVersion, Kind: "AcceptedTips", Writers: tips})
+		p.output.files[api.AcceptedFile(shard)] = yamlcodec.Marshal(AcceptedTips{APIVersion: api.APIVersion, Kind: "AcceptedTips", Writers: tips})
 	}
 	p.rediff(paths...)
 }

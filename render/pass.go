@@ -9,17 +9,18 @@ import (
 func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
 	prev := in.prev
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
-		scoping:       scoping{onLast: in.onLast},
-		objectIndexes: objectIndexes{filesSorted: in.inputs},
-		output:        output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}}}
-	p.scoped = scoped && p.onLast && r.scope != nil
+		scoping: scoping{onLast: in.onLast},
+		index:   objectIndexes{filesSorted: in.inputs},
+		output:  &output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}},
+		loaded:  &loaded{}, placement: &placement{}}
+	p.scoping.scoped = scoped && p.scoping.onLast && r.scope != nil
 	size := len(prev)
-	if p.scoped {
+	if p.scoping.scoped {
 		size = 0
 	}
 	// The output of a whole pass is about as large as the previous one: maps made to size are
 	// not grown and rehashed a hundred thousand entries at a time.
-	p.out, p.meta = make(Tree, size), make(map[string]objMeta, size)
+	p.output.files, p.output.meta = make(Tree, size), make(map[string]objMeta, size)
 	return p.run(), p
 }
 
@@ -38,11 +39,11 @@ type pass struct {
 	plan *planBuilder
 	errs api.ErrorList
 
-	loaded
-	placement
-	output
-	objectIndexes
-	scoping
+	loaded    *loaded
+	placement *placement
+	output    *output
+	index     objectIndexes
+	scoping   scoping
 }
 
 // loaded is what the load stage makes of the request's inputs: the settings, the valid
@@ -88,7 +89,7 @@ type placement struct {
 
 // output is what the brokers, jobs, history, layout and metadata stages write.
 type output struct {
-	out     Tree
+	files   Tree
 	meta    map[string]objMeta
 	pending []*pendingBuild
 	retired map[objectKey]bool // Jobs retired in this render
@@ -143,8 +144,8 @@ type objMeta struct {
 }
 
 func (p *pass) run() *Result {
-	p.digest = digestOf(p.req.Files, p.inputPaths())
-	res := &Result{Previous: p.prev, InputsDigest: p.digest}
+	p.output.digest = digestOf(p.req.Files, p.inputPaths())
+	res := &Result{Previous: p.prev, InputsDigest: p.output.digest}
 	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
 	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
 		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})
@@ -157,9 +158,9 @@ func (p *pass) run() *Result {
 		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: fieldProblems(errs), Trust: p.req.Trust, Untrusted: untrustedProblems(p.req, nil)}
 		return res
 	}
-	p.settings = settings
+	p.loaded.settings = settings
 	p.errs = append(p.errs, p.req.Invalid...)
-	p.prevMeta = ParseMetadata(p.prev[MetadataPath])
+	p.loaded.prevMeta = ParseMetadata(p.prev[MetadataPath])
 
 	p.loadConfigurations()
 	p.loadInventories()
@@ -167,20 +168,20 @@ func (p *pass) run() *Result {
 	p.loadNodeLosses()
 	p.loadRollouts()
 	p.buildInstances()
-	if p.scoped {
-		p.scope = p.scopeFor()
+	if p.scoping.scoped {
+		p.scoping.scope = p.scopeFor()
 	}
 	p.planConfigurations()
 	p.findFrozenInstances()
 	p.renderBrokers()
 	p.renderJobs()
-	if p.bailed {
+	if p.scoping.bailed {
 		return nil
 	}
 	p.renderHistory()
 	p.copyFrozenConfigurations()
 	p.layout()
-	if p.scope != nil && !p.mergeScope() {
+	if p.scoping.scope != nil && !p.mergeScope() {
 		return nil
 	}
 	p.writeMetadata()
@@ -194,12 +195,12 @@ func (p *pass) run() *Result {
 	plan := p.plan.finish()
 	plan.Errors = fieldProblems(p.errs)
 	res.Untrusted = append([]string(nil), p.req.Untrusted...)
-	for _, r := range p.ignoredRecords {
+	for _, r := range p.loaded.ignoredRecords {
 		res.Untrusted = append(res.Untrusted, r.Text)
 	}
-	plan.Trust, plan.Untrusted = p.req.Trust, untrustedProblems(p.req, p.ignoredRecords)
+	plan.Trust, plan.Untrusted = p.req.Trust, untrustedProblems(p.req, p.loaded.ignoredRecords)
 	res.Plan = plan
-	res.Files, res.Diff = p.out, p.diff
+	res.Files, res.Diff = p.output.files, p.output.diff
 	if reason := p.checkSafety(); reason != "" && !p.req.AllowDeletions {
 		res.Refused = &RefusedError{Reason: reason}
 		plan.Refused = reason
@@ -213,6 +214,6 @@ func (p *pass) warn(format string, args ...any) {
 }
 
 func (p *pass) put(f string, data []byte, m objMeta) {
-	p.out[f] = data
-	p.meta[f] = m
+	p.output.files[f] = data
+	p.output.meta[f] = m
 }

@@ -8,9 +8,9 @@ import (
 )
 
 func (p *pass) loadRecords() {
-	p.records = map[string]*api.JobRecord{}
-	p.recordBytes = map[string][]byte{}
-	p.byDevice = map[string][]*api.JobRecord{}
+	p.loaded.records = map[string]*api.JobRecord{}
+	p.loaded.recordBytes = map[string][]byte{}
+	p.loaded.byDevice = map[string][]*api.JobRecord{}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if isRecordPath(f) {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
@@ -36,17 +36,17 @@ func (p *pass) loadRecords() {
 			rendered = p.renderedJobs()
 		}
 		if p.req.RenderedJobsOnly && rendered[k] == 0 {
-			p.ignoredRecords = append(p.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
+			p.loaded.ignoredRecords = append(p.loaded.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
 			continue
 		}
 		if p.req.RenderedJobsOnly {
 			if why := p.recordMismatch(parsed.rec.JobRecord); why != "" {
-				p.ignoredRecords = append(p.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
+				p.loaded.ignoredRecords = append(p.loaded.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
 				continue
 			}
 		}
-		p.records[k] = parsed.rec.JobRecord
-		p.recordBytes[k] = data
+		p.loaded.records[k] = parsed.rec.JobRecord
+		p.loaded.recordBytes[k] = data
 	}
 	for _, f := range p.prevHistoryPaths() {
 		h := p.history(f)
@@ -54,14 +54,14 @@ func (p *pass) loadRecords() {
 			continue
 		}
 		k := h.entry.namespace + "/" + h.entry.job
-		if _, ok := p.records[k]; !ok {
-			p.records[k] = h.entry.record
+		if _, ok := p.loaded.records[k]; !ok {
+			p.loaded.records[k] = h.entry.record
 		}
 	}
-	for _, k := range sortedKeys(p.records) {
-		rec := p.records[k]
+	for _, k := range sortedKeys(p.loaded.records) {
+		rec := p.loaded.records[k]
 		dk := rec.Namespace + "/" + rec.Spec.Configuration + "/" + rec.Spec.DeviceID
-		p.byDevice[dk] = append(p.byDevice[dk], rec)
+		p.loaded.byDevice[dk] = append(p.loaded.byDevice[dk], rec)
 	}
 }
 
@@ -80,7 +80,7 @@ func (p *pass) recordMismatch(rec *api.JobRecord) string {
 		return ""
 	}
 	var candidates []string
-	if cfg, ok := p.configs[ns+"/"+cfgName]; ok {
+	if cfg, ok := p.loaded.configs[ns+"/"+cfgName]; ok {
 		candidates = append(candidates, p.instanceFolder(cfg, inst)+"/job-"+name+".yaml")
 	}
 	candidates = append(candidates, configFolder(ns, cfgName)+"/job-"+name+".yaml")
@@ -129,9 +129,9 @@ func (p *pass) recordMismatch(rec *api.JobRecord) string {
 // Each counts the files that name the Job (a kept Renderer brings the count up to date with
 // each render's diff: keepScope).
 func (p *pass) renderedJobs() map[string]int {
-	if p.onLast && p.r.scope != nil && p.r.scope.rendered != nil {
-		p.rendered = p.r.scope.rendered
-		return p.rendered
+	if p.scoping.onLast && p.r.scope != nil && p.r.scope.rendered != nil {
+		p.loaded.rendered = p.r.scope.rendered
+		return p.loaded.rendered
 	}
 	out := map[string]int{}
 	for f, data := range p.prev {
@@ -139,7 +139,7 @@ func (p *pass) renderedJobs() map[string]int {
 			out[job]++
 		}
 	}
-	p.rendered = out
+	p.loaded.rendered = out
 	return out
 }
 

@@ -150,7 +150,7 @@ func (r *Renderer) Render(req Request) *Result {
 		// The scoped work reached further than its Configurations.
 		res, p = r.pass(req, in, nil, false)
 	}
-	if res.Refused != nil && p.scope != nil {
+	if res.Refused != nil && p.scoping.scope != nil {
 		// The budget is judged on the whole tree.
 		p.dropIndex()
 		res, p = r.pass(req, in, nil, false)
@@ -176,24 +176,24 @@ func (r *Renderer) keep(res *Result, p *pass) {
 		p.dropIndex()
 	}
 	switch {
-	case res.Refused == nil && p.outObjects != nil:
-		r.last = lastOutput{files: res.Files, objects: p.outObjects, dups: p.outDups}
-	case res.Refused != nil && p.prevObjects != nil:
-		r.last = lastOutput{files: res.Files, objects: p.prevObjects, dups: p.prevDups}
+	case res.Refused == nil && p.index.outObjects != nil:
+		r.last = lastOutput{files: res.Files, objects: p.index.outObjects, dups: p.index.outDups}
+	case res.Refused != nil && p.index.prevObjects != nil:
+		r.last = lastOutput{files: res.Files, objects: p.index.prevObjects, dups: p.index.prevDups}
 	}
-	if p.scope != nil {
+	if p.scoping.scope != nil {
 		r.scoped++
 	}
 	// The output this pass was made on top of is the next scoped pass's to reuse, when this
 	// one was scoped too (a whole pass made every file anew: nothing would be left to reuse).
 	r.spare, r.spareLag = nil, nil
-	if p.merged != nil && res.Refused == nil && p.onLast && r.lastMade {
+	if p.scoping.merged != nil && res.Refused == nil && p.scoping.onLast && r.lastMade {
 		// The metadata file is written after the merge.
-		r.spare, r.spareLag = p.prev, append(p.merged, MetadataPath)
+		r.spare, r.spareLag = p.prev, append(p.scoping.merged, MetadataPath)
 	}
 	r.lastMade = p.req.Previous == nil || !identity.Map(res.Files, p.req.Previous)
-	if p.refused != nil {
-		r.refused = p.refused
+	if p.loaded.refused != nil {
+		r.refused = p.loaded.refused
 	}
 	if !r.once {
 		p.keepScope(res)
@@ -202,7 +202,7 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	// Configurations' objects: the memos of objects and files keep everything until they hold
 	// half as much again as the last whole pass left them, and the next pass is then whole.
 	rotate := []interface{ rotate() }{&r.configs, &r.invs, &r.recs}
-	if p.scope == nil {
+	if p.scoping.scope == nil {
 		rotate = append(rotate, &r.heads, &r.hist, &r.objs, &r.jobs)
 	} else if r.objs.grown() || r.heads.grown() || r.jobs.grown() {
 		r.scope = nil

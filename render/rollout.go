@@ -12,7 +12,7 @@ import (
 // invalid record is an error naming its file and counts for nothing: its Deployment is not known
 // to be Available, so no wave starts on a record the renderer cannot read.
 func (p *pass) loadRollouts() {
-	p.rollouts, p.rolling = map[string]*api.RolloutRecord{}, map[string]bool{}
+	p.loaded.rollouts, p.loaded.rolling = map[string]*api.RolloutRecord{}, map[string]bool{}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if api.IsRolloutPath(f) {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
@@ -26,10 +26,10 @@ func (p *pass) loadRollouts() {
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
 			ns, name, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(f, api.RolloutDir+"/"), ".yaml"), "/")
-			p.rollouts[ns+"/"+name] = &api.RolloutRecord{Spec: api.RolloutRecordSpec{Message: "its record " + f + " is invalid"}}
+			p.loaded.rollouts[ns+"/"+name] = &api.RolloutRecord{Spec: api.RolloutRecordSpec{Message: "its record " + f + " is invalid"}}
 			continue
 		}
-		p.rollouts[r.Namespace+"/"+r.Name] = r.RolloutRecord
+		p.loaded.rollouts[r.Namespace+"/"+r.Name] = r.RolloutRecord
 	}
 }
 
@@ -58,7 +58,7 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	var changed, unsettled, passed []stagedBroker
 	total := 0
 	for _, in := range list {
-		if _, frozen := p.frozenInstances[cfg.Namespace+"/"+cfg.Name+"/"+in.name]; frozen || p.afterHeld(cfg, in) != "" {
+		if _, frozen := p.placement.frozenInstances[cfg.Namespace+"/"+cfg.Name+"/"+in.name]; frozen || p.afterHeld(cfg, in) != "" {
 			continue
 		}
 		for j, n := range in.broker.nodes {
@@ -69,7 +69,7 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 				continue
 			}
 			was := p.head(f, p.prev[f]).Metadata.Annotations[api.AnnotationInputsHash]
-			rec := p.rollouts[cfg.Namespace+"/"+name]
+			rec := p.loaded.rollouts[cfg.Namespace+"/"+name]
 			b := stagedBroker{name: name, path: in.broker.paths[j],
 				available: rec != nil && rec.Spec.Available && rec.Spec.InputsHash == was}
 			switch {
@@ -89,15 +89,15 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	}
 	// What this Configuration renders next depends on this render's output too, not only on
 	// its inputs: the next pass renders it again, scoped or not.
-	p.rolling[cfg.Namespace+"/"+cfg.Name] = true
+	p.loaded.rolling[cfg.Namespace+"/"+cfg.Name] = true
 	wave, _ := api.RolloutWave(maxChanged, total)
 	hold := map[string]string{}
 	cp := p.plan.config(cfg.Namespace, cfg.Name, "")
 	if len(passed) > 0 {
-		p.note(cfg, cp, fmt.Sprintf("staged rollout: passed over %s not Available within its progress deadline", strings.TrimSuffix(strings.TrimSuffix(brokerList(passed, p.rollouts, cfg.Namespace), " is"), " are")))
+		p.note(cfg, cp, fmt.Sprintf("staged rollout: passed over %s not Available within its progress deadline", strings.TrimSuffix(strings.TrimSuffix(brokerList(passed, p.loaded.rollouts, cfg.Namespace), " is"), " are")))
 	}
 	if len(unsettled) > 0 {
-		waiting := fmt.Sprintf("the next wave starts once %s recorded Available with the new spec", brokerList(unsettled, p.rollouts, cfg.Namespace))
+		waiting := fmt.Sprintf("the next wave starts once %s recorded Available with the new spec", brokerList(unsettled, p.loaded.rollouts, cfg.Namespace))
 		for _, b := range changed {
 			hold[b.path] = fmt.Sprintf("staged rollout (at most %s of %d brokers per wave): %s", maxChanged, total, waiting)
 		}
@@ -147,7 +147,7 @@ func brokerList(bs []stagedBroker, recs map[string]*api.RolloutRecord, ns string
 func (p *pass) note(cfg *api.ParsedConfiguration, cp *ConfigurationPlan, text string) {
 	cp.Notes = append(cp.Notes, text)
 	k := cfg.Namespace + "/" + cfg.Name
-	p.configNotes[k] = append(p.configNotes[k], text)
+	p.output.configNotes[k] = append(p.output.configNotes[k], text)
 }
 
 // rolloutsReach adds to scope the Configurations whose broker Deployments' RolloutRecords
@@ -163,13 +163,13 @@ func (p *pass) rolloutsReach(scope map[string]bool, last map[string]*api.Rollout
 			scope[configKeyOf(f)] = true
 		}
 	}
-	for id, rec := range p.rollouts {
+	for id, rec := range p.loaded.rollouts {
 		if old := last[id]; old == nil || old.Spec != rec.Spec {
 			reach(id)
 		}
 	}
 	for id := range last {
-		if _, ok := p.rollouts[id]; !ok {
+		if _, ok := p.loaded.rollouts[id]; !ok {
 			reach(id)
 		}
 	}

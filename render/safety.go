@@ -14,13 +14,13 @@ func (p *pass) checkSafety() string {
 	newIDs := p.outIndex()
 	removed := 0
 	gone := func(id objectKey) {
-		if _, kept := newIDs[id]; !kept && !p.retired[id] && p.upgradedPod(id) == "" && !p.movedBroker(id) {
+		if _, kept := newIDs[id]; !kept && !p.output.retired[id] && p.upgradedPod(id) == "" && !p.movedBroker(id) {
 			removed++
 		}
 	}
-	if p.outFromDiff {
+	if p.index.outFromDiff {
 		// Every object of prev has one file, and only the diff's files took theirs away.
-		for _, f := range p.diff {
+		for _, f := range p.output.diff {
 			if ref, ok := parseObjectPath(f); ok {
 				if was, _ := p.prevID(ref.key()); was != f {
 					continue
@@ -34,13 +34,13 @@ func (p *pass) checkSafety() string {
 		}
 	}
 	total := p.prevLen()
-	if total == 0 || removed == 0 || removed <= p.settings.DeletionAllowance {
+	if total == 0 || removed == 0 || removed <= p.loaded.settings.DeletionAllowance {
 		return ""
 	}
 	if len(newIDs) == 0 {
 		return fmt.Sprintf("the render would remove all %d broker objects and leave rendered/ empty; if that is intended, render again with --allow-deletions", total)
 	}
-	if max := p.settings.MaxDeletionPercent; removed*100 > max*total {
+	if max := p.loaded.settings.MaxDeletionPercent; removed*100 > max*total {
 		return fmt.Sprintf("the render would remove %d of %d broker objects (%d%%), more than maxDeletionPercent (%d%%); check the inventory and Configurations, or render again with --allow-deletions", removed, total, removed*100/total, max)
 	}
 	return ""
@@ -64,8 +64,8 @@ func (p *pass) overBudgetNodes() map[string]string {
 		h := p.head(f, p.prev[f])
 		nodes := h.nodes()
 		_, kept := newIDs[ref.key()]
-		gone := !kept && !p.retired[ref.key()] && p.upgradedPod(ref.key()) == "" && !p.movedBroker(ref.key())
-		_, cfgOK := p.configs[ref.namespace+"/"+ref.configuration]
+		gone := !kept && !p.output.retired[ref.key()] && p.upgradedPod(ref.key()) == "" && !p.movedBroker(ref.key())
+		_, cfgOK := p.loaded.configs[ref.namespace+"/"+ref.configuration]
 		var sees map[string]bool
 		if in := p.instance(ref.namespace + "/" + ref.configuration + "/" + h.Metadata.Labels[api.LabelInstance]); in != nil {
 			sees = map[string]bool{}
@@ -81,9 +81,9 @@ func (p *pass) overBudgetNodes() map[string]string {
 		}
 	}
 	held := map[string]string{}
-	limit := p.settings.MaxDeletionPercent
+	limit := p.loaded.settings.MaxDeletionPercent
 	for _, n := range sortedKeys(removed) {
-		if r, t := removed[n], total[n]; r > p.settings.DeletionAllowance && r*100 > limit*t {
+		if r, t := removed[n], total[n]; r > p.loaded.settings.DeletionAllowance && r*100 > limit*t {
 			held[n] = fmt.Sprintf("node %s: its inventory would remove %d of its %d broker objects (%d%%), more than maxDeletionPercent (%d%%); its part is kept as it was while the rest renders (check the node, or render with --allow-deletions)",
 				n, r, t, r*100/t, limit)
 		}
@@ -111,7 +111,7 @@ func (p *pass) upgradedPod(id objectKey) string {
 	out := p.outIndex()
 	for _, shared := range []bool{true, false} {
 		if nf, ok := out[objectKey{"deployment", id.namespace, brokerName(inst, node, shared)}]; ok {
-			if nh := p.head(nf, p.out[nf]); nh.Metadata.Labels[api.LabelInstance] == inst && nh.Metadata.Labels[api.LabelTargetNode] == node {
+			if nh := p.head(nf, p.output.files[nf]); nh.Metadata.Labels[api.LabelInstance] == inst && nh.Metadata.Labels[api.LabelTargetNode] == node {
 				return nf
 			}
 		}

@@ -137,21 +137,21 @@ func (p *pass) scopeFor() map[string]bool {
 	last := p.r.scope
 	// Nodes frozen as in the last pass keep the same instances in the Configurations a change
 	// does not reach; a node frozen or thawed since reaches them all.
-	if !p.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || !maps.Equal(p.frozenNodes, last.frozen) ||
-		len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
+	if !p.scoping.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || !maps.Equal(p.loaded.frozenNodes, last.frozen) ||
+		len(p.loaded.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
 		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) ||
-		!maps.EqualFunc(p.lost, last.lost, func(a, b *api.NodeLoss) bool { return true }) {
+		!maps.EqualFunc(p.loaded.lost, last.lost, func(a, b *api.NodeLoss) bool { return true }) {
 		return nil
 	}
 	scope := map[string]bool{}
 	keys := map[string]bool{}
-	for _, m := range []map[string]*api.ParsedConfiguration{p.configs, last.configs} {
+	for _, m := range []map[string]*api.ParsedConfiguration{p.loaded.configs, last.configs} {
 		for k := range m {
 			keys[k] = true
 		}
 	}
 	for k := range keys {
-		if p.configs[k] != last.configs[k] || p.sets[k] != last.sets[k] {
+		if p.loaded.configs[k] != last.configs[k] || p.placement.sets[k] != last.sets[k] {
 			scope[k] = true
 		}
 	}
@@ -167,7 +167,7 @@ func (p *pass) scopeFor() map[string]bool {
 		scope[configKeyOf(f)] = true
 		claimed := rec.Namespace + "/" + rec.Spec.Configuration
 		scope[claimed] = true
-		for k, c := range p.configs {
+		for k, c := range p.loaded.configs {
 			if c.Namespace == rec.Namespace && c.Policy.After == rec.Spec.Configuration {
 				scope[k] = true
 			}
@@ -175,13 +175,13 @@ func (p *pass) scopeFor() map[string]bool {
 		return true
 	}
 	p.rolloutsReach(scope, last.rollouts, idx)
-	for id, rec := range p.records {
+	for id, rec := range p.loaded.records {
 		if old := last.records[id]; old != rec && !changed(id, rec) {
 			return nil
 		}
 	}
 	for id, rec := range last.records {
-		if _, ok := p.records[id]; !ok && !changed(id, rec) {
+		if _, ok := p.loaded.records[id]; !ok && !changed(id, rec) {
 			return nil
 		}
 	}
@@ -219,7 +219,7 @@ func (p *pass) prevPathsIn(scope map[string]bool) []string {
 
 // prevHistoryPaths are prev's history/ files, sorted.
 func (p *pass) prevHistoryPaths() []string {
-	if p.onLast && p.r.scope != nil {
+	if p.scoping.onLast && p.r.scope != nil {
 		return p.r.scope.history
 	}
 	var out []string
@@ -237,16 +237,16 @@ func (p *pass) prevHistoryPaths() []string {
 func (p *pass) mergeScope() bool {
 	last := p.r.scope
 	written := map[string][]string{}
-	for f := range p.out {
+	for f := range p.output.files {
 		k := configKeyOf(f)
-		if !p.scope[k] {
+		if !p.scoping.scope[k] {
 			return false
 		}
 		written[k] = append(written[k], f)
 	}
 	fresh := slicesOf(slices.Concat(slices.Collect(maps.Values(written))...))
 	before := Tree{}
-	for k := range p.scope {
+	for k := range p.scoping.scope {
 		old, now := last.slices[k], fresh[k]
 		var oldDirs, newDirs map[string]bool
 		if old != nil {
@@ -270,23 +270,23 @@ func (p *pass) mergeScope() bool {
 	}
 	// The metadata file is in out already; a whole pass's diff, made before it is written, names it and
 	// then takes it out again: an empty diff is empty, not nil.
-	p.diff, p.diffed = append([]string{}, Diff(before, p.out)...), true
+	p.output.diff, p.output.diffed = append([]string{}, Diff(before, p.output.files)...), true
 	// Most of the scope's files are rewritten with the same paths: they are set over the old
 	// entries, and only the paths that are gone are deleted (deleting them all and putting them
 	// back would grow the tables, rehashing a fleet's entries).
 	out := p.r.takeSpare(p.prev)
-	merged := make([]string, 0, len(before)+len(p.out))
+	merged := make([]string, 0, len(before)+len(p.output.files))
 	for f := range before {
-		if _, ok := p.out[f]; !ok {
+		if _, ok := p.output.files[f]; !ok {
 			delete(out, f)
 			merged = append(merged, f)
 		}
 	}
-	for f, b := range p.out {
+	for f, b := range p.output.files {
 		out[f] = b
 		merged = append(merged, f)
 	}
-	p.out, p.fresh, p.merged = out, fresh, merged
+	p.output.files, p.scoping.fresh, p.scoping.merged = out, fresh, merged
 	p.carryPlans(last)
 	return true
 }
@@ -295,7 +295,7 @@ func (p *pass) mergeScope() bool {
 // as the last render made them.
 func (p *pass) carryPlans(last *lastScope) {
 	for k, changes := range last.standing {
-		if p.scope[k] {
+		if p.scoping.scope[k] {
 			continue
 		}
 		ns, name, _ := strings.Cut(k, "/")
@@ -308,16 +308,16 @@ func (p *pass) carryPlans(last *lastScope) {
 		}
 	}
 	for k, notes := range last.notes {
-		if !p.scope[k] {
+		if !p.scoping.scope[k] {
 			ns, name, _ := strings.Cut(k, "/")
 			cp := p.plan.config(ns, name, "")
 			cp.Notes = append(cp.Notes, notes...)
-			p.configNotes[k] = notes
+			p.output.configNotes[k] = notes
 		}
 	}
 	for k, warns := range last.layoutWarns {
-		if !p.scope[k] {
-			p.layoutWarns[k] = warns
+		if !p.scoping.scope[k] {
+			p.output.layoutWarns[k] = warns
 			for _, w := range warns {
 				p.warn("%s", w)
 			}
@@ -349,17 +349,17 @@ func (p *pass) lastScope() *lastScope {
 	return &lastScope{
 		settings:         p.req.Files[api.SettingsPath],
 		renderedJobsOnly: p.req.RenderedJobsOnly,
-		lost:             p.lost,
-		rollouts:         p.rollouts,
-		rolling:          p.rolling,
-		configs:          p.configs,
-		sets:             p.sets,
-		records:          p.records,
+		lost:             p.loaded.lost,
+		rollouts:         p.loaded.rollouts,
+		rolling:          p.loaded.rolling,
+		configs:          p.loaded.configs,
+		sets:             p.placement.sets,
+		records:          p.loaded.records,
 		standing:         map[string][]standingChange{},
 		brokers:          map[string]string{},
-		layoutWarns:      p.layoutWarns,
-		frozen:           p.frozenNodes,
-		notes:            p.configNotes,
+		layoutWarns:      p.output.layoutWarns,
+		frozen:           p.loaded.frozenNodes,
+		notes:            p.output.configNotes,
 	}
 }
 
@@ -367,18 +367,18 @@ func (p *pass) lastScope() *lastScope {
 // cannot be its base.
 func (p *pass) keepScope(res *Result) {
 	r := p.r
-	if res.Refused != nil || len(p.held) > 0 || len(p.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
+	if res.Refused != nil || len(p.held) > 0 || len(p.loaded.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 {
 		r.scope = nil
 		return
 	}
 	s := p.lastScope()
-	if p.scope == nil {
+	if p.scoping.scope == nil {
 		s.slices = slicesOf(slices.Collect(maps.Keys(res.Files)))
 	} else {
 		s.slices = maps.Clone(r.scope.slices)
-		for k := range p.scope {
+		for k := range p.scoping.scope {
 			delete(s.slices, k)
-			if f := p.fresh[k]; f != nil {
+			if f := p.scoping.fresh[k]; f != nil {
 				s.slices[k] = f
 			}
 		}
@@ -388,7 +388,7 @@ func (p *pass) keepScope(res *Result) {
 	}
 	// The Jobs this pass counted in prev, brought up to date with the diff: the next pass,
 	// whose prev is this output, need not read every Job again.
-	if s.rendered = p.rendered; s.rendered != nil {
+	if s.rendered = p.loaded.rendered; s.rendered != nil {
 		for _, f := range res.Diff {
 			if data, ok := res.Previous[f]; ok {
 				if job, ok := p.jobOf(f, data); ok {
@@ -407,7 +407,7 @@ func (p *pass) keepScope(res *Result) {
 	sort.Strings(s.history)
 	for _, c := range res.Plan.Configurations {
 		k := c.Namespace + "/" + c.Name
-		if p.scope != nil && !p.scope[k] {
+		if p.scoping.scope != nil && !p.scoping.scope[k] {
 			continue
 		}
 		s.brokers[k] = c.Broker
@@ -425,9 +425,9 @@ func (p *pass) keepScope(res *Result) {
 			}
 		}
 	}
-	if p.scope != nil {
+	if p.scoping.scope != nil {
 		for k, v := range r.scope.standing {
-			if !p.scope[k] {
+			if !p.scoping.scope[k] {
 				s.standing[k], s.brokers[k] = v, r.scope.brokers[k]
 			}
 		}

@@ -36,7 +36,7 @@ func (in *instance) key() api.DeviceKey {
 // stands for all of them.
 func (p *pass) stickyNames(k string, s *instanceSet, lookup func(name string) []string) {
 	recorded := map[api.DeviceKey]string{}
-	for _, d := range p.prevMeta.InstanceDigests[k] {
+	for _, d := range p.loaded.prevMeta.InstanceDigests[k] {
 		recorded[d.Key()] = d.Digest
 	}
 	if len(recorded) == 0 && !slices.ContainsFunc(s.list, func(in *instance) bool { return in.collided }) {
@@ -108,7 +108,7 @@ func (p *pass) renderedAs(cfg *api.ParsedConfiguration, in *instance, name strin
 // digest, for the metadata; a frozen Configuration keeps its last list.
 func (p *pass) instanceDigests() map[string][]InstanceDigest {
 	out := map[string][]InstanceDigest{}
-	for k, list := range p.instances {
+	for k, list := range p.placement.instances {
 		for _, in := range list {
 			if len(in.digest) > 6 {
 				key := in.key()
@@ -122,8 +122,8 @@ func (p *pass) instanceDigests() map[string][]InstanceDigest {
 			return strings.Compare(a.Node, b.Node)
 		})
 	}
-	for k := range p.frozenConfigs {
-		if l, ok := p.prevMeta.InstanceDigests[k]; ok {
+	for k := range p.loaded.frozenConfigs {
+		if l, ok := p.loaded.prevMeta.InstanceDigests[k]; ok {
 			out[k] = l
 		}
 	}
