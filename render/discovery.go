@@ -20,8 +20,8 @@ import (
 // checkDiscovery refuses discoveryDetails a built-in handler or Akri's onvif and opcua would
 // refuse (with the agent's own parser, and one that reads them as Akri's handlers do) and warns
 // about a handler name that is neither built in, nor Akri's, nor listed in gitbroker.yaml.
-func (p *pass) checkDiscovery(set *configSet) {
-	known := knownHandlers(p.loaded.settings.DiscoveryHandlers)
+func (p *pass) checkDiscovery(l *loaded, set *configSet) {
+	known := knownHandlers(l.settings.DiscoveryHandlers)
 	for _, f := range set.files {
 		for _, c := range set.parsed[f].configs {
 			h := c.Spec.DiscoveryHandler

@@ -9,6 +9,6 @@ func RenderedJobs(r *Renderer) (kept, counted map[string]int) {
 	if r.scope == nil || r.scope.rendered == nil {
 		return nil, nil
 	}
-	p := &pass{r: New(), prev: r.last.files, loaded: &loaded{}}
+	p := &pass{r: New(), prev: r.last.files}
 	return r.scope.rendered, p.renderedJobs()
 }

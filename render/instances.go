@@ -13,10 +13,10 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-// buildInstances groups every valid inventory's devices into Akri instances.
-func (p *pass) buildInstances() {
-	p.placement.instances = map[string][]*instance{}
-	sort.Slice(p.loaded.invs, func(i, j int) bool { return p.loaded.invs[i].Name < p.loaded.invs[j].Name })
+// place is the stage after load: it groups every valid inventory's devices into Akri instances
+// and hands them on by Configuration, with those whose reporting nodes disagree.
+func (p *pass) place() *placement {
+	pl := &placement{instances: map[string][]*instance{}}
 	// Which inventories report devices for each Configuration, in node order: with the
 	// Configuration itself, all its instances are made of.
 	reports := map[string][]report{}
@@ -82,14 +82,15 @@ func (p *pass) buildInstances() {
 		for _, w := range s.warns {
 			p.warn("%s", w)
 		}
-		p.placement.instances[k] = s.list
+		pl.instances[k] = s.list
 		for _, in := range s.list {
 			if in.disputed != "" {
-				p.placement.disputed = append(p.placement.disputed, in)
+				pl.disputed = append(pl.disputed, in)
 			}
 		}
 	}
-	p.r.instanceSets, p.placement.sets = kept, kept
+	p.r.instanceSets, pl.sets = kept, kept
+	return pl
 }
 
 // instance finds an instance by namespace/configuration/instance.
@@ -253,22 +254,21 @@ func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
 	return base
 }
 
-// findFrozenInstances keeps, for each node whose inventory is invalid, every instance that node
+// findFrozenInstances, once the scope is known, keeps, for each node whose inventory is invalid, every instance that node
 // took part in exactly as it was rendered before.
 //
 // A shared instance that valid inventories still report is frozen by such a node only when that
 // node holds one of its Pods: a node cannot freeze another node's broker (or its runs) by
 // making its own inventory invalid. An instance whose reporting nodes disagree about its
 // properties is held as it was too (instance.disputed).
-func (p *pass) findFrozenInstances() {
-	p.placement.frozenInstances = map[string][]string{}
-	p.placement.frozenWhy = map[string]string{}
+func (p *pass) findFrozenInstances() (frozen map[string][]string, why map[string]string) {
+	frozen, why = map[string][]string{}, map[string]string{}
 	disputed := map[string]*instance{}
 	for _, in := range p.placement.disputed {
 		disputed[in.cfg.Namespace+"/"+in.cfg.Name+"/"+in.name] = in
 	}
 	if len(p.loaded.frozenNodes) == 0 && len(disputed) == 0 {
-		return
+		return frozen, why
 	}
 	files := map[string][]string{}
 	involved := map[string]bool{}
@@ -302,13 +302,14 @@ func (p *pass) findFrozenInstances() {
 		}
 	}
 	for k := range involved {
-		p.placement.frozenInstances[k] = files[k]
+		frozen[k] = files[k]
 	}
 	for k, in := range disputed {
 		if p.scoping.scope != nil && !p.scoping.scope[in.cfg.Namespace+"/"+in.cfg.Name] {
 			continue
 		}
-		p.placement.frozenInstances[k] = append([]string{}, files[k]...)
-		p.placement.frozenWhy[k] = in.disputed
+		frozen[k] = append([]string{}, files[k]...)
+		why[k] = in.disputed
 	}
+	return frozen, why
 }

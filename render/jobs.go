@@ -13,18 +13,19 @@ import (
 // renderJobs applies the Job lifecycle. A rendered Job is frozen: it is carried over byte for
 // byte until its JobRecord appears, then it moves to history/. A new run is rendered when the
 // inputs give a Job name that has not run yet, and, under concurrency Forbid, only when no
-// earlier run of the instance is still unrecorded.
-func (p *pass) renderJobs() {
+// earlier run of the instance is still unrecorded. It returns false, having rendered nothing
+// whole, when a scoped pass finds a Job out of its scope: the pass then runs whole.
+func (p *pass) renderJobs() bool {
 	p.output.retired = map[objectKey]bool{}
 	runs := unrecordedJobs{byInstance: map[string][]string{}, names: map[string]bool{}}
 	p.prefetchHeads(p.prevJobPaths())
 	for _, f := range p.prevJobPaths() {
 		if !p.carryJob(f, runs) {
-			p.scoping.bailed = true
-			return
+			return false
 		}
 	}
 	p.startJobs(p.desiredJobs(), runs)
+	return true
 }
 
 // unrecordedJobs are the rendered Jobs still waiting for their JobRecord.

@@ -9,14 +9,27 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-func (p *pass) loadConfigurations() {
-	p.loaded.configs = map[string]*api.ParsedConfiguration{}
-	p.loaded.configFiles = map[string][]string{}
-	p.loaded.frozenConfigs = map[string]bool{}
-	set := p.parseConfigurationFiles()
+// load is the first stage: it parses and checks the request's inputs (docs/ARCHITECTURE.md,
+// "The render's stages") and hands on the valid Configurations, inventories and records, and
+// what it had to freeze. Each reader takes what the readers before it loaded from l.
+func (p *pass) load(settings api.ResolvedSettings) *loaded {
+	l := &loaded{settings: settings, prevMeta: ParseMetadata(p.prev[MetadataPath])}
+	p.loadConfigurations(l)
+	p.loadInventories(l)
+	p.loadRecords(l)
+	l.lost = p.loadNodeLosses()
+	l.rollouts = p.loadRollouts()
+	return l
+}
+
+func (p *pass) loadConfigurations(l *loaded) {
+	l.configs = map[string]*api.ParsedConfiguration{}
+	l.configFiles = map[string][]string{}
+	l.frozenConfigs = map[string]bool{}
+	set := p.parseConfigurationFiles(l)
 	set.checkDuplicates()
-	p.checkAfter(set)
-	p.checkDiscovery(set)
+	p.checkAfter(l, set)
+	p.checkDiscovery(l, set)
 	invalid := set.unreadable
 	for _, f := range set.files {
 		if errs := set.errs[f]; len(errs) > 0 {
@@ -26,14 +39,14 @@ func (p *pass) loadConfigurations() {
 		}
 		var keys []string
 		for _, c := range set.parsed[f].configs {
-			p.loaded.configs[c.Key()] = c
+			l.configs[c.Key()] = c
 			keys = append(keys, c.Key())
 		}
 		sort.Strings(keys)
-		p.loaded.configFiles[f] = keys
+		l.configFiles[f] = keys
 	}
-	p.freezeInvalid(invalid)
-	p.digestDiscovery()
+	p.freezeInvalid(l, invalid)
+	p.digestDiscovery(l)
 }
 
 // configSet is the Configuration files of one render, parsed, before checks across files decide
@@ -49,7 +62,7 @@ type configSet struct {
 }
 
 // parseConfigurationFiles parses every Configuration file, through the memo.
-func (p *pass) parseConfigurationFiles() *configSet {
+func (p *pass) parseConfigurationFiles(l *loaded) *configSet {
 	set := &configSet{parsed: map[string]parsedConfigFile{}, definers: map[string][]string{}, errs: map[string]api.ErrorList{}}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if isConfigurationPath(f) {
@@ -63,8 +76,8 @@ func (p *pass) parseConfigurationFiles() *configSet {
 		}
 		data := p.req.Files[f]
 		// Parsing fills in the default namespace, so it is part of the memo key.
-		parsed := p.r.configs.get(p.loaded.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
-			cs, errs := api.ParseConfigurations(f, data, p.loaded.settings.DefaultNamespace)
+		parsed := p.r.configs.get(l.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
+			cs, errs := api.ParseConfigurations(f, data, l.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})
 		set.files = append(set.files, f)
@@ -100,31 +113,31 @@ func (s *configSet) checkDuplicates() {
 
 // freezeInvalid keeps what an invalid file rendered before: its Configurations are frozen, and
 // its entry in the metadata is carried so the next render still knows them.
-func (p *pass) freezeInvalid(invalid []string) {
+func (p *pass) freezeInvalid(l *loaded, invalid []string) {
 	for _, f := range invalid {
 		var kept []string
-		for _, k := range p.loaded.prevMeta.ConfigurationFiles[f] {
-			if _, ok := p.loaded.configs[k]; !ok {
-				p.loaded.frozenConfigs[k] = true
+		for _, k := range l.prevMeta.ConfigurationFiles[f] {
+			if _, ok := l.configs[k]; !ok {
+				l.frozenConfigs[k] = true
 				kept = append(kept, k)
 			}
 		}
 		if len(kept) > 0 {
-			p.loaded.configFiles[f] = kept
+			l.configFiles[f] = kept
 		}
 	}
 }
 
 // digestDiscovery digests each Configuration's discoveryHandler for the metadata file; a frozen
 // one keeps its last digest.
-func (p *pass) digestDiscovery() {
-	p.loaded.discovery = map[string]string{}
-	for k, c := range p.loaded.configs {
-		p.loaded.discovery[k] = discoveryDigest(c)
+func (p *pass) digestDiscovery(l *loaded) {
+	l.discovery = map[string]string{}
+	for k, c := range l.configs {
+		l.discovery[k] = discoveryDigest(c)
 	}
-	for k := range p.loaded.frozenConfigs {
-		if d, ok := p.loaded.prevMeta.Discovery[k]; ok {
-			p.loaded.discovery[k] = d
+	for k := range l.frozenConfigs {
+		if d, ok := l.prevMeta.Discovery[k]; ok {
+			l.discovery[k] = d
 		}
 	}
 }
@@ -133,7 +146,7 @@ func (p *pass) digestDiscovery() {
 // Pods would be held for ever. The Configuration's file is invalid and keeps its output, so the
 // mistake is an input error at the after: line, not a wave of deletions. A Configuration that is
 // itself invalid (known from the last render) is taken to be what it was.
-func (p *pass) checkAfter(set *configSet) {
+func (p *pass) checkAfter(l *loaded, set *configSet) {
 	known := map[string]*api.ParsedConfiguration{}
 	for _, f := range set.files {
 		for _, c := range set.parsed[f].configs {
@@ -143,7 +156,7 @@ func (p *pass) checkAfter(set *configSet) {
 	frozen := map[string]bool{}
 	for _, f := range append(slices.Clone(set.unreadable), set.files...) {
 		if len(set.errs[f]) > 0 || slices.Contains(set.unreadable, f) {
-			for _, k := range p.loaded.prevMeta.ConfigurationFiles[f] {
+			for _, k := range l.prevMeta.ConfigurationFiles[f] {
 				frozen[k] = true
 			}
 		}
@@ -228,17 +241,17 @@ func (p *pass) planConfigurations() {
 	}
 }
 
-func (p *pass) loadInventories() {
-	p.loaded.frozenNodes = map[string]bool{}
-	p.loaded.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
+func (p *pass) loadInventories(l *loaded) {
+	l.frozenNodes = map[string]bool{}
+	l.refused = make(map[*api.ParsedInventory]refusedCheck, len(p.r.refused))
 	var paths []string
 	for _, f := range p.inputPaths() {
 		if isInventoryPath(f) {
 			paths = append(paths, f)
 		}
 	}
-	all := p.r.invs.getMany(p.loaded.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
-		inv, errs := api.ParseInventory(f, data, p.loaded.settings.DefaultNamespace)
+	all := p.r.invs.getMany(l.settings.DefaultNamespace, paths, p.req.Files, func(f string, data []byte) parsedInventoryFile {
+		inv, errs := api.ParseInventory(f, data, l.settings.DefaultNamespace)
 		return parsedInventoryFile{inv: inv, errs: errs}
 	})
 	for _, f := range sortedKeys(p.req.Unreadable) {
@@ -249,13 +262,13 @@ func (p *pass) loadInventories() {
 		if isInventoryPath(f) {
 			// A node's file that cannot be read, or a folder named like one: the node keeps
 			// what it rendered before.
-			p.loaded.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			l.frozenNodes[api.NodeFromInventoryPath(f)] = true
 		}
 	}
 	// Nodes the deletion budget holds keep their part as it was, whether their inventory
 	// changed or is gone.
 	for _, n := range sortedKeys(p.held) {
-		p.loaded.frozenNodes[n] = true
+		l.frozenNodes[n] = true
 		p.warn("%s", p.held[n])
 	}
 	for i, f := range paths {
@@ -265,23 +278,24 @@ func (p *pass) loadInventories() {
 		}
 		errs := parsed.errs
 		if len(errs) == 0 {
-			errs = p.refusedPropertiesOf(parsed.inv)
+			errs = p.refusedPropertiesOf(l, parsed.inv)
 		}
 		if len(errs) > 0 {
 			p.errs = append(p.errs, errs...)
-			p.loaded.frozenNodes[api.NodeFromInventoryPath(f)] = true
+			l.frozenNodes[api.NodeFromInventoryPath(f)] = true
 			continue
 		}
-		p.loaded.invs = append(p.loaded.invs, parsed.inv)
+		l.invs = append(l.invs, parsed.inv)
 		for j, ic := range parsed.inv.Spec.Configurations {
 			k := ic.Namespace + "/" + ic.Name
-			if _, ok := p.loaded.configs[k]; !ok && !p.loaded.frozenConfigs[k] && len(ic.Devices) > 0 {
+			if _, ok := l.configs[k]; !ok && !l.frozenConfigs[k] && len(ic.Devices) > 0 {
 				e := parsed.inv.Doc.Errorf(fmt.Sprintf("spec.configurations[%d].name", j),
 					"%d devices reported for Configuration %s, which does not exist", len(ic.Devices), k)
 				p.warn("%s", e.Error())
 			}
 		}
 	}
+	sort.Slice(l.invs, func(i, j int) bool { return l.invs[i].Name < l.invs[j].Name })
 }
 
 // refusedCheck is refusedProperties of one parsed inventory, and the Configurations it was
@@ -293,35 +307,35 @@ type refusedCheck struct {
 
 // refusedPropertiesOf is refusedProperties, worked out again only for an inventory or a
 // Configuration that changed since the last pass.
-func (p *pass) refusedPropertiesOf(inv *api.ParsedInventory) api.ErrorList {
+func (p *pass) refusedPropertiesOf(l *loaded, inv *api.ParsedInventory) api.ErrorList {
 	if c, ok := p.r.refused[inv]; ok && len(c.configs) == len(inv.Spec.Configurations) {
 		same := true
 		for i, ic := range inv.Spec.Configurations {
-			if p.loaded.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
+			if l.configs[ic.Namespace+"/"+ic.Name] != c.configs[i] {
 				same = false
 				break
 			}
 		}
 		if same {
-			p.loaded.refused[inv] = c
+			l.refused[inv] = c
 			return c.errs
 		}
 	}
-	c := refusedCheck{configs: make([]*api.ParsedConfiguration, len(inv.Spec.Configurations)), errs: p.refusedProperties(inv)}
+	c := refusedCheck{configs: make([]*api.ParsedConfiguration, len(inv.Spec.Configurations)), errs: p.refusedProperties(l, inv)}
 	for i, ic := range inv.Spec.Configurations {
-		c.configs[i] = p.loaded.configs[ic.Namespace+"/"+ic.Name]
+		c.configs[i] = l.configs[ic.Namespace+"/"+ic.Name]
 	}
-	p.loaded.refused[inv] = c
+	l.refused[inv] = c
 	return c.errs
 }
 
 // refusedProperties finds device properties that would change how a broker loads code or where
 // it connects, which a device may set only when its Configuration allows them by name. Like any
 // invalid inventory, the node's part is then kept as it was.
-func (p *pass) refusedProperties(inv *api.ParsedInventory) api.ErrorList {
+func (p *pass) refusedProperties(l *loaded, inv *api.ParsedInventory) api.ErrorList {
 	var errs api.ErrorList
 	for i, ic := range inv.Spec.Configurations {
-		cfg, ok := p.loaded.configs[ic.Namespace+"/"+ic.Name]
+		cfg, ok := l.configs[ic.Namespace+"/"+ic.Name]
 		if !ok {
 			continue
 		}

@@ -9,32 +9,23 @@ import (
 )
 
 // loadNodeLosses reads the nodes the recorder found lost (docs/DESIGN.md, "Brokers heal
-// and fail over"). An invalid record is an error naming its file and counts for nothing: its node is
-// not lost, so nothing moves on a record the renderer cannot read.
-func (p *pass) loadNodeLosses() {
-	p.loaded.lost = map[string]*api.NodeLoss{}
-	for _, f := range sortedKeys(p.req.Unreadable) {
-		if api.IsNodeLossPath(f) {
-			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
+// and fail over"), by name. An invalid record is an error naming its file and counts for
+// nothing: its node is not lost, so nothing moves on a record the renderer cannot read.
+func (p *pass) loadNodeLosses() map[string]*api.NodeLoss {
+	lost := map[string]*api.NodeLoss{}
+	loadStatus(p, api.IsNodeLossPath, api.ParseNodeLossFile, func(_ string, n *api.ParsedNodeLoss) {
+		if n == nil {
+			return
 		}
-	}
-	for _, f := range p.inputPaths() {
-		if !api.IsNodeLossPath(f) {
-			continue
-		}
-		n, errs := api.ParseNodeLossFile(f, p.req.Files[f])
-		if len(errs) > 0 {
-			p.errs = append(p.errs, errs...)
-			continue
-		}
-		p.loaded.lost[n.Name] = n.NodeLoss
+		lost[n.Name] = n.NodeLoss
 		why := "NotReady"
 		if n.Spec.Reason == api.NodeLossGone {
 			why = "gone from the cluster"
 		}
 		p.warn("node %s is lost (%s since %s, as the recorder saw it): the brokers of shared devices it reports move to other nodes that report them; those of its unshared devices stay",
 			n.Name, why, n.Spec.Since.UTC().Format(time.RFC3339))
-	}
+	})
+	return lost
 }
 
 // liveNodes are the nodes a shared instance's brokers may be placed on: those that report it

@@ -11,8 +11,7 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
 		scoping: scoping{onLast: in.onLast},
 		index:   objectIndexes{filesSorted: in.inputs},
-		output:  &output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}},
-		loaded:  &loaded{}, placement: &placement{}}
+		output:  &output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}, rolling: map[string]bool{}}}
 	p.scoping.scoped = scoped && p.scoping.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoping.scoped {
@@ -24,12 +23,23 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	return p.run(), p
 }
 
-// pass is the state of one render. Its stages run in order (run), each from what the stages
-// before it made: load (load.go, records.go, lost.go, rollout.go) makes the loaded inputs; instances (instances.go)
-// the placement of devices into instances; brokers (brokers.go), jobs (jobs.go), history, layout
-// (layout.go, flux.go) and metadata (metadata.go) the output; safety (safety.go) judges it and
-// changes (changes.go) plans it. Each stage's data is a struct of its own below, embedded so the
-// stages read it by name; index.go and scope.go hold what a kept Renderer reuses across passes.
+// pass is the state of one render. Its stages run in order (run), and each hands on what it
+// made; docs/ARCHITECTURE.md ("The render's stages") has the table.
+//
+//   - load (load.go, records.go, lost.go, rollout.go, status.go) returns loaded: the settings
+//     and the valid Configurations, inventories and records, and what it froze;
+//   - place (instances.go, sticky.go) returns placement: the devices grouped into instances;
+//   - scope (scope.go), in a kept Renderer, returns the Configurations a change reaches, and
+//     findFrozenInstances, once the scope is known, the instances kept as they were;
+//   - brokers (brokers.go), jobs (jobs.go) and history, the frozen Configurations and layout
+//     (layout.go, flux.go) add to output, one accumulator passed on from stage to stage;
+//   - merge (scope.go), in a scoped pass, returns the whole output made of the scoped one and
+//     the last; metadata (metadata.go) adds the render's own record to it;
+//   - changes (changes.go) plans the diff and safety (safety.go) judges it.
+//
+// Every stage appends its problems to errs and its plan entries to plan. The stages' data are
+// fields spelled out, so a method says whose data it reads. index (index.go) holds the
+// indexes of prev and of the output, made when first asked for.
 type pass struct {
 	r    *Renderer
 	req  Request
@@ -67,8 +77,6 @@ type loaded struct {
 	lost map[string]*api.NodeLoss
 	// rollouts are the recorder's RolloutRecords (status/rollouts/), by namespace/deployment.
 	rollouts map[string]*api.RolloutRecord
-	// rolling are the Configurations in the middle of a staged rollout, by namespace/name.
-	rolling map[string]bool
 	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
 	ignoredRecords []Problem
 	// refused are this pass's checks of device properties, by inventory (kept for the next).
@@ -100,6 +108,8 @@ type output struct {
 	digest string
 	// layoutWarns are the layout's warnings, by the Configuration whose folder they are about.
 	layoutWarns map[string][]string
+	// rolling are the Configurations in the middle of a staged rollout, by namespace/name.
+	rolling map[string]bool
 	// configNotes are the plan's notes about a Configuration (instances kept for nodes with an
 	// invalid inventory, a staged rollout), by Configuration: a scoped pass carries the others'
 	// over.
@@ -129,8 +139,6 @@ type scoping struct {
 	// scoped, and scope, once decided, the Configurations it renders (nil: all).
 	onLast, scoped bool
 	scope          map[string]bool
-	// bailed says the scoped work reached a Configuration out of its scope.
-	bailed bool
 	// fresh are the scoped output's files by Configuration.
 	fresh map[string]*configSlice
 	// merged are the paths a scoped pass wrote over prev or deleted from it (mergeScope).
@@ -158,31 +166,30 @@ func (p *pass) run() *Result {
 		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: fieldProblems(errs), Trust: p.req.Trust, Untrusted: untrustedProblems(p.req, nil)}
 		return res
 	}
-	p.loaded.settings = settings
 	p.errs = append(p.errs, p.req.Invalid...)
-	p.loaded.prevMeta = ParseMetadata(p.prev[MetadataPath])
 
-	p.loadConfigurations()
-	p.loadInventories()
-	p.loadRecords()
-	p.loadNodeLosses()
-	p.loadRollouts()
-	p.buildInstances()
+	p.loaded = p.load(settings)
+	p.placement = p.place()
 	if p.scoping.scoped {
 		p.scoping.scope = p.scopeFor()
 	}
+	p.placement.frozenInstances, p.placement.frozenWhy = p.findFrozenInstances()
 	p.planConfigurations()
-	p.findFrozenInstances()
 	p.renderBrokers()
-	p.renderJobs()
-	if p.scoping.bailed {
-		return nil
+	if !p.renderJobs() {
+		return nil // a Job out of the scope
 	}
 	p.renderHistory()
 	p.copyFrozenConfigurations()
 	p.layout()
-	if p.scoping.scope != nil && !p.mergeScope() {
-		return nil
+	if p.scoping.scope != nil {
+		m, ok := p.mergeScope()
+		if !ok {
+			return nil
+		}
+		p.output.files, p.output.diff, p.output.diffed = m.files, m.diff, true
+		p.scoping.fresh, p.scoping.merged = m.fresh, m.merged
+		p.carryPlans(p.r.scope)
 	}
 	p.writeMetadata()
 

@@ -7,10 +7,10 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-func (p *pass) loadRecords() {
-	p.loaded.records = map[string]*api.JobRecord{}
-	p.loaded.recordBytes = map[string][]byte{}
-	p.loaded.byDevice = map[string][]*api.JobRecord{}
+func (p *pass) loadRecords(l *loaded) {
+	l.records = map[string]*api.JobRecord{}
+	l.recordBytes = map[string][]byte{}
+	l.byDevice = map[string][]*api.JobRecord{}
 	for _, f := range sortedKeys(p.req.Unreadable) {
 		if isRecordPath(f) {
 			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
@@ -34,19 +34,20 @@ func (p *pass) loadRecords() {
 		k := parsed.rec.Namespace + "/" + parsed.rec.Name
 		if p.req.RenderedJobsOnly && rendered == nil {
 			rendered = p.renderedJobs()
+			l.rendered = rendered
 		}
 		if p.req.RenderedJobsOnly && rendered[k] == 0 {
-			p.loaded.ignoredRecords = append(p.loaded.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
+			l.ignoredRecords = append(l.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
 			continue
 		}
 		if p.req.RenderedJobsOnly {
-			if why := p.recordMismatch(parsed.rec.JobRecord); why != "" {
-				p.loaded.ignoredRecords = append(p.loaded.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
+			if why := p.recordMismatch(l, parsed.rec.JobRecord); why != "" {
+				l.ignoredRecords = append(l.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
 				continue
 			}
 		}
-		p.loaded.records[k] = parsed.rec.JobRecord
-		p.loaded.recordBytes[k] = data
+		l.records[k] = parsed.rec.JobRecord
+		l.recordBytes[k] = data
 	}
 	for _, f := range p.prevHistoryPaths() {
 		h := p.history(f)
@@ -54,14 +55,14 @@ func (p *pass) loadRecords() {
 			continue
 		}
 		k := h.entry.namespace + "/" + h.entry.job
-		if _, ok := p.loaded.records[k]; !ok {
-			p.loaded.records[k] = h.entry.record
+		if _, ok := l.records[k]; !ok {
+			l.records[k] = h.entry.record
 		}
 	}
-	for _, k := range sortedKeys(p.loaded.records) {
-		rec := p.loaded.records[k]
+	for _, k := range sortedKeys(l.records) {
+		rec := l.records[k]
 		dk := rec.Namespace + "/" + rec.Spec.Configuration + "/" + rec.Spec.DeviceID
-		p.loaded.byDevice[dk] = append(p.loaded.byDevice[dk], rec)
+		l.byDevice[dk] = append(l.byDevice[dk], rec)
 	}
 }
 
@@ -70,7 +71,7 @@ func (p *pass) loadRecords() {
 // release the Pods waiting on, only the very Job it is the outcome of. The Job is looked for
 // where the record's own claims put it (history/ by its path, rendered/ in the claimed
 // Configuration's folder), so a record that claims another Configuration finds nothing.
-func (p *pass) recordMismatch(rec *api.JobRecord) string {
+func (p *pass) recordMismatch(l *loaded, rec *api.JobRecord) string {
 	ns, name, cfgName, inst := rec.Namespace, rec.Name, rec.Spec.Configuration, rec.Spec.Instance
 	if _, ok := p.prev[historyPath(ns, cfgName, inst, name)]; ok {
 		h := p.history(historyPath(ns, cfgName, inst, name))
@@ -80,7 +81,7 @@ func (p *pass) recordMismatch(rec *api.JobRecord) string {
 		return ""
 	}
 	var candidates []string
-	if cfg, ok := p.loaded.configs[ns+"/"+cfgName]; ok {
+	if cfg, ok := l.configs[ns+"/"+cfgName]; ok {
 		candidates = append(candidates, p.instanceFolder(cfg, inst)+"/job-"+name+".yaml")
 	}
 	candidates = append(candidates, configFolder(ns, cfgName)+"/job-"+name+".yaml")
@@ -130,8 +131,7 @@ func (p *pass) recordMismatch(rec *api.JobRecord) string {
 // each render's diff: keepScope).
 func (p *pass) renderedJobs() map[string]int {
 	if p.scoping.onLast && p.r.scope != nil && p.r.scope.rendered != nil {
-		p.loaded.rendered = p.r.scope.rendered
-		return p.loaded.rendered
+		return p.r.scope.rendered
 	}
 	out := map[string]int{}
 	for f, data := range p.prev {
@@ -139,7 +139,6 @@ func (p *pass) renderedJobs() map[string]int {
 			out[job]++
 		}
 	}
-	p.loaded.rendered = out
 	return out
 }
 

@@ -192,11 +192,15 @@ func (r *Renderer) keep(res *Result, p *pass) {
 		r.spare, r.spareLag = p.prev, append(p.scoping.merged, MetadataPath)
 	}
 	r.lastMade = p.req.Previous == nil || !identity.Map(res.Files, p.req.Previous)
-	if p.loaded.refused != nil {
-		r.refused = p.loaded.refused
-	}
-	if !r.once {
+	switch {
+	case p.loaded == nil:
+		// Invalid settings: nothing was loaded, and the next pass runs whole.
+		r.scope = nil
+	case !r.once:
 		p.keepScope(res)
+	}
+	if p.loaded != nil && p.loaded.refused != nil {
+		r.refused = p.loaded.refused
 	}
 	// The memos keep what this pass used and drop the rest. A scoped pass used only its
 	// Configurations' objects: the memos of objects and files keep everything until they hold

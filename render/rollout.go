@@ -8,29 +8,21 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-// loadRollouts reads the recorder's RolloutRecords (docs/FORMATS.md, "Staged rollouts"). An
-// invalid record is an error naming its file and counts for nothing: its Deployment is not known
-// to be Available, so no wave starts on a record the renderer cannot read.
-func (p *pass) loadRollouts() {
-	p.loaded.rollouts, p.loaded.rolling = map[string]*api.RolloutRecord{}, map[string]bool{}
-	for _, f := range sortedKeys(p.req.Unreadable) {
-		if api.IsRolloutPath(f) {
-			p.errs = append(p.errs, &api.FieldError{File: f, Message: p.req.Unreadable[f]})
-		}
-	}
-	for _, f := range p.inputPaths() {
-		if !api.IsRolloutPath(f) {
-			continue
-		}
-		r, errs := api.ParseRolloutFile(f, p.req.Files[f])
-		if len(errs) > 0 {
-			p.errs = append(p.errs, errs...)
+// loadRollouts reads the recorder's RolloutRecords (docs/FORMATS.md, "Staged rollouts"), by
+// namespace/deployment. An invalid record is an error naming its file and counts for nothing:
+// its Deployment is not known to be Available, so no wave starts on a record the renderer
+// cannot read.
+func (p *pass) loadRollouts() map[string]*api.RolloutRecord {
+	rollouts := map[string]*api.RolloutRecord{}
+	loadStatus(p, api.IsRolloutPath, api.ParseRolloutFile, func(f string, r *api.ParsedRolloutRecord) {
+		if r == nil {
 			ns, name, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(f, api.RolloutDir+"/"), ".yaml"), "/")
-			p.loaded.rollouts[ns+"/"+name] = &api.RolloutRecord{Spec: api.RolloutRecordSpec{Message: "its record " + f + " is invalid"}}
-			continue
+			rollouts[ns+"/"+name] = &api.RolloutRecord{Spec: api.RolloutRecordSpec{Message: "its record " + f + " is invalid"}}
+			return
 		}
-		p.loaded.rollouts[r.Namespace+"/"+r.Name] = r.RolloutRecord
-	}
+		rollouts[r.Namespace+"/"+r.Name] = r.RolloutRecord
+	})
+	return rollouts
 }
 
 // stagedBroker is a broker Deployment of the previous render that a staged rollout looks at.
@@ -89,7 +81,7 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	}
 	// What this Configuration renders next depends on this render's output too, not only on
 	// its inputs: the next pass renders it again, scoped or not.
-	p.loaded.rolling[cfg.Namespace+"/"+cfg.Name] = true
+	p.output.rolling[cfg.Namespace+"/"+cfg.Name] = true
 	wave, _ := api.RolloutWave(maxChanged, total)
 	hold := map[string]string{}
 	cp := p.plan.config(cfg.Namespace, cfg.Name, "")

@@ -231,16 +231,25 @@ func (p *pass) prevHistoryPaths() []string {
 	return out
 }
 
+// merged is what the merge stage of a scoped pass hands on: the whole output, the diff, and
+// the scoped files by Configuration with every path written or deleted.
+type merged struct {
+	files  Tree
+	diff   []string
+	fresh  map[string]*configSlice
+	merged []string
+}
+
 // mergeScope puts the scoped output together with the rest of the last output, and the diff
 // with it. It reports false when the scoped work wrote outside its Configurations or changed
 // their folders: the pass must then run whole.
-func (p *pass) mergeScope() bool {
+func (p *pass) mergeScope() (merged, bool) {
 	last := p.r.scope
 	written := map[string][]string{}
 	for f := range p.output.files {
 		k := configKeyOf(f)
 		if !p.scoping.scope[k] {
-			return false
+			return merged{}, false
 		}
 		written[k] = append(written[k], f)
 	}
@@ -260,39 +269,37 @@ func (p *pass) mergeScope() bool {
 		}
 		// Folders that appear or go change the Flux Kustomizations, the root and the namespaces.
 		if len(oldDirs) != len(newDirs) {
-			return false
+			return merged{}, false
 		}
 		for d := range oldDirs {
 			if !newDirs[d] {
-				return false
+				return merged{}, false
 			}
 		}
 	}
 	// The metadata file is in out already; a whole pass's diff, made before it is written, names it and
 	// then takes it out again: an empty diff is empty, not nil.
-	p.output.diff, p.output.diffed = append([]string{}, Diff(before, p.output.files)...), true
+	diff := append([]string{}, Diff(before, p.output.files)...)
 	// Most of the scope's files are rewritten with the same paths: they are set over the old
 	// entries, and only the paths that are gone are deleted (deleting them all and putting them
 	// back would grow the tables, rehashing a fleet's entries).
 	out := p.r.takeSpare(p.prev)
-	merged := make([]string, 0, len(before)+len(p.output.files))
+	paths := make([]string, 0, len(before)+len(p.output.files))
 	for f := range before {
 		if _, ok := p.output.files[f]; !ok {
 			delete(out, f)
-			merged = append(merged, f)
+			paths = append(paths, f)
 		}
 	}
 	for f, b := range p.output.files {
 		out[f] = b
-		merged = append(merged, f)
+		paths = append(paths, f)
 	}
-	p.output.files, p.scoping.fresh, p.scoping.merged = out, fresh, merged
-	p.carryPlans(last)
-	return true
+	return merged{files: out, diff: diff, fresh: fresh, merged: paths}, true
 }
 
 // carryPlans adds the plan entries, notes and warnings of the Configurations out of the scope,
-// as the last render made them.
+// as the last render made them: the merge stage's part of the plan and of the output's notes.
 func (p *pass) carryPlans(last *lastScope) {
 	for k, changes := range last.standing {
 		if p.scoping.scope[k] {
@@ -351,7 +358,7 @@ func (p *pass) lastScope() *lastScope {
 		renderedJobsOnly: p.req.RenderedJobsOnly,
 		lost:             p.loaded.lost,
 		rollouts:         p.loaded.rollouts,
-		rolling:          p.loaded.rolling,
+		rolling:          p.output.rolling,
 		configs:          p.loaded.configs,
 		sets:             p.placement.sets,
 		records:          p.loaded.records,
