@@ -17,7 +17,7 @@ type StatusKind struct {
 
 // StatusKinds are the records the recorder writes.
 var StatusKinds = []StatusKind{
-	{Kind: "JobRecord", Dir: JobRecordsDir, IsPath: IsJobRecordPath, Layout: JobRecordsDir + "/<namespace>/<job>.yaml"},
+	{Kind: KindJobRecord, Dir: JobRecordsDir, IsPath: IsJobRecordPath, Layout: JobRecordsDir + "/<namespace>/<job>.yaml"},
 	{Kind: KindNodeLoss, Dir: NodeLossDir, IsPath: IsNodeLossPath, Layout: NodeLossDir + "/<node>.yaml"},
 	{Kind: KindRolloutRecord, Dir: RolloutDir, IsPath: IsRolloutPath, Layout: RolloutDir + "/<namespace>/<deployment>.yaml"},
 }

@@ -158,8 +158,9 @@ func marshalNodeLoss(name string, st nodeState) ([]byte, error) {
 	return b, nil
 }
 
-// watchNodes starts the node informer; synced reports when it has listed every node.
-func (r *Recorder) watchNodes(ctx context.Context) (func() bool, error) {
+// watchNodes starts the node informer (of the whole cluster: nodes have no namespace); synced
+// reports when it has listed every node.
+func (r *Recorder) watchNodes(ctx context.Context, _ []string) (func() bool, error) {
 	factory := informers.NewSharedInformerFactory(r.opts.Client, 0)
 	inf := factory.Core().V1().Nodes().Informer()
 	wake := func() { wakeUp(r.nodeWake) }

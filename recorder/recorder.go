@@ -95,6 +95,27 @@ type Options struct {
 	NodeLossGrace time.Duration
 }
 
+// statusWriter is one of the recorder's kinds of record beside its JobRecords (api.StatusKinds):
+// the watch that keeps what it should write up to date, and the flush that writes its folder
+// when woken.
+type statusWriter struct {
+	kind, what string // the api.StatusKind's Kind, and what the logs call it
+	on         bool
+	watch      func(ctx context.Context, namespaces []string) (synced func() bool, err error)
+	wake       chan struct{}
+	flush      func(ctx context.Context) (time.Time, error)
+}
+
+// statusWriters are the recorder's kinds beside JobRecords, each written by a loop of its own.
+// A new kind of record is a row here, with its watch and flush in a file of its own (nodes.go,
+// rollouts.go).
+func (r *Recorder) statusWriters() []statusWriter {
+	return []statusWriter{
+		{kind: api.KindNodeLoss, what: "node losses", on: r.opts.NodeLossGrace > 0, watch: r.watchNodes, wake: r.nodeWake, flush: r.FlushNodes},
+		{kind: api.KindRolloutRecord, what: "rollouts", on: true, watch: r.watchRollouts, wake: r.rolloutWake, flush: r.FlushRollouts},
+	}
+}
+
 // Recorder writes the outcome of every finished broker Job once.
 type Recorder struct {
 	opts Options
@@ -206,19 +227,17 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 	var loops sync.WaitGroup
 	defer loops.Wait()
-	if r.opts.NodeLossGrace > 0 {
-		nodesSynced, err := r.watchNodes(ctx)
+	for _, w := range r.statusWriters() {
+		if !w.on {
+			continue
+		}
+		synced, err := w.watch(ctx, namespaces)
 		if err != nil {
 			return err
 		}
-		r.opts.Log.Info("watching nodes for loss", "grace", r.opts.NodeLossGrace)
-		loops.Go(func() { r.runStatus(ctx, "node losses", nodesSynced, r.nodeWake, r.FlushNodes) })
+		r.opts.Log.Info("watching for "+w.what, "kind", w.kind)
+		loops.Go(func() { r.runStatus(ctx, w.what, synced, w.wake, w.flush) })
 	}
-	rolloutsSynced, err := r.watchRollouts(ctx, namespaces)
-	if err != nil {
-		return err
-	}
-	loops.Go(func() { r.runStatus(ctx, "rollouts", rolloutsSynced, r.rolloutWake, r.FlushRollouts) })
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // stopped before the caches synced: a stop, as any other
 	}

@@ -86,3 +86,14 @@ func TestRecorderRecordsRollouts(t *testing.T) {
 	_, errs := api.ParseRolloutFile(other, []byte(data))
 	require.Empty(t, errs)
 }
+
+// TestEveryStatusKindHasAWriter: a kind of record added to api.StatusKinds is verified and
+// rendered from the recorder's ref, so the recorder must write it.
+func TestEveryStatusKindHasAWriter(t *testing.T) {
+	written := recorder.StatusWriterKinds()
+	for _, k := range api.StatusKinds {
+		if k.Kind != api.KindJobRecord {
+			require.Contains(t, written, k.Kind, "no writer for %s (%s) in the recorder's statusWriters", k.Kind, k.Layout)
+		}
+	}
+}

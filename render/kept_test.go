@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
@@ -127,9 +128,16 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 	kept := render.New()
 	var last *render.Result
 	const steps = 60
+	// played are the recorder's kinds the steps wrote a record of.
+	played := map[string]bool{}
 	for i := 0; i < steps; i++ {
 		what := c.change(i)
 		tree := c.tree
+		for f := range tree {
+			if k, ok := api.StatusKindOf(f); ok {
+				played[k.Kind] = true
+			}
+		}
 		req := render.Request{Files: tree, SourceCommit: fmt.Sprintf("c-%d", i), AllowDeletions: true, RenderedJobsOnly: renderedJobsOnly,
 			Writers: writerTips(tree)}
 		fresh := render.Render(req)
@@ -158,6 +166,11 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		c.tree = apply(tree, got)
 	}
 	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)
+	// A kind of record the steps never write is a kind whose scoping no one checks: a new
+	// kind in api.StatusKinds needs its step in fleetChanges.change.
+	for _, k := range api.StatusKinds {
+		require.True(t, played[k.Kind], "the steps wrote no %s (%s): add a step that writes one", k.Kind, k.Layout)
+	}
 	// A node lost or back re-renders every Configuration (a whole pass), as its first and any
 	// invalid step do: a third of the passes at least are scoped.
 	require.Greater(t, render.ScopedPasses(kept), steps/3, "passes are scoped")

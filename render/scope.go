@@ -50,8 +50,9 @@ type standingChange struct {
 type lastScope struct {
 	settings         []byte
 	renderedJobsOnly bool
-	// lost are the lost nodes: a change to them moves brokers in any Configuration.
-	lost map[string]*api.NodeLoss
+	// status are the records of the kinds a scoped pass does not follow (node losses, which
+	// move brokers in any Configuration): a change to them renders whole.
+	status map[string][]byte
 	// rollouts are the RolloutRecords: a change reaches the Configuration of its Deployment;
 	// rolling the Configurations in a staged rollout, which the next pass renders again.
 	rollouts map[string]*api.RolloutRecord
@@ -140,7 +141,7 @@ func (p *pass) scopeFor() map[string]bool {
 	if !p.scoping.onLast || last == nil || len(p.prev) == 0 || len(p.held) > 0 || !maps.Equal(p.loaded.frozenNodes, last.frozen) ||
 		len(p.loaded.frozenConfigs) > 0 || len(p.req.Unreadable) > 0 || p.req.RenderedJobsOnly != last.renderedJobsOnly ||
 		!bytes.Equal(p.req.Files[api.SettingsPath], last.settings) ||
-		!maps.EqualFunc(p.loaded.lost, last.lost, func(a, b *api.NodeLoss) bool { return true }) {
+		!maps.EqualFunc(p.unfollowedStatus(), last.status, bytes.Equal) {
 		return nil
 	}
 	scope := map[string]bool{}
@@ -356,7 +357,7 @@ func (p *pass) lastScope() *lastScope {
 	return &lastScope{
 		settings:         p.req.Files[api.SettingsPath],
 		renderedJobsOnly: p.req.RenderedJobsOnly,
-		lost:             p.loaded.lost,
+		status:           p.unfollowedStatus(),
 		rollouts:         p.loaded.rollouts,
 		rolling:          p.output.rolling,
 		configs:          p.loaded.configs,

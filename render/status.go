@@ -25,3 +25,22 @@ func loadStatus[R any](p *pass, isPath func(string) bool, parse func(file string
 		add(f, r)
 	}
 }
+
+// followedKinds are the recorder's kinds whose change a scoped pass follows to the
+// Configurations it reaches (scopeFor): a JobRecord to its Job's, a RolloutRecord to its
+// Deployment's. A change to any other kind's records renders the pass whole, so a kind added
+// to api.StatusKinds is never missed by a scoped pass, only rendered at a whole pass's cost
+// until scopeFor learns where it reaches.
+var followedKinds = map[string]bool{api.KindJobRecord: true, api.KindRolloutRecord: true}
+
+// unfollowedStatus are the inputs of the recorder's kinds a scoped pass does not follow, by
+// path.
+func (p *pass) unfollowedStatus() map[string][]byte {
+	out := map[string][]byte{}
+	for _, f := range p.inputPaths() {
+		if k, ok := api.StatusKindOf(f); ok && !followedKinds[k.Kind] {
+			out[f] = p.req.Files[f]
+		}
+	}
+	return out
+}
