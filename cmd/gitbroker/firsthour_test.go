@@ -119,3 +119,77 @@ func TestVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `^gitbroker v9\.8\.7\ncommit 0123abc\n`, string(out))
 }
+
+// A link planted where the render writes a file (an output file that changes, or a new one) is
+// refused as it is read: the render writes nothing, and never through the link.
+func TestRenderNeverWritesThroughALink(t *testing.T) {
+	dir := demoRepo(t)
+	before := owned(t, dir)
+	var existing string
+	for p := range before {
+		if strings.HasPrefix(p, "rendered/default/akri-debug-echo/") && strings.Contains(p, "/deployment-") {
+			existing = p
+		}
+	}
+	require.NotEmpty(t, existing)
+	// A new device, whose new Job file is found by rendering a copy first.
+	inv := filepath.Join(dir, "inventory", "edge-a.yaml")
+	invData, err := os.ReadFile(inv)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(inv, append(invData, []byte("    - id: plc-8\n      properties:\n        DEBUG_ECHO_DESCRIPTION: plc-8\n")...), 0o644))
+	scratch := t.TempDir()
+	require.NoError(t, os.CopyFS(scratch, os.DirFS(dir)))
+	code, _, stderr := gitbroker(t, "render", "--dir", scratch)
+	require.Equal(t, exitOK, code, stderr)
+	var fresh string
+	for p := range owned(t, scratch) {
+		if _, ok := before[p]; !ok && strings.HasPrefix(p, "rendered/plant/plc-firmware/job-") {
+			fresh = p
+		}
+	}
+	require.NotEmpty(t, fresh, "the new device renders a new file")
+
+	target := filepath.Join(t.TempDir(), "target")
+	require.NoError(t, os.WriteFile(target, []byte("untouched\n"), 0o600))
+	require.NoError(t, os.Remove(filepath.Join(dir, existing)))
+	for _, p := range []string{existing, fresh} {
+		require.NoError(t, os.Symlink(target, filepath.Join(dir, p)))
+	}
+	code, _, stderr = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitInvalid, code, stderr)
+	require.Contains(t, stderr, "a symbolic link; rendered/ and history/ hold only regular files")
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "untouched\n", string(got), "nothing written through a link")
+	for _, p := range []string{existing, fresh} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		require.NoError(t, err)
+		require.Equal(t, os.ModeSymlink, fi.Mode().Type(), "%s left as it was", p)
+	}
+}
+
+// writeFile creates a new file in place, replaces an existing one whole, and replaces a link
+// put in its way (a race with the read's check) instead of writing through it.
+func TestWriteFileNeverFollowsALink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "target")
+	require.NoError(t, os.WriteFile(target, []byte("untouched\n"), 0o600))
+	link, plain, fresh := filepath.Join(dir, "link.yaml"), filepath.Join(dir, "plain.yaml"), filepath.Join(dir, "new.yaml")
+	require.NoError(t, os.Symlink(target, link))
+	require.NoError(t, os.WriteFile(plain, []byte("old\n"), 0o644))
+	for _, f := range []string{link, plain, fresh} {
+		require.NoError(t, writeFile(f, []byte("rendered\n")))
+		fi, err := os.Lstat(f)
+		require.NoError(t, err)
+		require.True(t, fi.Mode().IsRegular(), f)
+		got, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Equal(t, "rendered\n", string(got))
+	}
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.Equal(t, "untouched\n", string(got))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 3, "no temporary file left")
+}

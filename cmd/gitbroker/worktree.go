@@ -174,7 +174,23 @@ func writeFiles(dir string, t render.Tree, paths []string) error {
 // journal more than on a CPU, so more writers than cores keep it busy.
 const writers = 8
 
+// writeFile writes data at full. A file that is not there yet is created in place (O_EXCL: never
+// through a link someone put there); one that is there is replaced whole, through a temporary
+// file and a rename, so a reader never sees it half written. A new file half written by a
+// render that stopped differs from what the next render makes, which writes it again.
 func writeFile(full string, data []byte) error {
+	if f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(full)
+		}
+		return err
+	} else if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
 	tmp := filepath.Join(filepath.Dir(full), ".gitbroker-tmp-"+filepath.Base(full))
 	err := os.WriteFile(tmp, data, 0o644)
 	if err == nil {
