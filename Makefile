@@ -126,10 +126,11 @@ bench-git:
 	$(GO) test -run '^$$' -bench RemoteRenderOneDevice -benchmem -benchtime 10x ./cmd/gitbroker/
 
 # The command on the same fleet written to a new directory: read 1,020 inputs, render, write
-# 16,686 files, then check them.
+# 16,686 files, then check them. DEVICES=100000 does it for fleet-100k (10,020 inputs, 166,788
+# files).
 bench-cli: build
 	@dir=$$(mktemp -d) && \
-	GITBROKER_FLEET_DIR=$$dir $(GO) test -count=1 -run TestWriteFleet ./render/ >/dev/null && \
+	GITBROKER_FLEET_DIR=$$dir GITBROKER_FLEET_DEVICES=$(DEVICES) $(GO) test -count=1 -run TestWriteFleet ./render/ >/dev/null && \
 	echo "render:" && time $(BIN) render --dir $$dir >/dev/null 2>&1 && \
 	echo "check:" && time $(BIN) check --dir $$dir && \
 	rm -rf $$dir
