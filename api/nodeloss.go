@@ -43,6 +43,10 @@ const (
 	MaxNodeLossMessageBytes = 1024
 )
 
+func init() {
+	registerStatusKind(StatusKind{Kind: KindNodeLoss, Dir: NodeLossDir, IsPath: IsNodeLossPath, Layout: NodeLossDir + "/<node>.yaml"})
+}
+
 // NodeLossPath is where the recorder writes the loss of node.
 func NodeLossPath(node string) string { return path.Join(NodeLossDir, node+".yaml") }
 

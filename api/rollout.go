@@ -45,6 +45,10 @@ const (
 	MaxRolloutMessageBytes = 1024
 )
 
+func init() {
+	registerStatusKind(StatusKind{Kind: KindRolloutRecord, Dir: RolloutDir, IsPath: IsRolloutPath, Layout: RolloutDir + "/<namespace>/<deployment>.yaml"})
+}
+
 // RolloutPath is where the recorder writes the rollout of a Deployment.
 func RolloutPath(namespace, name string) string {
 	return path.Join(RolloutDir, namespace, name+".yaml")

@@ -1,12 +1,15 @@
 package api
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // StatusKind is one kind of record the recorder writes on its ref (StatusBranch): where its
 // files live, what a path of one looks like, and, for messages, how its paths are spelled.
 // Every reader of the recorder's ref (the renderer's inputs, verify's check of what the ref may
-// hold) takes the kinds from StatusKinds, so a new kind is added here, with its parser and the
-// recorder's writer, not found by grepping.
+// hold) takes the kinds from StatusKinds, so a new kind is added in its own file, with its
+// parser, not found by grepping (docs/ARCHITECTURE.md, "Adding a kind of status record").
 type StatusKind struct {
 	Kind   string
 	Dir    string
@@ -15,11 +18,18 @@ type StatusKind struct {
 	Layout string
 }
 
-// StatusKinds are the records the recorder writes.
-var StatusKinds = []StatusKind{
-	{Kind: KindJobRecord, Dir: JobRecordsDir, IsPath: IsJobRecordPath, Layout: JobRecordsDir + "/<namespace>/<job>.yaml"},
-	{Kind: KindNodeLoss, Dir: NodeLossDir, IsPath: IsNodeLossPath, Layout: NodeLossDir + "/<node>.yaml"},
-	{Kind: KindRolloutRecord, Dir: RolloutDir, IsPath: IsRolloutPath, Layout: RolloutDir + "/<namespace>/<deployment>.yaml"},
+// StatusKinds are the records the recorder writes, in the order of their folders. Each kind's
+// file registers it (registerStatusKind, in an init), as a Kubernetes API's types register
+// with their scheme.
+var StatusKinds []StatusKind
+
+func registerStatusKind(k StatusKind) {
+	StatusKinds = append(StatusKinds, k)
+	slices.SortFunc(StatusKinds, func(a, b StatusKind) int { return strings.Compare(a.Dir, b.Dir) })
+}
+
+func init() {
+	registerStatusKind(StatusKind{Kind: KindJobRecord, Dir: JobRecordsDir, IsPath: IsJobRecordPath, Layout: JobRecordsDir + "/<namespace>/<job>.yaml"})
 }
 
 // StatusKindOf is the kind of record at p, and whether p is one.

@@ -3,8 +3,8 @@ package recorder
 // StatusWriterKinds are the kinds a recorder writes beside its JobRecords.
 func StatusWriterKinds() []string {
 	var kinds []string
-	for _, w := range (&Recorder{}).statusWriters() {
-		kinds = append(kinds, w.kind)
+	for _, f := range statusWriters {
+		kinds = append(kinds, f(&Recorder{}).kind)
 	}
 	return kinds
 }

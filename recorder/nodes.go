@@ -42,6 +42,8 @@ type nodeState struct {
 type nodes struct {
 	grace time.Duration
 	now   func() time.Time
+	// wake tells the flush loop that something changed.
+	wake chan struct{}
 
 	mu      sync.Mutex
 	synced  bool
@@ -50,7 +52,15 @@ type nodes struct {
 }
 
 func newNodes(grace time.Duration, now func() time.Time) *nodes {
-	return &nodes{grace: grace, now: now, present: map[string]bool{}, down: map[string]nodeState{}}
+	return &nodes{grace: grace, now: now, wake: make(chan struct{}, 1), present: map[string]bool{}, down: map[string]nodeState{}}
+}
+
+func init() {
+	registerStatusWriter(func(r *Recorder) statusWriter {
+		r.nodes = newNodes(r.opts.NodeLossGrace, r.opts.Now)
+		return statusWriter{kind: api.KindNodeLoss, what: "node losses", on: r.opts.NodeLossGrace > 0,
+			watch: r.watchNodes, wake: r.nodes.wake, flush: r.FlushNodes}
+	})
 }
 
 // observe takes a node's state from its Ready condition.
@@ -163,7 +173,7 @@ func marshalNodeLoss(name string, st nodeState) ([]byte, error) {
 func (r *Recorder) watchNodes(ctx context.Context, _ []string) (func() bool, error) {
 	factory := informers.NewSharedInformerFactory(r.opts.Client, 0)
 	inf := factory.Core().V1().Nodes().Informer()
-	wake := func() { wakeUp(r.nodeWake) }
+	wake := func() { wakeUp(r.nodes.wake) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.observeNode(obj); wake() },
 		UpdateFunc: func(_, obj any) { r.observeNode(obj); wake() },

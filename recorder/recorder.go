@@ -106,15 +106,12 @@ type statusWriter struct {
 	flush      func(ctx context.Context) (time.Time, error)
 }
 
-// statusWriters are the recorder's kinds beside JobRecords, each written by a loop of its own.
-// A new kind of record is a row here, with its watch and flush in a file of its own (nodes.go,
-// rollouts.go).
-func (r *Recorder) statusWriters() []statusWriter {
-	return []statusWriter{
-		{kind: api.KindNodeLoss, what: "node losses", on: r.opts.NodeLossGrace > 0, watch: r.watchNodes, wake: r.nodeWake, flush: r.FlushNodes},
-		{kind: api.KindRolloutRecord, what: "rollouts", on: true, watch: r.watchRollouts, wake: r.rolloutWake, flush: r.FlushRollouts},
-	}
-}
+// statusWriters make the recorder's writers of its kinds beside JobRecords, one per kind. Each
+// kind's file registers its own in an init (nodes.go, rollouts.go), as the kind registers in
+// api.StatusKinds: a new kind of record is a file here, not a field, a channel and a loop.
+var statusWriters []func(r *Recorder) statusWriter
+
+func registerStatusWriter(f func(r *Recorder) statusWriter) { statusWriters = append(statusWriters, f) }
 
 // Recorder writes the outcome of every finished broker Job once.
 type Recorder struct {
@@ -129,11 +126,11 @@ type Recorder struct {
 
 	// writing serialises the writes to the Store: Job records and node losses are written
 	// from two loops.
-	writing     sync.Mutex
-	nodes       *nodes
-	nodeWake    chan struct{}
-	rollouts    *rollouts
-	rolloutWake chan struct{}
+	writing  sync.Mutex
+	nodes    *nodes
+	rollouts *rollouts
+	// writers are the writers of the kinds beside JobRecords (statusWriters).
+	writers []statusWriter
 }
 
 // pending is a finished Job's record waiting to be written.
@@ -187,9 +184,11 @@ func New(opts Options) (*Recorder, error) {
 	if opts.NodeLossGrace == 0 {
 		opts.NodeLossGrace = DefaultNodeLossGrace
 	}
-	return &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1),
-		nodes: newNodes(opts.NodeLossGrace, opts.Now), nodeWake: make(chan struct{}, 1),
-		rollouts: &rollouts{namespaces: opts.Namespaces, seen: map[string][]byte{}}, rolloutWake: make(chan struct{}, 1)}, nil
+	r := &Recorder{opts: opts, redact: red, pending: map[string]*pending{}, wake: make(chan struct{}, 1)}
+	for _, f := range statusWriters {
+		r.writers = append(r.writers, f(r))
+	}
+	return r, nil
 }
 
 // Ready reports whether the informer has synced and everything it found
@@ -227,7 +226,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 	var loops sync.WaitGroup
 	defer loops.Wait()
-	for _, w := range r.statusWriters() {
+	for _, w := range r.writers {
 		if !w.on {
 			continue
 		}

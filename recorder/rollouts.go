@@ -30,8 +30,19 @@ type rollouts struct {
 	// namespaces are those watched; nil is every namespace.
 	namespaces []string
 
+	// wake tells the flush loop that something changed.
+	wake chan struct{}
+
 	mu   sync.Mutex
 	seen map[string][]byte // RolloutRecords by path, of the Deployments the informers hold
+}
+
+func init() {
+	registerStatusWriter(func(r *Recorder) statusWriter {
+		r.rollouts = &rollouts{namespaces: r.opts.Namespaces, wake: make(chan struct{}, 1), seen: map[string][]byte{}}
+		return statusWriter{kind: api.KindRolloutRecord, what: "rollouts", on: true,
+			watch: r.watchRollouts, wake: r.rollouts.wake, flush: r.FlushRollouts}
+	})
 }
 
 // observe takes a Deployment's rollout as it is now; a Deployment whose record would not parse
@@ -138,7 +149,7 @@ func (r *Recorder) watchRollouts(ctx context.Context, namespaces []string) (func
 				}
 				if d, ok := obj.(*appsv1.Deployment); ok {
 					r.rollouts.gone(d.Namespace, d.Name)
-					wakeUp(r.rolloutWake)
+					wakeUp(r.rollouts.wake)
 				}
 			},
 		}); err != nil {
@@ -164,7 +175,7 @@ func (r *Recorder) watchRollouts(ctx context.Context, namespaces []string) (func
 func (r *Recorder) observeRollout(obj any) {
 	if d, ok := obj.(*appsv1.Deployment); ok {
 		r.rollouts.observe(d)
-		wakeUp(r.rolloutWake)
+		wakeUp(r.rollouts.wake)
 	}
 }
 

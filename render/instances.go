@@ -13,6 +13,16 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
+// placement is what the place stage makes: the devices of every Configuration grouped into
+// instances as Akri names them, and those kept as they were.
+type placement struct {
+	instances       map[string][]*instance  // by configuration key
+	sets            map[string]*instanceSet // by configuration key
+	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
+	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
+	disputed        []*instance             // shared instances whose reporting nodes disagree
+}
+
 // place is the stage after load: it groups every valid inventory's devices into Akri instances
 // and hands them on by Configuration, with those whose reporting nodes disagree.
 func (p *pass) place() *placement {

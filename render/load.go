@@ -9,6 +9,35 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
+// loaded is what the load stage makes of the request's inputs: the settings, the valid
+// Configurations, inventories and records, and what it had to freeze or refuse.
+type loaded struct {
+	settings api.ResolvedSettings
+	prevMeta Metadata
+
+	configs     map[string]*api.ParsedConfiguration // valid, by namespace/name
+	configFiles map[string][]string
+	// discovery digests what each Configuration asks the agents to discover (discoveryDigest).
+	discovery     map[string]string
+	frozenConfigs map[string]bool
+	frozenNodes   map[string]bool
+	invs          []*api.ParsedInventory
+
+	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
+	recordBytes map[string][]byte         // by namespace/job, status/ files only
+	byDevice    map[string][]*api.JobRecord
+	// lost are the nodes the recorder found lost (status/nodes/), by name.
+	lost map[string]*api.NodeLoss
+	// rollouts are the recorder's RolloutRecords (status/rollouts/), by namespace/deployment.
+	rollouts map[string]*api.RolloutRecord
+	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
+	ignoredRecords []Problem
+	// refused are this pass's checks of device properties, by inventory (kept for the next).
+	refused map[*api.ParsedInventory]refusedCheck
+	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
+	rendered map[string]int
+}
+
 // load is the first stage: it parses and checks the request's inputs (docs/ARCHITECTURE.md,
 // "The render's stages") and hands on the valid Configurations, inventories and records, and
 // what it had to freeze. Each reader takes what the readers before it loaded from l.

@@ -56,45 +56,6 @@ type pass struct {
 	scoping   scoping
 }
 
-// loaded is what the load stage makes of the request's inputs: the settings, the valid
-// Configurations, inventories and records, and what it had to freeze or refuse.
-type loaded struct {
-	settings api.ResolvedSettings
-	prevMeta Metadata
-
-	configs     map[string]*api.ParsedConfiguration // valid, by namespace/name
-	configFiles map[string][]string
-	// discovery digests what each Configuration asks the agents to discover (discoveryDigest).
-	discovery     map[string]string
-	frozenConfigs map[string]bool
-	frozenNodes   map[string]bool
-	invs          []*api.ParsedInventory
-
-	records     map[string]*api.JobRecord // by namespace/job, from status/ and history/
-	recordBytes map[string][]byte         // by namespace/job, status/ files only
-	byDevice    map[string][]*api.JobRecord
-	// lost are the nodes the recorder found lost (status/nodes/), by name.
-	lost map[string]*api.NodeLoss
-	// rollouts are the recorder's RolloutRecords (status/rollouts/), by namespace/deployment.
-	rollouts map[string]*api.RolloutRecord
-	// ignoredRecords are JobRecords refused under RenderedJobsOnly, for the plan.
-	ignoredRecords []Problem
-	// refused are this pass's checks of device properties, by inventory (kept for the next).
-	refused map[*api.ParsedInventory]refusedCheck
-	// rendered counts the Jobs of prev when RenderedJobsOnly needed them (renderedJobs).
-	rendered map[string]int
-}
-
-// placement is what the instances stage makes: the devices of every Configuration grouped into
-// instances as Akri names them, and those kept as they were.
-type placement struct {
-	instances       map[string][]*instance  // by configuration key
-	sets            map[string]*instanceSet // by configuration key
-	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
-	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
-	disputed        []*instance             // shared instances whose reporting nodes disagree
-}
-
 // output is what the brokers, jobs, history, layout and metadata stages write.
 type output struct {
 	files   Tree
