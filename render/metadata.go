@@ -140,6 +140,7 @@ func (p *pass) writeMetadata() {
 	}
 	sameWriters := maps.Equal(p.loaded.prevMeta.Writers, writers)
 	p.writeAccepted(writers)
+	p.writeShares(p.shares())
 	sameDiscovery := maps.Equal(p.loaded.prevMeta.Discovery, p.loaded.discovery)
 	digests := p.instanceDigests()
 	sameDigests := fmt.Sprint(p.loaded.prevMeta.InstanceDigests) == fmt.Sprint(digests) || len(p.loaded.prevMeta.InstanceDigests) == 0 && len(digests) == 0

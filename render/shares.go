@@ -1,0 +1,83 @@
+package render
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
+)
+
+// shares splits each shared instance's capacity among the nodes that report it (docs/DESIGN.md,
+// "Devices counted once across the cluster"): a slot for each broker where the brokers were
+// placed, then the rest over the nodes in that order (the brokers' nodes, then the other live
+// nodes, by name), round and round. A lost node gets none while another reports the device. So
+// the nodes together offer the device's capacity, never capacity times the nodes. By node, then
+// instance; only the slots a node has.
+func (p *pass) shares() map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for k, list := range p.placement.instances {
+		cfg := p.loaded.configs[k]
+		if cfg == nil {
+			continue
+		}
+		for _, in := range list {
+			if !in.shared {
+				continue
+			}
+			order := shareOrder(in, p.loaded.lost)
+			for i := range cfg.Policy.Capacity {
+				n := order[i%len(order)]
+				if out[n] == nil {
+					out[n] = map[string]int{}
+				}
+				out[n][in.name]++
+			}
+		}
+	}
+	return out
+}
+
+// shareOrder is the order a shared instance's slots go round its nodes in: the nodes of its
+// brokers, then its other live nodes.
+func shareOrder(in *instance, lost map[string]*api.NodeLoss) []string {
+	var order []string
+	if in.broker != nil {
+		order = slices.Clone(in.broker.nodes)
+	}
+	for _, n := range liveNodes(in, lost) {
+		if !slices.Contains(order, n) {
+			order = append(order, n)
+		}
+	}
+	return order
+}
+
+// writeShares writes each shard's shares (api.SharesFile) beside its accepted tips: a node's
+// shares go in the shard of its inventory ref, and a shard whose nodes have none has no file.
+// The diff is brought up to date with them.
+func (p *pass) writeShares(shares map[string]map[string]int) {
+	shards := map[string]map[string]map[string]int{}
+	for node, s := range shares {
+		shard := api.AcceptedShard(api.InventoryBranch(node))
+		if shards[shard] == nil {
+			shards[shard] = map[string]map[string]int{}
+		}
+		shards[shard][node] = s
+	}
+	paths := make([]string, 0, api.AcceptedShards)
+	for i := range api.AcceptedShards {
+		f := api.SharesFile(api.AcceptedShardName(i))
+		paths = append(paths, f)
+		delete(p.output.files, f)
+	}
+	for _, shard := range slices.Sorted(maps.Keys(shards)) {
+		f := api.SharesFile(shard)
+		b := yamlcodec.Marshal(api.DeviceShares{APIVersion: api.APIVersion, Kind: api.KindDeviceShares, Nodes: shards[shard]})
+		if old, ok := p.prev[f]; ok && string(old) == string(b) {
+			b = old // the same bytes: the file is unchanged
+		}
+		p.output.files[f] = b
+	}
+	p.rediff(paths...)
+}
