@@ -57,6 +57,13 @@ type Options struct {
 	// Devices, when set, is given the node's instances after every discovery: the kubelet
 	// device plugin that serves akri.sh/<instance> and akri.sh/<configuration>.
 	Devices DeviceSink
+	// Shares, when set, reads this node's slots of each shared instance from the renderer's
+	// publication (publication.Shares), before every serving of Devices: a shared device
+	// offers only those, so the nodes that see it offer its capacity once (docs/DESIGN.md,
+	// "Devices counted once across the cluster"). A read that fails keeps the shares read
+	// last; before any is read, a shared device offers none. nil offers every shared device's
+	// whole capacity (a work tree, an agent that checks no publication).
+	Shares func(ctx context.Context) (map[string]int, error)
 	// PropertiesDir holds the values of discoveryProperties[].valueFrom, mounted from their
 	// Secrets and ConfigMaps (DefaultPropertiesDir); "" resolves none.
 	PropertiesDir string
@@ -114,6 +121,10 @@ type Agent struct {
 	// by Configuration key (digestsOf).
 	instanceDigests map[string]map[api.DeviceKey]string
 	noHandler       map[string]bool
+	// shares are the slots of the shared instances this node may offer (Options.Shares), and
+	// sharesErr the error their last read gave, logged once.
+	shares    map[string]int
+	sharesErr string
 	// nothingFound are the Configurations whose last discovery found no device, so that it is
 	// said once, when it starts.
 	nothingFound map[string]bool

@@ -24,7 +24,7 @@ type DeviceSink interface {
 
 // serveDevices gives the device plugin what the node sees now: every tracked device of every
 // Configuration, named as the renderer names its instance, healthy when this cycle's discovery
-// saw it. Properties a device may not set (ParsedConfiguration.DeviceMaySet) are left out as the
+// saw it, a shared one with this node's share of its slots. Properties a device may not set (ParsedConfiguration.DeviceMaySet) are left out as the
 // renderer leaves them out, unless the Configuration allows them.
 func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now time.Time) {
 	if a.opts.Devices == nil {
@@ -57,11 +57,17 @@ func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now ti
 				}
 			}
 			maps.Copy(env, c.Spec.BrokerProperties)
+			name := api.InstanceName(c.Name, digests[k])
+			elsewhere := 0
+			if k.Shared && a.opts.Shares != nil {
+				elsewhere = max(c.Policy.Capacity-a.shares[name], 0)
+			}
 			out = append(out, deviceplugin.Instance{
-				Name:            api.InstanceName(c.Name, digests[k]),
+				Name:            name,
 				Configuration:   c.Name,
 				Digest:          strings.ToUpper(digests[k]),
 				Capacity:        c.Policy.Capacity,
+				Elsewhere:       elsewhere,
 				Healthy:         t.lastSeen.Equal(now),
 				DeviceSpecs:     t.device.DeviceSpecs,
 				Mounts:          t.device.Mounts,

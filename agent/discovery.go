@@ -72,7 +72,26 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 	if r, ok := a.opts.Handlers.(Retainer); ok {
 		r.Retain(wanted)
 	}
+	a.readShares(ctx)
 	a.serveDevices(configs, now)
+}
+
+// readShares reads this node's shares of its shared devices (Options.Shares); a read that fails
+// keeps the last, and is logged once until it changes.
+func (a *Agent) readShares(ctx context.Context) {
+	if a.opts.Shares == nil || a.opts.Devices == nil {
+		return
+	}
+	shares, err := a.opts.Shares(ctx)
+	if err != nil {
+		if err.Error() != a.sharesErr {
+			a.sharesErr = err.Error()
+			a.opts.Log.Error(err, "reading this node's shares of its shared devices; the last read stand", "shares", a.shares)
+		}
+		return
+	}
+	a.sharesErr = ""
+	a.shares = shares
 }
 
 // noteNothingFound logs, once when it starts, that a Configuration's discovery finds no device on

@@ -268,41 +268,76 @@ func (p *Configurations) accept(ctx context.Context, head gitsync.Snapshot) erro
 // until it sees its line accepted (gitsync.WithAcceptedRecheck), which also undoes an older
 // shard put back as the head. A shard branch that does not exist names nothing: nothing of
 // ref's was accepted yet, or the renderer re-creates the branch with its next render.
-func AcceptedTip(shard interface {
-	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
-}, keys *RendererKeys, ref string) func(ctx context.Context) (string, error) {
+func AcceptedTip(shard Shard, keys *RendererKeys, ref string) func(ctx context.Context) (string, error) {
 	name := api.AcceptedShard(ref)
-	branch, folder, file := api.AcceptedBranchPrefix+name, api.AcceptedFolder(name), api.AcceptedFile(name)
 	return func(ctx context.Context) (string, error) {
-		if keys == nil {
-			return "", fmt.Errorf("%s: no renderer key to check it with: the accepted tip is not read", branch)
-		}
-		snap, err := shard.Snapshot(ctx)
-		if errors.Is(err, gitsync.ErrNoBranch) {
-			return "", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		c := gitsync.HeadCommit(snap)
-		if c == nil {
-			return "", fmt.Errorf("%s: no commit to read", branch)
-		}
-		if err := keys.Signed(c, time.Now()); err != nil {
-			return "", fmt.Errorf("%s: head %s is not the renderer's (%w): the accepted tip is not read", branch, short(c.Hash), err)
-		}
-		if shows, ok := gitsync.TrailerValue(c.Raw, gitsync.TrailerCompanion); !ok || shows != folder {
-			return "", fmt.Errorf("%s: head %s is signed by the renderer but does not show %s: the accepted tip is not read", branch, short(c.Hash), folder)
-		}
-		data, err := snap.ReadFile(file)
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("%s: head %s has no %s: the accepted tip is not read", branch, short(c.Hash), file)
-		}
-		if err != nil {
+		data, err := readShard(ctx, shard, keys, name, api.AcceptedFile(name), "the accepted tip")
+		if err != nil || data == nil {
 			return "", err
 		}
 		return api.WriterTip(data, ref), nil
 	}
+}
+
+// Shard is a writer's accepted-tips shard: the branch api.AcceptedBranch(ref) opened read-only.
+type Shard interface {
+	Snapshot(ctx context.Context) (gitsync.Snapshot, error)
+}
+
+// Shares returns what node's agent may offer of its shared devices (docs/DESIGN.md, "Devices
+// counted once across the cluster"): its slots of each shared instance, by instance, from the
+// shares of its inventory ref's accepted shard (api.SharesFile), read under the same checks
+// as AcceptedTip. A shard with no shares file, or a branch that does not exist yet, gives no
+// slot. An error (a head that is not the renderer's) gives none either: the agent keeps the
+// shares it read last.
+func Shares(shard Shard, keys *RendererKeys, node string) func(ctx context.Context) (map[string]int, error) {
+	name := api.AcceptedShard(api.InventoryBranch(node))
+	return func(ctx context.Context) (map[string]int, error) {
+		data, err := readShard(ctx, shard, keys, name, api.SharesFile(name), "the device shares")
+		if err != nil {
+			return nil, err
+		}
+		return api.SharesOf(data, node), nil
+	}
+}
+
+// readShard reads file from shard name's branch, only when its head is a commit the pinned
+// renderer key signed that shows that shard's folder; nil with no error when the branch does not
+// exist, or (for any file but the accepted tips, which the renderer writes with every shard) its
+// head has no such file.
+func readShard(ctx context.Context, shard Shard, keys *RendererKeys, name, file, what string) ([]byte, error) {
+	branch, folder := api.AcceptedBranchPrefix+name, api.AcceptedFolder(name)
+	if keys == nil {
+		return nil, fmt.Errorf("%s: no renderer key to check it with: %s is not read", branch, what)
+	}
+	snap, err := shard.Snapshot(ctx)
+	if errors.Is(err, gitsync.ErrNoBranch) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := gitsync.HeadCommit(snap)
+	if c == nil {
+		return nil, fmt.Errorf("%s: no commit to read", branch)
+	}
+	if err := keys.Signed(c, time.Now()); err != nil {
+		return nil, fmt.Errorf("%s: head %s is not the renderer's (%w): %s is not read", branch, short(c.Hash), err, what)
+	}
+	if shows, ok := gitsync.TrailerValue(c.Raw, gitsync.TrailerCompanion); !ok || shows != folder {
+		return nil, fmt.Errorf("%s: head %s is signed by the renderer but does not show %s: %s is not read", branch, short(c.Hash), folder, what)
+	}
+	data, err := snap.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		if file == api.AcceptedFile(name) {
+			return nil, fmt.Errorf("%s: head %s has no %s: %s is not read", branch, short(c.Hash), file, what)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 func short(h string) string {

@@ -58,6 +58,10 @@ type Instance struct {
 	Digest string
 	// Capacity is the number of slots.
 	Capacity int
+	// Elsewhere is how many of them the other nodes that see a shared device offer: this node
+	// offers the first Capacity-Elsewhere slots (Healthy while the device is), the others are
+	// Unhealthy here.
+	Elsewhere int
 	// Healthy is true when the device was seen in the latest discovery.
 	Healthy     bool
 	DeviceSpecs []api.DeviceSpec
@@ -207,7 +211,7 @@ func (p *Plugin) devices(resource string) ([]*pluginapi.Device, <-chan struct{})
 			continue
 		}
 		health := pluginapi.Healthy
-		if c, ok := p.claims[id]; !in.Healthy || ok && c.resource != resource {
+		if c, ok := p.claims[id]; !in.Healthy || ok && c.resource != resource || p.slots[id].index >= in.offered() {
 			health = pluginapi.Unhealthy
 		}
 		out = append(out, &pluginapi.Device{ID: id, Health: health})
@@ -237,9 +241,12 @@ func (p *Plugin) sortedInstances() []Instance {
 	return out
 }
 
-// freeSlot is the lowest slot of in that no claim holds, -1 when none; p.mu is held.
+// offered is how many of in's slots this node offers.
+func (in Instance) offered() int { return max(in.Capacity-in.Elsewhere, 0) }
+
+// freeSlot is the lowest slot of in's share that no claim holds, -1 when none; p.mu is held.
 func (p *Plugin) freeSlot(in Instance) int {
-	for i := range in.Capacity {
+	for i := range in.offered() {
 		if _, ok := p.claims[slotID(in.Name, i)]; !ok {
 			return i
 		}

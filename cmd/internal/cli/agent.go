@@ -229,6 +229,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			Enrolment:         st.enrolment,
 			ShutdownGrace:     o.ShutdownGrace,
 			PropertiesDir:     o.PropertiesDir,
+			Shares:            st.shares,
 		},
 		Builtins: agent.BuiltinOptions{UdevRoot: o.UdevRoot,
 			DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability},
@@ -284,7 +285,10 @@ type agentStores struct {
 	store     gitsync.Store
 	source    agent.ConfigurationSource
 	enrolment *agent.Enrolment
-	where     string // for the log
+	// shares reads this node's shares of its shared devices (agent.Options.Shares); nil
+	// without the renderer's pinned key.
+	shares func(ctx context.Context) (map[string]int, error)
+	where  string // for the log
 }
 
 // stores opens the agent's work tree (--dir), or its node ref and where it reads the
@@ -353,6 +357,15 @@ func (o *agentOptions) stores(log logr.Logger) (agentStores, error) {
 			return st, Exitf(ExitInvalid, "%v", err)
 		}
 		st.source = pub
+		// The node's shares are in its ref's accepted shard, on the rendered branch's
+		// repository, which the agent only reads.
+		shardGit := o.Git
+		shardGit.Branch = api.AcceptedBranch(api.InventoryBranch(o.Node))
+		shard, err := shardGit.Open(opts...)
+		if err != nil {
+			return st, Exitf(ExitInvalid, "%v", err)
+		}
+		st.shares = publication.Shares(shard, keys, o.Node)
 		st.where = fmt.Sprintf("%s (branch %s, the renderer's verified Configurations from %s)", repo.URL(), repo.Branch(), api.ConfigurationsBranch)
 	} else {
 		st.source = &unverifiedSource{Repository: src, log: log}
