@@ -196,6 +196,10 @@ func New(opts Options) (*Agent, error) {
 	}, nil
 }
 
+// sharesFollowUps are when, after a push of the inventory, the agent runs a cycle again to read
+// the shares the render of that push gives (Options.Shares).
+var sharesFollowUps = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second}
+
 // Notify asks for a cycle now, for handlers that learn of changes by
 // themselves (a gRPC stream).
 func (a *Agent) Notify() {
@@ -231,11 +235,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		cycle, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.CycleTimeout)
 		stop := context.AfterFunc(ctx, func() { time.AfterFunc(a.opts.ShutdownGrace, cancel) })
-		_, err := a.Sync(cycle)
+		out, err := a.Sync(cycle)
 		stop()
 		cancel()
 		if err != nil {
 			a.opts.Log.Error(err, "cycle failed; will retry")
+		}
+		if out.Commit != "" && a.opts.Shares != nil {
+			// The renderer renders a node's push within a second or two (the push nudges it):
+			// its shares of a device it just reported are read then, not an interval later.
+			// (A wake after Run returned is dropped: Notify never blocks.)
+			for _, d := range sharesFollowUps {
+				time.AfterFunc(d, a.Notify)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -68,3 +68,31 @@ func TestDaemonNudgesAfterEachPushAndStops(t *testing.T) {
 		t.Fatal("the daemon did not stop")
 	}
 }
+
+// After a push of its inventory the agent reads its shares again within seconds, not an
+// interval later: the render of that push gives the shares of a device it just reported.
+func TestAgentReadsItsSharesSoonAfterItsPush(t *testing.T) {
+	srv, _ := newGitFixture(t, map[string]string{"configurations/echo.yaml": echoConfig})
+	own, err := gitsync.New(srv.URL(), api.InventoryBranch("edge-a"), gitsync.WithBackoff(quick), gitsync.WithCreateBranch())
+	require.NoError(t, err)
+	reads := make(chan time.Time, 10)
+	a, err := agent.New(agent.Options{Node: "edge-a", Store: own, Configurations: gitStore(t, srv, quick), Interval: time.Hour,
+		SharedGracePeriod: time.Minute, Log: logr.Discard(), Devices: &sink{},
+		Handlers: agent.Builtin{"debugEcho": agent.DebugEcho{Shared: true}},
+		Shares: func(context.Context) (map[string]int, error) {
+			reads <- time.Now()
+			return map[string]int{}, nil
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = a.Run(ctx) }()
+	first := <-reads // the first cycle, which pushes
+	select {
+	case next := <-reads:
+		require.Less(t, next.Sub(first), time.Minute, "read again long before the interval")
+		require.NotEmpty(t, srv.On(api.InventoryBranch("edge-a")).Head(), "after the push")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shares were not read again after the push")
+	}
+}
