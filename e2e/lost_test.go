@@ -46,7 +46,7 @@ spec:
 // shared camera it held moves to the standby that sees the camera too, while its unshared
 // devices' brokers stay; the node back Ready displaces nothing (placement is sticky), and losing
 // the standby, as a person may choose to, brings the broker back to the real node.
-func nodeLost(t *testing.T, n *Node, srv *gitsynctest.Server) {
+func nodeLost(t *testing.T, n *Node, srv *gitsynctest.Server, rendererPub string) {
 	t.Helper()
 	ctx := context.Background()
 	srv.On("main").Commit(map[string]string{"configurations/lookout.yaml": lookoutConfiguration}, nil, "lookout camera")
@@ -64,6 +64,7 @@ func nodeLost(t *testing.T, n *Node, srv *gitsynctest.Server) {
 	})
 	require.Equal(t, []string{realNode}, renderedLookout(t, rendered), "a newly reporting node displaces no broker")
 	lookoutRunsOn(t, realNode, time.Minute)
+	sharedOnce(t, srv, rendererPub)
 	unshared := brokerDeployments(t, "plc")
 
 	start := time.Now()

@@ -311,7 +311,7 @@ func TestRealNodeDevices(t *testing.T) {
 	waitOpened(t, n, "app="+extra, "/dev/gitbroker-e2e0")
 
 	noDeviceWithoutTheResource(t, n)
-	nodeLost(t, n, srv)
+	nodeLost(t, n, srv, rendererKey+".pub")
 }
 
 // sharedCapacity shows Akri's discovery-only pattern and the device's capacity across both
