@@ -116,6 +116,9 @@ type Renderer struct {
 	scope *lastScope
 	// refused are the last pass's checks of device properties, by inventory.
 	refused map[*api.ParsedInventory]refusedCheck
+	// shares are the device shares of the last pass that was kept, by shard, and nextShares
+	// those of the pass in flight (writeShares), kept with its output.
+	shares, nextShares map[string]sharesFile
 	// once says the Renderer renders once (Render): it keeps nothing for a next pass.
 	once bool
 	// scoped counts the passes that were scoped, for tests.
@@ -192,6 +195,10 @@ func (r *Renderer) keep(res *Result, p *pass) {
 		r.spare, r.spareLag = p.prev, append(p.scoping.merged, MetadataPath)
 	}
 	r.lastMade = p.req.Previous == nil || !identity.Map(res.Files, p.req.Previous)
+	if res.Refused == nil && r.nextShares != nil {
+		r.shares = r.nextShares
+	}
+	r.nextShares = nil
 	switch {
 	case p.loaded == nil:
 		// Invalid settings: nothing was loaded, and the next pass runs whole.

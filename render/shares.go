@@ -55,7 +55,9 @@ func shareOrder(in *instance, lost map[string]*api.NodeLoss) []string {
 
 // writeShares writes each shard's shares (api.SharesFile) beside its accepted tips: a node's
 // shares go in the shard of its inventory ref, and a shard whose nodes have none has no file.
-// The diff is brought up to date with them.
+// A shard whose shares are those of the Renderer's last pass keeps its file's bytes without
+// encoding it again (a daemon's change of one device changes one shard at most). The diff is
+// brought up to date with them.
 func (p *pass) writeShares(shares map[string]map[string]int) {
 	shards := map[string]map[string]map[string]int{}
 	for node, s := range shares {
@@ -71,13 +73,32 @@ func (p *pass) writeShares(shares map[string]map[string]int) {
 		paths = append(paths, f)
 		delete(p.output.files, f)
 	}
+	kept := make(map[string]sharesFile, len(shards))
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
-		f := api.SharesFile(shard)
-		b := yamlcodec.Marshal(api.DeviceShares{APIVersion: api.APIVersion, Kind: api.KindDeviceShares, Nodes: shards[shard]})
-		if old, ok := p.prev[f]; ok && string(old) == string(b) {
+		f, nodes := api.SharesFile(shard), shards[shard]
+		last, ok := p.r.shares[shard]
+		if old, had := p.prev[f]; ok && had && string(old) == string(last.data) && sameShares(last.nodes, nodes) {
+			p.output.files[f], kept[shard] = old, last
+			continue
+		}
+		b := yamlcodec.Marshal(api.DeviceShares{APIVersion: api.APIVersion, Kind: api.KindDeviceShares, Nodes: nodes})
+		if old, had := p.prev[f]; had && string(old) == string(b) {
 			b = old // the same bytes: the file is unchanged
 		}
-		p.output.files[f] = b
+		p.output.files[f], kept[shard] = b, sharesFile{nodes: nodes, data: b}
+	}
+	if !p.r.once {
+		p.r.nextShares = kept
 	}
 	p.rediff(paths...)
+}
+
+// sharesFile is a shard's shares as a pass wrote them, for the next pass to know again.
+type sharesFile struct {
+	nodes map[string]map[string]int
+	data  []byte
+}
+
+func sameShares(a, b map[string]map[string]int) bool {
+	return maps.EqualFunc(a, b, func(x, y map[string]int) bool { return maps.Equal(x, y) })
 }
