@@ -33,9 +33,10 @@ import (
 func sharedOnce(t *testing.T, srv *gitsynctest.Server, rendererPub string) {
 	t.Helper()
 	ctx := context.Background()
-	data, err := os.ReadFile(rendererPub)
+	pub, err := os.ReadFile(rendererPub)
 	require.NoError(t, err)
-	keys, err := publication.ParseRendererKeys(rendererPub, data)
+	// The line deploy/'s gitbroker-renderer-key ConfigMap holds (DEPLOYING.md, step 3).
+	keys, err := publication.ParseRendererKeys(rendererPub, append([]byte("renderer "), pub...))
 	require.NoError(t, err)
 	shares := func(node string) map[string]int {
 		shard, err := gitsync.New(srv.URL(), api.AcceptedBranch(api.InventoryBranch(node)))
