@@ -311,6 +311,7 @@ func TestRealNodeDevices(t *testing.T) {
 	waitOpened(t, n, "app="+extra, "/dev/gitbroker-e2e0")
 
 	noDeviceWithoutTheResource(t, n)
+	twoDevices(t, n, sysRoot, extra)
 	nodeLost(t, n, srv, rendererKey+".pub")
 }
 

@@ -118,3 +118,48 @@ func sharedOnce(t *testing.T, srv *gitsynctest.Server, rendererPub string) {
 		require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, u, metav1.DeleteOptions{}))
 	}
 }
+
+// twoDevices shows Akri's configuration-level resource handing out distinct devices: with a
+// second cam device plugged, a user that asks for two akri.sh/cam gets both, each device node in
+// its /dev with its cgroup rule (it opens both), never one device twice.
+func twoDevices(t *testing.T, n *Node, sysRoot, extra string) {
+	t.Helper()
+	ctx := context.Background()
+	// The user of the first device's second slot goes: each device has its broker and one free slot.
+	require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, extra, metav1.DeleteOptions{}))
+	deviceNode(t, n, sysRoot, "gitbroker-e2e1")
+	waitBrokerOpened(t, n, "cam", "/dev/gitbroker-e2e1")
+	eventually(t, 2*time.Minute, realNode+" to offer both cam devices through akri.sh/cam", func() (bool, string) {
+		node, err := cluster.Client.CoreV1().Nodes().Get(ctx, realNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := node.Status.Allocatable["akri.sh/cam"]
+		return q.String() == "2", "allocatable " + q.String()
+	})
+	var args []string
+	for _, dev := range []string{"gitbroker-e2e0", "gitbroker-e2e1"} {
+		inst := instance("cam", "/devices/virtual/misc/"+dev, realNode)
+		args = append(args, "UDEV_DEVNODE_"+strings.ToUpper(strings.TrimPrefix(inst, "cam-")))
+	}
+	labels := map[string]string{"app": "cam-pair"}
+	mustCreate(t, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "cam-pair", Namespace: deviceNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": realNode},
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
+						SupplementalGroups: []int64{deviceGroup}},
+					Containers: []corev1.Container{{Name: "broker", Image: brokerImage, Args: args,
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"akri.sh/cam": resource.MustParse("2")}}}},
+				},
+			},
+		},
+	})
+	pod := waitOpened(t, n, "app=cam-pair", "/dev/gitbroker-e2e0")
+	require.Equal(t, pod, waitOpened(t, n, "app=cam-pair", "/dev/gitbroker-e2e1"), "one Pod, both devices")
+	require.NoError(t, cluster.Client.AppsV1().Deployments(deviceNamespace).Delete(ctx, "cam-pair", metav1.DeleteOptions{}))
+}
