@@ -3,6 +3,9 @@ package render
 import (
 	"maps"
 	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/internal/yamlcodec"
@@ -12,30 +15,100 @@ import (
 // "Devices counted once across the cluster"): a slot for each broker where the brokers were
 // placed, then the rest over the nodes in that order (the brokers' nodes, then the other live
 // nodes, by name), round and round. A lost node gets none while another reports the device. So
-// the nodes together offer the device's capacity, never capacity times the nodes. By node, then
-// instance; only the slots a node has.
+// the nodes together offer the device's capacity, never capacity times the nodes. What is kept
+// as it was (an instance frozen by a node's invalid inventory, a Configuration whose file is
+// invalid) keeps its shares as they were, with its brokers. By node, then instance; only the
+// slots a node has.
 func (p *pass) shares() map[string]map[string]int {
 	out := map[string]map[string]int{}
+	add := func(node, inst string, n int) {
+		if out[node] == nil {
+			out[node] = map[string]int{}
+		}
+		out[node][inst] += n
+	}
+	// carried are the instances whose shares are kept as they were, by name: frozen ones, and
+	// in a scoped pass those of the Configurations out of its scope, carried with their files.
+	carried, placed := map[string]bool{}, map[string]bool{}
 	for k, list := range p.placement.instances {
 		cfg := p.loaded.configs[k]
 		if cfg == nil {
 			continue
 		}
+		outOfScope := p.scoping.scope != nil && !p.scoping.scope[k]
 		for _, in := range list {
+			placed[in.name] = true
 			if !in.shared {
+				continue
+			}
+			if _, frozen := p.placement.frozenInstances[k+"/"+in.name]; frozen || outOfScope {
+				carried[in.name] = true
 				continue
 			}
 			order := shareOrder(in, p.loaded.lost)
 			for i := range cfg.Policy.Capacity {
-				n := order[i%len(order)]
-				if out[n] == nil {
-					out[n] = map[string]int{}
+				add(order[i%len(order)], in.name, 1)
+			}
+		}
+	}
+	for ik := range p.placement.frozenInstances {
+		carried[ik[strings.LastIndex(ik, "/")+1:]] = true
+	}
+	frozenConfigs := map[string]bool{}
+	for k := range p.loaded.frozenConfigs {
+		_, name, _ := strings.Cut(k, "/")
+		frozenConfigs[name] = true
+	}
+	if len(carried) == 0 && len(frozenConfigs) == 0 {
+		return out
+	}
+	for _, nodes := range p.prevShares() {
+		for node, s := range nodes {
+			for inst, n := range s {
+				if carried[inst] || frozenConfigs[configurationOf(inst)] && !placed[inst] {
+					add(node, inst, n)
 				}
-				out[n][in.name]++
 			}
 		}
 	}
 	return out
+}
+
+// prevShares are the shares of prev, by shard: the Renderer's last ones when prev holds their
+// very bytes, else prev's files decoded.
+func (p *pass) prevShares() map[string]map[string]map[string]int {
+	out := map[string]map[string]map[string]int{}
+	for i := range api.AcceptedShards {
+		shard := api.AcceptedShardName(i)
+		b, ok := p.prev[api.SharesFile(shard)]
+		if !ok {
+			continue
+		}
+		if last, ok := p.r.shares[shard]; ok && string(last.data) == string(b) {
+			out[shard] = last.nodes
+			continue
+		}
+		var prev api.DeviceShares
+		if yaml.Unmarshal(b, &prev) == nil {
+			out[shard] = prev.Nodes
+		}
+	}
+	return out
+}
+
+// configurationOf is the Configuration an instance name is of (Akri's <configuration>-<digest>,
+// the digest 6 or 12 hex characters).
+func configurationOf(inst string) string {
+	i := strings.LastIndex(inst, "-")
+	if i < 0 || len(inst)-i-1 != 6 && len(inst)-i-1 != 12 {
+		return ""
+	}
+	for _, c := range inst[i+1:] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return ""
+		}
+	}
+	return inst[:i]
 }
 
 // shareOrder is the order a shared instance's slots go round its nodes in: the nodes of its

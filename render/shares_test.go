@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -48,6 +49,19 @@ func TestSharesCountASharedDeviceOnce(t *testing.T) {
 		"edge-a": {cam: 2, lone: 1},
 		"edge-b": {cam: 1},
 	}, shares)
+
+	// What is kept as it was keeps its shares: the instances of a node whose inventory is
+	// invalid, and a Configuration whose file is invalid, with their brokers.
+	for name, edit := range map[string]func(render.Tree){
+		"an invalid inventory":     func(tr render.Tree) { tr["inventory/edge-a.yaml"] = []byte("not: [an inventory\n") },
+		"an invalid Configuration": func(tr render.Tree) { tr["configurations/cam.yaml"] = []byte("kind: Configuration\nspec: [\n") },
+	} {
+		broken := maps.Clone(tree)
+		edit(broken)
+		res := render.Render(render.Request{Files: broken})
+		require.NotEmpty(t, res.Errors, name)
+		require.Equal(t, shares, sharesIn(t, apply(broken, res), "edge-a", "edge-b", "edge-c"), name)
+	}
 
 	// edge-a lost: its broker of lone moves, and the slot with it; cam's go to edge-b.
 	tree["status/nodes/edge-a.yaml"] = []byte(nodeLoss("edge-a", "NotReady"))
