@@ -24,8 +24,9 @@ type DeviceSink interface {
 
 // serveDevices gives the device plugin what the node sees now: every tracked device of every
 // Configuration, named as the renderer names its instance, healthy when this cycle's discovery
-// saw it, a shared one with this node's share of its slots. Properties a device may not set (ParsedConfiguration.DeviceMaySet) are left out as the
-// renderer leaves them out, unless the Configuration allows them.
+// saw it, a shared one with this node's share of its slots. Properties a device may not set
+// (ParsedConfiguration.DeviceMaySet) are left out as the renderer leaves them out, unless the
+// Configuration allows them.
 func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now time.Time) {
 	if a.opts.Devices == nil {
 		return

@@ -86,7 +86,7 @@ func (a *Agent) readShares(ctx context.Context) {
 	if err != nil {
 		if err.Error() != a.sharesErr {
 			a.sharesErr = err.Error()
-			a.opts.Log.Error(err, "reading this node's shares of its shared devices; the last read stand", "shares", a.shares)
+			a.opts.Log.Error(err, "reading this node's shares of its shared devices; the shares read last stand", "shares", a.shares)
 		}
 		return
 	}
