@@ -169,7 +169,8 @@ func TestRenderNeverWritesThroughALink(t *testing.T) {
 }
 
 // writeFile creates a new file in place, replaces an existing one whole, and replaces a link
-// put in its way (a race with the read's check) instead of writing through it.
+// put in its way (a race with the read's check), or at the temporary name it writes through,
+// instead of writing through it.
 func TestWriteFileNeverFollowsALink(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(t.TempDir(), "target")
@@ -177,8 +178,13 @@ func TestWriteFileNeverFollowsALink(t *testing.T) {
 	link, plain, fresh := filepath.Join(dir, "link.yaml"), filepath.Join(dir, "plain.yaml"), filepath.Join(dir, "new.yaml")
 	require.NoError(t, os.Symlink(target, link))
 	require.NoError(t, os.WriteFile(plain, []byte("old\n"), 0o644))
+	// A link at the temporary name the replacement of plain.yaml goes through.
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, ".gitbroker-tmp-plain.yaml")))
+	root, err := os.OpenRoot(dir)
+	require.NoError(t, err)
+	defer root.Close()
 	for _, f := range []string{link, plain, fresh} {
-		require.NoError(t, writeFile(f, []byte("rendered\n")))
+		require.NoError(t, writeFile(root, filepath.Base(f), []byte("rendered\n")))
 		fi, err := os.Lstat(f)
 		require.NoError(t, err)
 		require.True(t, fi.Mode().IsRegular(), f)

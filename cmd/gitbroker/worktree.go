@@ -152,11 +152,22 @@ func writeFiles(dir string, t render.Tree, paths []string) error {
 				if f >= len(folders) {
 					return
 				}
+				// One folder's files are made relative to the folder (openat): the path to it
+				// is looked up once, not once per file.
+				first := paths[folders[f][0]]
+				root, err := os.OpenRoot(filepath.Join(dir, filepath.FromSlash(path.Dir(first))))
 				for _, i := range folders[f] {
-					errs[i] = writeFile(filepath.Join(dir, filepath.FromSlash(paths[i])), t[paths[i]])
+					if err == nil {
+						errs[i] = writeFile(root, path.Base(paths[i]), t[paths[i]])
+					} else {
+						errs[i] = err
+					}
 					if errs[i] != nil {
 						errs[i] = fmt.Errorf("writing %s: %w", paths[i], errs[i])
 					}
+				}
+				if root != nil {
+					root.Close()
 				}
 			}
 		}()
@@ -174,30 +185,40 @@ func writeFiles(dir string, t render.Tree, paths []string) error {
 // journal more than on a CPU, so more writers than cores keep it busy.
 const writers = 8
 
-// writeFile writes data at full. A file that is not there yet is created in place (O_EXCL: never
-// through a link someone put there); one that is there is replaced whole, through a temporary
-// file and a rename, so a reader never sees it half written. A new file half written by a
-// render that stopped differs from what the next render makes, which writes it again.
-func writeFile(full string, data []byte) error {
-	if f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
-		_, err = f.Write(data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(full)
-		}
-		return err
-	} else if !errors.Is(err, fs.ErrExist) {
+// writeFile writes data at name in root. A file that is not there yet is created in place
+// (O_EXCL: never through a link someone put there); one that is there is replaced whole,
+// through a temporary file and a rename, so a reader never sees it half written. A new file half
+// written by a render that stopped differs from what the next render makes, which writes it
+// again. os.Root keeps every name inside the folder.
+func writeFile(root *os.Root, name string, data []byte) error {
+	err := create(root, name, data)
+	if !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(full), ".gitbroker-tmp-"+filepath.Base(full))
-	err := os.WriteFile(tmp, data, 0o644)
-	if err == nil {
-		err = os.Rename(tmp, full)
+	// Whatever is at the temporary name (a file a stopped render left, a link) goes first.
+	tmp := ".gitbroker-tmp-" + name
+	root.Remove(tmp)
+	if err = create(root, tmp, data); err == nil {
+		err = root.Rename(tmp, name)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		root.Remove(tmp)
+	}
+	return err
+}
+
+// create makes a new file name in root holding data: fs.ErrExist when something is there.
+func create(root *os.Root, name string, data []byte) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		root.Remove(name)
 	}
 	return err
 }
