@@ -82,7 +82,7 @@ const (
 	DefaultFluxNamespace = "flux-system"
 	DefaultFluxSource    = "gitbroker"
 	// DefaultFluxServiceAccount is the account every rendered Flux Kustomization applies as:
-	// deploy/flux's, which may touch only Pods, Jobs and Services in the broker namespaces an
+	// deploy/flux's, which may touch only Deployments, Jobs, Services and Pods in the broker namespaces an
 	// administrator granted it (deploy/applier).
 	DefaultFluxServiceAccount = "gitbroker-applier"
 	// DefaultFluxNamespacesServiceAccount applies the rendered namespaces (deploy/flux).

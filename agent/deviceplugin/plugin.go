@@ -1,6 +1,7 @@
 // Package deviceplugin owns the agent's side of the kubelet device-plugin API
 // (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1), as Akri's agent serves it: for every instance
-// its node reports, akri.sh/<instance> with the Configuration's capacity in slots, and for every
+// its node reports, akri.sh/<instance> with the Configuration's capacity in slots (of a shared
+// device, only this node's share of them Healthy: the other nodes offer the rest), and for every
 // Configuration akri.sh/<configuration> with one device per instance on the node, so a user's own
 // workload can request any of them and a request for N gets N different devices (Akri's
 // configuration-level resources): it is Healthy while the instance has a slot free, and

@@ -38,7 +38,7 @@ const (
 )
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	return cli.Root("gitbroker", "Run Akri device brokers through GitOps: Configurations x inventory -> Pods, Jobs and Services in git",
+	return cli.Root("gitbroker", "Run Akri device brokers through GitOps: Configurations x inventory -> Deployments, Jobs and Services in git",
 		stdout, stderr, newInitCommand(), newRenderCommand(), newPlanCommand(), newCheckCommand(), newHistoryCommand(), newDemoCommand(), newEnrollCommand(),
 		cli.AgentCommand(), newRecordCommand(), cli.VersionCommand())
 }
