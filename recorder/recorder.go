@@ -95,24 +95,6 @@ type Options struct {
 	NodeLossGrace time.Duration
 }
 
-// statusWriter is one of the recorder's kinds of record beside its JobRecords (api.StatusKinds):
-// the watch that keeps what it should write up to date, and the flush that writes its folder
-// when woken.
-type statusWriter struct {
-	kind, what string // the api.StatusKind's Kind, and what the logs call it
-	on         bool
-	watch      func(ctx context.Context, namespaces []string) (synced func() bool, err error)
-	wake       chan struct{}
-	flush      func(ctx context.Context) (time.Time, error)
-}
-
-// statusWriters make the recorder's writers of its kinds beside JobRecords, one per kind. Each
-// kind's file registers its own in an init (nodes.go, rollouts.go), as the kind registers in
-// api.StatusKinds: a new kind of record is a file here, not a field, a channel and a loop.
-var statusWriters []func(r *Recorder) statusWriter
-
-func registerStatusWriter(f func(r *Recorder) statusWriter) { statusWriters = append(statusWriters, f) }
-
 // Recorder writes the outcome of every finished broker Job once.
 type Recorder struct {
 	opts Options
