@@ -271,7 +271,7 @@ func (p *Configurations) accept(ctx context.Context, head gitsync.Snapshot) erro
 func AcceptedTip(shard Shard, keys *RendererKeys, ref string) func(ctx context.Context) (string, error) {
 	name := api.AcceptedShard(ref)
 	return func(ctx context.Context) (string, error) {
-		data, err := readShard(ctx, shard, keys, name, api.AcceptedFile(name), "the accepted tip")
+		data, _, err := readShard(ctx, shard, keys, name, api.AcceptedFile(name), "the accepted tip")
 		if err != nil || data == nil {
 			return "", err
 		}
@@ -288,56 +288,74 @@ type Shard interface {
 // counted once across the cluster"): its slots of each shared instance, by instance, from the
 // shares of its inventory ref's accepted shard (api.SharesFile), read under the same checks
 // as AcceptedTip. A shard with no shares file, or a branch that does not exist yet, gives no
-// slot. An error (a head that is not the renderer's) gives none either: the agent keeps the
-// shares it read last.
+// slot. An error gives none either, and the agent keeps the shares it read last: a head that is
+// not the renderer's, one committed before the head read last (an older shard put back: its shares
+// were the renderer's once, not now), and the branch gone after a read. The renderer puts the
+// shard back with its next render.
 func Shares(shard Shard, keys *RendererKeys, node string) func(ctx context.Context) (map[string]int, error) {
 	name := api.AcceptedShard(api.InventoryBranch(node))
+	branch := api.AcceptedBranchPrefix + name
+	var mu sync.Mutex
+	var last *gitsync.Commit
 	return func(ctx context.Context) (map[string]int, error) {
-		data, err := readShard(ctx, shard, keys, name, api.SharesFile(name), "the device shares")
-		if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		data, c, err := readShard(ctx, shard, keys, name, api.SharesFile(name), "the device shares")
+		switch {
+		case err != nil:
 			return nil, err
+		case c == nil && last != nil:
+			return nil, fmt.Errorf("%s is gone since %s was read: the device shares are not read", branch, short(last.Hash))
+		case c != nil && last != nil && c.When.Before(last.When):
+			// A shard's commits have no parents (the renderer force-moves the branch), so age
+			// is told by the committer time, to the second: two renders in one second are
+			// both taken.
+			return nil, fmt.Errorf("%s: head %s is older than %s, read before: an older shard put back, the device shares are not read", branch, short(c.Hash), short(last.Hash))
+		}
+		if c != nil {
+			last = c
 		}
 		return api.SharesOf(data, node), nil
 	}
 }
 
-// readShard reads file from shard name's branch, only when its head is a commit the pinned
-// renderer key signed that shows that shard's folder; nil with no error when the branch does not
-// exist, or (for any file but the accepted tips, which the renderer writes with every shard) its
-// head has no such file.
-func readShard(ctx context.Context, shard Shard, keys *RendererKeys, name, file, what string) ([]byte, error) {
+// readShard reads file from shard name's branch, and the head it read it at, only when that head
+// is a commit the pinned renderer key signed that shows that shard's folder; nothing (no data,
+// no commit, no error) when the branch does not exist, and no data when the head has no such
+// file (an error for the accepted tips, which the renderer writes with every shard).
+func readShard(ctx context.Context, shard Shard, keys *RendererKeys, name, file, what string) ([]byte, *gitsync.Commit, error) {
 	branch, folder := api.AcceptedBranchPrefix+name, api.AcceptedFolder(name)
 	if keys == nil {
-		return nil, fmt.Errorf("%s: no renderer key to check it with: %s is not read", branch, what)
+		return nil, nil, fmt.Errorf("%s: no renderer key to check it with: %s is not read", branch, what)
 	}
 	snap, err := shard.Snapshot(ctx)
 	if errors.Is(err, gitsync.ErrNoBranch) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := gitsync.HeadCommit(snap)
 	if c == nil {
-		return nil, fmt.Errorf("%s: no commit to read", branch)
+		return nil, nil, fmt.Errorf("%s: no commit to read", branch)
 	}
 	if err := keys.Signed(c, time.Now()); err != nil {
-		return nil, fmt.Errorf("%s: head %s is not the renderer's (%w): %s is not read", branch, short(c.Hash), err, what)
+		return nil, nil, fmt.Errorf("%s: head %s is not the renderer's (%w): %s is not read", branch, short(c.Hash), err, what)
 	}
 	if shows, ok := gitsync.TrailerValue(c.Raw, gitsync.TrailerCompanion); !ok || shows != folder {
-		return nil, fmt.Errorf("%s: head %s is signed by the renderer but does not show %s: %s is not read", branch, short(c.Hash), folder, what)
+		return nil, nil, fmt.Errorf("%s: head %s is signed by the renderer but does not show %s: %s is not read", branch, short(c.Hash), folder, what)
 	}
 	data, err := snap.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		if file == api.AcceptedFile(name) {
-			return nil, fmt.Errorf("%s: head %s has no %s: %s is not read", branch, short(c.Hash), file, what)
+			return nil, nil, fmt.Errorf("%s: head %s has no %s: %s is not read", branch, short(c.Hash), file, what)
 		}
-		return nil, nil
+		return nil, c, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return data, nil
+	return data, c, nil
 }
 
 func short(h string) string {
