@@ -79,7 +79,7 @@ func TestSharedDeviceIsOfferedOnceAcrossNodes(t *testing.T) {
 
 	// edge-b's key is stolen: a share of the whole capacity committed on its shard branch.
 	shard := api.AcceptedShard(api.InventoryBranch("edge-b"))
-	current := s.srv.On(branch).Head()
+	current, _ := s.srv.On(branch).File(api.SharesFile(shard))
 	s.forge("node:edge-b", branch, map[string][]byte{
 		api.SharesFile(shard): []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: DeviceShares\nnodes:\n  edge-b:\n    " + inst + ": 2\n"),
 	})
@@ -95,7 +95,8 @@ func TestSharedDeviceIsOfferedOnceAcrossNodes(t *testing.T) {
 	require.Equal(t, map[string]int{inst: 1}, plugins["edge-b"].offered(), "a deleted shard takes no slot away")
 	// The renderer's next render puts the shard back.
 	s.renderTrust()
-	require.Equal(t, current, s.srv.On(branch).Head(), "the shard as the renderer left it")
+	restored, _ := s.srv.On(branch).File(api.SharesFile(shard))
+	require.Equal(t, current, restored, "the shard's shares as the renderer left them")
 	sync()
 	require.Equal(t, map[string]int{inst: 1}, plugins["edge-b"].offered())
 }
