@@ -95,12 +95,8 @@ func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
 // and KEYS) all dir.
 func deploying(t *testing.T, dir, marker string) {
 	t.Helper()
-	doc, err := os.ReadFile("../docs/DEPLOYING.md")
-	require.NoError(t, err)
 	var found []string
-	for _, b := range strings.Split(string(doc), "```sh\n")[1:] {
-		block, _, ok := strings.Cut(b, "```")
-		require.True(t, ok, "an unclosed shell block in DEPLOYING.md")
+	for _, block := range guideBlocks(t) {
 		if strings.Contains(block, marker) {
 			found = append(found, block)
 		}

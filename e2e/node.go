@@ -268,6 +268,16 @@ func (n *Node) Exec(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
+// ReadFile is the file at path as the node sees it.
+func (n *Node) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	pid := strconv.Itoa(n.containerd.cmd.Process.Pid)
+	out, err := exec.CommandContext(ctx, "nsenter", "--target", pid, "--mount", "--", "cat", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s on node %s: %w", path, n.Name, err)
+	}
+	return out, nil
+}
+
 // Mknod makes a character device node at path in the node's /dev, owned by root and group gid
 // with mode (as udev makes /dev/video0 root:video 0660), a copy of the host's major:minor.
 func (n *Node) Mknod(ctx context.Context, path string, major, minor int, mode os.FileMode, gid int) error {

@@ -504,9 +504,15 @@ func waitOpened(t *testing.T, n *Node, selector, device string) string {
 // it returns the Pod's name.
 func waitOpenedBy(t *testing.T, n *Node, selector, device, except string) string {
 	t.Helper()
+	return waitOpenedIn(t, n, deviceNamespace, selector, device, except)
+}
+
+// waitOpenedIn is waitOpenedBy in namespace ns.
+func waitOpenedIn(t *testing.T, n *Node, ns, selector, device, except string) string {
+	t.Helper()
 	var name string
 	eventually(t, 4*time.Minute, "a Pod "+selector+" to open "+device, func() (bool, string) {
-		list, err := cluster.Client.CoreV1().Pods(deviceNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		list, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(list.Items) == 0 {
 			return false, fmt.Sprint("no Pod yet ", err)
 		}
@@ -515,7 +521,7 @@ func waitOpenedBy(t *testing.T, n *Node, selector, device, except string) string
 			if p.Name == except {
 				continue
 			}
-			logs := n.Logs(t, deviceNamespace, p.Name, "broker")
+			logs := n.Logs(t, ns, p.Name, "broker")
 			if p.Status.Phase == corev1.PodRunning && strings.Contains(logs, "opened "+device+": wrote 4 bytes, read 4 bytes") {
 				name = p.Name
 				return true, ""

@@ -1,0 +1,281 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+)
+
+// guideBlocks is docs/DEPLOYING.md's shell blocks, in order.
+func guideBlocks(t testing.TB) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/DEPLOYING.md")
+	require.NoError(t, err)
+	var blocks []string
+	for _, b := range strings.Split(string(doc), "```sh\n")[1:] {
+		block, _, ok := strings.Cut(b, "```")
+		require.True(t, ok, "an unclosed shell block in DEPLOYING.md")
+		blocks = append(blocks, block)
+	}
+	return blocks
+}
+
+// guideValue is an example value of docs/DEPLOYING.md, and what stands for it in a test.
+type guideValue struct{ example, value string }
+
+// guide runs docs/DEPLOYING.md's shell blocks as a user types them: in one shell, as the guide
+// says (what a block exports and the folder it ends in carry on to the next block), as a user
+// whose home folder is home, with the guide's example values replaced by the test's.
+type guide struct {
+	t      *testing.T
+	blocks []string
+	ran    []bool
+	home   string
+	values []guideValue
+	// state is the shell's exported variables and folder after the last block.
+	state string
+}
+
+func newGuide(t *testing.T, home string, values ...guideValue) *guide {
+	t.Helper()
+	g := &guide{t: t, blocks: guideBlocks(t), home: home, values: values, state: filepath.Join(t.TempDir(), "state")}
+	g.ran = make([]bool, len(g.blocks))
+	require.NoError(t, os.WriteFile(g.state, []byte("cd ~\n"), 0o600))
+	return g
+}
+
+// run runs the one block that contains marker and returns what it printed.
+func (g *guide) run(marker string) string {
+	g.t.Helper()
+	found := -1
+	for i, b := range g.blocks {
+		if strings.Contains(b, marker) {
+			require.Equal(g.t, -1, found, "more than one of DEPLOYING.md's shell blocks holds %q", marker)
+			found = i
+		}
+	}
+	require.NotEqual(g.t, -1, found, "no shell block of DEPLOYING.md holds %q", marker)
+	block := g.blocks[found]
+	for _, v := range g.values {
+		block = strings.ReplaceAll(block, v.example, v.value)
+	}
+	out, err := g.shell(block)
+	require.NoError(g.t, err, "DEPLOYING.md's block failed:\n%s\n%s", block, out)
+	g.t.Logf("DEPLOYING.md:\n%s%s", block, out)
+	g.ran[found] = true
+	return out
+}
+
+// shell runs script in the guide's shell, as the user.
+func (g *guide) shell(script string) (string, error) {
+	script = "set -euo pipefail\n. \"$GUIDE_STATE\"\n" + script + "{ export -p; printf 'cd %q\\n' \"$PWD\"; } >\"$GUIDE_STATE\"\n"
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Dir = g.home
+	cmd.Env = []string{
+		"HOME=" + g.home, "GUIDE_STATE=" + g.state, "KUBECONFIG=" + cluster.Kubeconfig, "LANG=C.UTF-8",
+		// kubectl, and the gitbroker this checkout builds.
+		"PATH=" + filepath.Dir(gitbroker) + ":" + os.Getenv("GITBROKER_E2E_BIN") + ":" + os.Getenv("PATH"),
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// notRun is the blocks this test did not run.
+func (g *guide) notRun() []string {
+	var left []string
+	for i, b := range g.blocks {
+		if !g.ran[i] {
+			left = append(left, b)
+		}
+	}
+	return left
+}
+
+// merged is a pull request merged after review: the people's branch main fast-forwarded to
+// branch on the git server, as a host's "rebase and merge" of one signed commit does.
+func merged(t *testing.T, srv *gitsynctest.Server, branch string) {
+	t.Helper()
+	gitsynctest.Git(t, srv.Bare(), "merge-base", "--is-ancestor", "main", branch)
+	gitsynctest.Git(t, srv.Bare(), "update-ref", "refs/heads/main", "refs/heads/"+branch)
+}
+
+// TestDeployingWithFlux deploys gitbroker with Flux on the real node by docs/DEPLOYING.md's
+// shell blocks, run as written from an empty cluster (Flux's controllers installed, nothing of
+// gitbroker's) to a broker holding its device: the fleet repository from `gitbroker init`,
+// pushed to an empty repository; the writers' keys and their enrollment, merged as a pull
+// request; the renderer's pinned key, the writers' git credentials and the notification
+// secrets; `kubectl apply -k deploy/` with deploy/'s images (built from this checkout and on the
+// node under deploy/'s names: this machine has no registry); the node's enrollment from the key
+// its agent made; Flux's objects from init's flux/. A person then merges a Configuration, a
+// device is plugged, and its broker runs and opens it. What this machine lacks for deploy/'s
+// Pods (a Pod network reaching the host's loopback, cluster DNS, kube-proxy, udev) is
+// PodNetwork's. Every block of the guide this test does not run is named, with why.
+func TestDeployingWithFlux(t *testing.T) {
+	ctx := context.Background()
+	n := startRealNode(t)
+	tagDeployImages(t, n)
+	sysRoot := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "run", "udev", "data"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "sys", "devices"), 0o755))
+	pods, err := cluster.StartPodNetwork(ctx, realNode, sysRoot)
+	require.NoError(t, err)
+	t.Cleanup(pods.Stop)
+
+	// The git host: two empty repositories, the fleet's and the node refs'.
+	srv := gitsynctest.NewServer(t, "main", nil)
+	inv := gitsynctest.NewServer(t, "main", nil)
+	// What the guide takes as given: a clone of gitbroker (its deploy/), the person's SSH key and
+	// git identity, and a token per writer from the git host (this one takes any).
+	home := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(home, "src", "gitbroker", "deploy"), os.DirFS("../deploy")))
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".ssh"), 0o700))
+	keygen := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@example.com", "-f", filepath.Join(home, ".ssh", "id_ed25519"))
+	out, err := keygen.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = Alice\n\temail = alice@example.com\n"), 0o644))
+	keys, fleet := filepath.Join(home, "gitbroker-keys"), filepath.Join(home, "src", "edge")
+
+	g := newGuide(t, home,
+		guideValue{"https://git.example.org/plant/edge.git", srv.URL()},
+		guideValue{"https://git.example.org/plant/edge-inventory.git", inv.URL()},
+		guideValue{"http://webhook-receiver.flux-system.svc", cluster.ReceiverURL},
+		guideValue{"edge-a", realNode})
+	g.run(`mkdir -p -m 700 "$KEYS"`)
+	for _, w := range []string{"agent", "renderer", "recorder"} {
+		require.NoError(t, os.WriteFile(filepath.Join(keys, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
+	}
+	g.run("gitbroker init --dir")
+	// Removed last (the cleanups run in reverse): the broker namespace the renderer rendered,
+	// which Flux never prunes, and gitbroker-system with what deploy/ made.
+	t.Cleanup(func() { _ = kubectl(home, "delete", "namespace", "plant", "--ignore-not-found", "--timeout=3m") })
+	t.Cleanup(func() {
+		_ = kubectl(filepath.Join(home, "src", "gitbroker"), "delete", "-k", "deploy/", "--ignore-not-found", "--timeout=3m")
+	})
+	g.run("kubectl apply -f deploy/namespace.yaml")           // step 2
+	g.run("enroll the renderer, the recorder and the people") // step 3
+	merged(t, srv, "enroll-writers")
+	g.run(`--from-literal=allowed_signers="renderer`)
+	g.run("create secret generic gitbroker-$w-git") // step 4
+	g.run("create secret generic gitbroker-notify")
+	secret, err := os.ReadFile(filepath.Join(keys, "webhook-secret"))
+	require.NoError(t, err)
+	// The git host's push webhook, to the renderer's Service.
+	srv.SendWebhooks(pods.Proxy+"/hook", bytes.TrimSpace(secret))
+	g.run("kubectl apply -k deploy/")
+
+	// The agent made its key on the node; its public half is copied into $KEYS.
+	var pub []byte
+	eventually(t, 3*time.Minute, "the agent to make its key on "+realNode, func() (bool, string) {
+		pub, err = n.ReadFile(ctx, "/var/lib/gitbroker/signing-key.pub")
+		return err == nil && len(pub) > 0, fmt.Sprint(err)
+	})
+	require.NoError(t, os.WriteFile(filepath.Join(keys, realNode+"-signing-key.pub"), pub, 0o644))
+	g.run("gitbroker enroll --node")
+	merged(t, srv, "enroll-"+realNode)
+
+	t.Cleanup(func() {
+		// The root Kustomization first, while the account it prunes as exists: Flux deletes the
+		// Kustomizations it applied, and they their brokers.
+		_ = kubectl(fleet, "-n", FluxNamespace, "delete", "kustomization", "gitbroker", "--ignore-not-found", "--timeout=3m")
+		_ = kubectl(fleet, "delete", "-k", "flux/", "--ignore-not-found", "--timeout=2m")
+		_ = kubectl(fleet, "-n", FluxNamespace, "delete", "secret", "gitbroker-renderer-verify", "gitbroker-receiver", "--ignore-not-found")
+	})
+	g.run("kubectl apply -k flux/") // step 5
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What gitbroker's Pods said, before their deletion removes their logs.
+		list, err := cluster.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		for _, p := range list.Items {
+			for _, c := range p.Spec.Containers {
+				t.Logf("%s %s %s:\n%s", p.Name, p.Status.Phase, c.Name, n.Logs(t, systemNamespace, p.Name, c.Name))
+			}
+		}
+		t.Logf("fleet repository: %v\ninventory repository: %v", srv.Heads(), inv.Heads())
+		for _, res := range []string{"gitrepositories", "kustomizations"} {
+			out, _ := exec.Command(filepath.Join(os.Getenv("GITBROKER_E2E_BIN"), "kubectl"), "--kubeconfig", cluster.Kubeconfig,
+				"-n", FluxNamespace, "get", res, "-o", "wide").CombinedOutput()
+			t.Logf("%s", out)
+		}
+	})
+
+	// A person's Configuration, reviewed and merged.
+	cam := strings.Replace(camConfiguration(1), "  name: cam\n", "  name: cam\n  namespace: plant\n", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(fleet, "configurations", "cam.yaml"), []byte(cam), 0o644))
+	said, err := g.shell("cd \"$FLEET\"\ngit add configurations/cam.yaml\ngit commit -q -m \"a camera's broker\"\ngit push -q origin HEAD:cam\n")
+	require.NoError(t, err, "%s", said)
+	merged(t, srv, "cam")
+
+	plugged := time.Now()
+	deviceNode(t, n, sysRoot, "gitbroker-e2e0")
+	broker := waitOpenedIn(t, n, "plant", api.LabelConfiguration+"=cam", "/dev/gitbroker-e2e0", "")
+	t.Logf("device plugged to its broker holding it: %s", time.Since(plugged).Round(100*time.Millisecond))
+	require.Contains(t, n.Logs(t, "plant", broker, "broker"), "uid=1000 gid=1000")
+
+	// Every block of the guide is run above or named here with why it is not yet run; a block
+	// added to the guide fails this test until it is one or the other.
+	notYet := map[string]string{
+		"PUSH=1":                  "this machine has no registry: the node has deploy/'s images from make image's program, imported",
+		"sourceBranch: protected": "step 1's other trust mode: cmd/gitbroker's TestDeployingProtectedBranchRendersUnsignedMerges runs it, on a host's unsigned merge",
+		"fleet-ca":                "step 4's fleet CA: this test enrolls its node by its key",
+		"ssh-keyscan":             "step 4's SSH credentials: the test's git server speaks HTTP only",
+		"kubectl apply -n plant -f deploy/applier": "step 6 with spec.flux.namespaces false: init's default renders the namespaces",
+		"gpg --batch":          "Argo CD's setup: TestArgoCD runs Argo CD on a control plane of its own, without the real node",
+		"kubectl get akric":    "replacing Akri: no Akri runs here",
+		"helm upgrade akri":    "replacing Akri: no Akri runs here",
+		"kubectl delete akric": "replacing Akri: no Akri runs here",
+	}
+	for _, b := range g.notRun() {
+		var why []string
+		for marker, reason := range notYet {
+			if strings.Contains(b, marker) {
+				why = append(why, reason)
+			}
+		}
+		require.Len(t, why, 1, "DEPLOYING.md's block is neither run by this test nor named as not yet run:\n%s", b)
+		t.Logf("not run: %s", why[0])
+	}
+	for marker := range notYet {
+		for i, b := range g.blocks {
+			require.False(t, g.ran[i] && strings.Contains(b, marker), "a block named as not run (%q) ran", marker)
+		}
+	}
+}
+
+// tagDeployImages names the node's gitbroker images as deploy/kustomization.yaml's images:
+// list does, as if the node had pulled what a user pushed.
+func tagDeployImages(t *testing.T, n *Node) {
+	t.Helper()
+	b, err := os.ReadFile("../deploy/kustomization.yaml")
+	require.NoError(t, err)
+	var k struct {
+		Images []struct{ Name, NewName, NewTag string }
+	}
+	require.NoError(t, yaml.Unmarshal(b, &k))
+	built := map[string]string{"gitbroker": gitbrokerImage, "gitbroker-agent": agentImage}
+	require.Len(t, k.Images, len(built))
+	for _, img := range k.Images {
+		require.Contains(t, built, img.Name)
+		require.NoError(t, n.ctr(context.Background(), "images", "tag", "--force", built[img.Name], img.NewName+":"+img.NewTag))
+	}
+}
