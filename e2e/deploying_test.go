@@ -115,17 +115,33 @@ func merged(t *testing.T, srv *gitsynctest.Server, branch string) {
 }
 
 // TestDeployingWithFlux deploys gitbroker with Flux on the real node by docs/DEPLOYING.md's
-// shell blocks, run as written from an empty cluster (Flux's controllers installed, nothing of
-// gitbroker's) to a broker holding its device: the fleet repository from `gitbroker init`,
-// pushed to an empty repository; the writers' keys and their enrollment, merged as a pull
-// request; the renderer's pinned key, the writers' git credentials and the notification
-// secrets; `kubectl apply -k deploy/` with deploy/'s images (built from this checkout and on the
-// node under deploy/'s names: this machine has no registry); the node's enrollment from the key
-// its agent made; Flux's objects from init's flux/. A person then merges a Configuration, a
-// device is plugged, and its broker runs and opens it. What this machine lacks for deploy/'s
-// Pods (a Pod network reaching the host's loopback, cluster DNS, kube-proxy, udev) is
-// PodNetwork's. Every block of the guide this test does not run is named, with why.
+// shell blocks, run as written (deployingAsWritten).
 func TestDeployingWithFlux(t *testing.T) {
+	deployingAsWritten(t, "flux")
+}
+
+// TestDeployingWithArgoCD deploys gitbroker with Argo CD on the real node by docs/DEPLOYING.md's
+// shell blocks for Argo CD, run as written (deployingAsWritten): init --argocd, the renderer's
+// OpenPGP key, Argo CD's webhook secret and URL, and the repo-server's key, the AppProject and
+// the ApplicationSet. Argo CD's controllers and argocd-server run against the real node's
+// cluster; the repo-server reads the keys of argocd-gpg-keys-cm from a folder the test keeps
+// in step with the ConfigMap, as its volume would in a cluster.
+func TestDeployingWithArgoCD(t *testing.T) {
+	deployingAsWritten(t, "argocd")
+}
+
+// deployingAsWritten runs docs/DEPLOYING.md's shell blocks for tool (flux or argocd) as written
+// from an empty cluster (the tool's controllers installed, nothing of gitbroker's) to a broker
+// holding its device: the fleet repository from `gitbroker init`, pushed to an empty
+// repository; the writers' keys and their enrollment, merged as a pull request; the renderer's
+// pinned key, the writers' git credentials and the notification secrets; `kubectl apply -k
+// deploy/` with deploy/'s images (built from this checkout and on the node under deploy/'s
+// names: this machine has no registry); the node's enrollment from the key its agent made; the
+// tool's objects. A person then merges a Configuration, a device is plugged, and its broker
+// runs and opens it. What this machine lacks for deploy/'s Pods (a Pod network reaching the
+// host's loopback, cluster DNS, kube-proxy, udev) is PodNetwork's. Every block of the guide the
+// test does not run is named, with why.
+func deployingAsWritten(t *testing.T, tool string) {
 	ctx := context.Background()
 	n := startRealNode(t)
 	tagDeployImages(t, n)
@@ -135,6 +151,13 @@ func TestDeployingWithFlux(t *testing.T) {
 	pods, err := cluster.StartPodNetwork(ctx, realNode, sysRoot)
 	require.NoError(t, err)
 	t.Cleanup(pods.Stop)
+	var argo *ArgoCD
+	gpgKeys := t.TempDir()
+	if tool == "argocd" {
+		argo, err = cluster.StartArgoCD(ctx, gpgKeys)
+		require.NoError(t, err)
+		t.Cleanup(argo.Stop)
+	}
 
 	// The git host: two empty repositories, the fleet's and the node refs'.
 	srv := gitsynctest.NewServer(t, "main", nil)
@@ -150,18 +173,24 @@ func TestDeployingWithFlux(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = Alice\n\temail = alice@example.com\n"), 0o644))
 	keys, fleet := filepath.Join(home, "gitbroker-keys"), filepath.Join(home, "src", "edge")
 
-	g := newGuide(t, home,
-		guideValue{"https://git.example.org/plant/edge.git", srv.URL()},
-		guideValue{"https://git.example.org/plant/edge-inventory.git", inv.URL()},
-		guideValue{"http://webhook-receiver.flux-system.svc", cluster.ReceiverURL},
-		guideValue{"edge-a", realNode})
+	values := []guideValue{
+		{"https://git.example.org/plant/edge.git", srv.URL()},
+		{"https://git.example.org/plant/edge-inventory.git", inv.URL()},
+		{"http://webhook-receiver.flux-system.svc", cluster.ReceiverURL},
+		{"edge-a", realNode},
+	}
+	if argo != nil {
+		values = append(values, guideValue{"--flux --repo-url", "--argocd --repo-url"},
+			guideValue{"https://argocd-server.argocd.svc/api/webhook", argo.WebhookURL})
+	}
+	g := newGuide(t, home, values...)
 	g.run(`mkdir -p -m 700 "$KEYS"`)
 	for _, w := range []string{"agent", "renderer", "recorder"} {
 		require.NoError(t, os.WriteFile(filepath.Join(keys, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
 	}
 	g.run("gitbroker init --dir")
-	// Removed last (the cleanups run in reverse): the broker namespace the renderer rendered,
-	// which Flux never prunes, and gitbroker-system with what deploy/ made.
+	// Removed last (the cleanups run in reverse): the broker namespace, which neither tool
+	// deletes, and gitbroker-system with what deploy/ made.
 	t.Cleanup(func() { _ = kubectl(home, "delete", "namespace", "plant", "--ignore-not-found", "--timeout=3m") })
 	t.Cleanup(func() {
 		_ = kubectl(filepath.Join(home, "src", "gitbroker"), "delete", "-k", "deploy/", "--ignore-not-found", "--timeout=3m")
@@ -170,13 +199,25 @@ func TestDeployingWithFlux(t *testing.T) {
 	g.run("enroll the renderer, the recorder and the people") // step 3
 	merged(t, srv, "enroll-writers")
 	g.run(`--from-literal=allowed_signers="renderer`)
+	if argo != nil {
+		g.run("gpg --batch")
+		merged(t, srv, "renderer-key")
+	}
 	g.run("create secret generic gitbroker-$w-git") // step 4
-	g.run("create secret generic gitbroker-notify")
+	if argo != nil {
+		g.run("--from-file=argocd-webhook-secret=")
+	} else {
+		g.run("--from-file=flux-receiver-token=")
+	}
 	secret, err := os.ReadFile(filepath.Join(keys, "webhook-secret"))
 	require.NoError(t, err)
 	// The git host's push webhook, to the renderer's Service.
 	srv.SendWebhooks(pods.Proxy+"/hook", bytes.TrimSpace(secret))
-	g.run("kubectl apply -k deploy/")
+	if argo != nil {
+		g.run("argocd-webhook-url: https://argocd-server")
+	} else {
+		g.run("flux-receiver-url: http://webhook-receiver")
+	}
 
 	// The agent made its key on the node; its public half is copied into $KEYS.
 	var pub []byte
@@ -188,14 +229,30 @@ func TestDeployingWithFlux(t *testing.T) {
 	g.run("gitbroker enroll --node")
 	merged(t, srv, "enroll-"+realNode)
 
-	t.Cleanup(func() {
-		// The root Kustomization first, while the account it prunes as exists: Flux deletes the
-		// Kustomizations it applied, and they their brokers.
-		_ = kubectl(fleet, "-n", FluxNamespace, "delete", "kustomization", "gitbroker", "--ignore-not-found", "--timeout=3m")
-		_ = kubectl(fleet, "delete", "-k", "flux/", "--ignore-not-found", "--timeout=2m")
-		_ = kubectl(fleet, "-n", FluxNamespace, "delete", "secret", "gitbroker-renderer-verify", "gitbroker-receiver", "--ignore-not-found")
-	})
-	g.run("kubectl apply -k flux/") // step 5
+	if argo != nil {
+		t.Cleanup(func() {
+			// The ApplicationSet first: its Applications' finalizers delete the brokers.
+			_ = kubectl(fleet, "-n", ArgoNamespace, "delete", "applicationset", "gitbroker", "--ignore-not-found", "--timeout=3m")
+			_ = kubectl(fleet, "-n", ArgoNamespace, "delete", "appproject", "gitbroker", "--ignore-not-found")
+		})
+		g.run("argocd-gpg-keys-cm")
+		// The ConfigMap's keys in the folder the repo-server reads, as its volume in a cluster.
+		cm, err := cluster.Client.CoreV1().ConfigMaps(ArgoNamespace).Get(ctx, "argocd-gpg-keys-cm", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotEmpty(t, cm.Data)
+		for id, key := range cm.Data {
+			require.NoError(t, os.WriteFile(filepath.Join(gpgKeys, id), []byte(key), 0o644))
+		}
+	} else {
+		t.Cleanup(func() {
+			// The root Kustomization first, while the account it prunes as exists: Flux deletes
+			// the Kustomizations it applied, and they their brokers.
+			_ = kubectl(fleet, "-n", FluxNamespace, "delete", "kustomization", "gitbroker", "--ignore-not-found", "--timeout=3m")
+			_ = kubectl(fleet, "delete", "-k", "flux/", "--ignore-not-found", "--timeout=2m")
+			_ = kubectl(fleet, "-n", FluxNamespace, "delete", "secret", "gitbroker-renderer-verify", "gitbroker-receiver", "--ignore-not-found")
+		})
+		g.run("kubectl apply -k flux/") // step 5
+	}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -212,9 +269,9 @@ func TestDeployingWithFlux(t *testing.T) {
 			}
 		}
 		t.Logf("fleet repository: %v\ninventory repository: %v", srv.Heads(), inv.Heads())
-		for _, res := range []string{"gitrepositories", "kustomizations"} {
-			out, _ := exec.Command(filepath.Join(os.Getenv("GITBROKER_E2E_BIN"), "kubectl"), "--kubeconfig", cluster.Kubeconfig,
-				"-n", FluxNamespace, "get", res, "-o", "wide").CombinedOutput()
+		for _, res := range []string{"-n=" + FluxNamespace + " gitrepositories", "-n=" + FluxNamespace + " kustomizations", "-n=" + ArgoNamespace + " applications"} {
+			args := append([]string{"--kubeconfig", cluster.Kubeconfig, "get", "-o", "yaml"}, strings.Fields(res)...)
+			out, _ := exec.Command(filepath.Join(os.Getenv("GITBROKER_E2E_BIN"), "kubectl"), args...).CombinedOutput()
 			t.Logf("%s", out)
 		}
 	})
@@ -228,7 +285,8 @@ func TestDeployingWithFlux(t *testing.T) {
 
 	plugged := time.Now()
 	deviceNode(t, n, sysRoot, "gitbroker-e2e0")
-	broker := waitOpenedIn(t, n, "plant", api.LabelConfiguration+"=cam", "/dev/gitbroker-e2e0", "")
+	// Argo CD makes a new folder's Application at the ApplicationSet's next poll: 3 minutes.
+	broker := waitOpenedWithin(t, n, 7*time.Minute, "plant", api.LabelConfiguration+"=cam", "/dev/gitbroker-e2e0", "")
 	t.Logf("device plugged to its broker holding it: %s", time.Since(plugged).Round(100*time.Millisecond))
 	require.Contains(t, n.Logs(t, "plant", broker, "broker"), "uid=1000 gid=1000")
 
@@ -240,10 +298,18 @@ func TestDeployingWithFlux(t *testing.T) {
 		"fleet-ca":                "step 4's fleet CA: this test enrolls its node by its key",
 		"ssh-keyscan":             "step 4's SSH credentials: the test's git server speaks HTTP only",
 		"kubectl apply -n plant -f deploy/applier": "step 6 with spec.flux.namespaces false: init's default renders the namespaces",
-		"gpg --batch":          "Argo CD's setup: TestArgoCD runs Argo CD on a control plane of its own, without the real node",
-		"kubectl get akric":    "replacing Akri: no Akri runs here",
-		"helm upgrade akri":    "replacing Akri: no Akri runs here",
-		"kubectl delete akric": "replacing Akri: no Akri runs here",
+		"kubectl get akric":                        "replacing Akri: no Akri runs here",
+		"helm upgrade akri":                        "replacing Akri: no Akri runs here",
+		"kubectl delete akric":                     "replacing Akri: no Akri runs here",
+	}
+	if argo != nil {
+		notYet["--from-file=flux-receiver-token="] = "Flux's: TestDeployingWithFlux"
+		notYet["flux-receiver-url: http://webhook-receiver"] = "Flux's: TestDeployingWithFlux"
+		notYet["kubectl apply -k flux/"] = "Flux's: TestDeployingWithFlux"
+	} else {
+		for _, m := range []string{"gpg --batch", "--from-file=argocd-webhook-secret=", "argocd-webhook-url: https://argocd-server", "argocd-gpg-keys-cm"} {
+			notYet[m] = "Argo CD's: TestDeployingWithArgoCD"
+		}
 	}
 	for _, b := range g.notRun() {
 		var why []string

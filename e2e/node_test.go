@@ -504,14 +504,14 @@ func waitOpened(t *testing.T, n *Node, selector, device string) string {
 // it returns the Pod's name.
 func waitOpenedBy(t *testing.T, n *Node, selector, device, except string) string {
 	t.Helper()
-	return waitOpenedIn(t, n, deviceNamespace, selector, device, except)
+	return waitOpenedWithin(t, n, 4*time.Minute, deviceNamespace, selector, device, except)
 }
 
-// waitOpenedIn is waitOpenedBy in namespace ns.
-func waitOpenedIn(t *testing.T, n *Node, ns, selector, device, except string) string {
+// waitOpenedWithin is waitOpenedBy in namespace ns, waiting up to timeout.
+func waitOpenedWithin(t *testing.T, n *Node, timeout time.Duration, ns, selector, device, except string) string {
 	t.Helper()
 	var name string
-	eventually(t, 4*time.Minute, "a Pod "+selector+" to open "+device, func() (bool, string) {
+	eventually(t, timeout, "a Pod "+selector+" to open "+device, func() (bool, string) {
 		list, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(list.Items) == 0 {
 			return false, fmt.Sprint("no Pod yet ", err)
