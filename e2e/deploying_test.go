@@ -228,6 +228,17 @@ func deployingAsWritten(t *testing.T, tool string) {
 	require.NoError(t, os.WriteFile(filepath.Join(keys, realNode+"-signing-key.pub"), pub, 0o644))
 	g.run("gitbroker enroll --node")
 	merged(t, srv, "enroll-"+realNode)
+	if argo == nil {
+		// The fleet's CA as well, and the node's certificate from it, which goes back to the
+		// node beside its key; the agent sends it with each signature from its next start.
+		g.run("fleet-ca")
+		merged(t, srv, "enroll-fleet-ca")
+		cert, err := os.ReadFile(filepath.Join(keys, realNode+"-signing-key-cert.pub"))
+		require.NoError(t, err)
+		require.NoError(t, n.Exec(ctx, "sh", "-c", `printf '%s' "$0" >/var/lib/gitbroker/signing-key-cert.pub`, string(cert)))
+		require.NoError(t, cluster.Client.CoreV1().Pods(systemNamespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gitbroker-agent"}))
+	}
 
 	if argo != nil {
 		t.Cleanup(func() {
@@ -295,7 +306,6 @@ func deployingAsWritten(t *testing.T, tool string) {
 	notYet := map[string]string{
 		"PUSH=1":                  "this machine has no registry: the node has deploy/'s images from make image's program, imported",
 		"sourceBranch: protected": "step 1's other trust mode: cmd/gitbroker's TestDeployingProtectedBranchRendersUnsignedMerges runs it, on a host's unsigned merge",
-		"fleet-ca":                "step 4's fleet CA: this test enrolls its node by its key",
 		"ssh-keyscan":             "step 4's SSH credentials: the test's git server speaks HTTP only",
 		"kubectl apply -n plant -f deploy/applier": "step 6 with spec.flux.namespaces false: init's default renders the namespaces",
 		"kubectl get akric":                        "replacing Akri: no Akri runs here",
@@ -303,6 +313,7 @@ func deployingAsWritten(t *testing.T, tool string) {
 		"kubectl delete akric":                     "replacing Akri: no Akri runs here",
 	}
 	if argo != nil {
+		notYet["fleet-ca"] = "step 4's fleet CA: TestDeployingWithFlux"
 		notYet["--from-file=flux-receiver-token="] = "Flux's: TestDeployingWithFlux"
 		notYet["flux-receiver-url: http://webhook-receiver"] = "Flux's: TestDeployingWithFlux"
 		notYet["kubectl apply -k flux/"] = "Flux's: TestDeployingWithFlux"
