@@ -10,7 +10,11 @@
 // started by the tests. It also owns the real node (node.go): kubelet and
 // containerd, built the same way, with Debian's runc, in a mount namespace of
 // their own, running the images images.go builds (make image's, and
-// testimages') imported with no registry.
+// testimages') imported with no registry, and the stand-in for what that
+// node lacks that a cluster has, for gitbroker's own Pods (podnetwork.go: a
+// mutating admission webhook giving them the host's network, the API
+// server's address, the renderer's Service and the fixture sysfs), so that
+// deploy/ applies as docs/DEPLOYING.md writes it.
 //
 // The tests carry the e2e build tag; run them with `make e2e`, which builds
 // (or reuses) the programs and points GITBROKER_E2E_BIN at them.
