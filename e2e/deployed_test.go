@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -172,10 +171,7 @@ func (d *deployed) apply(t *testing.T, component string, edit func(ps *corev1.Po
 // onRealNode changes a Pod of deploy/ for this machine, as apply says.
 func onRealNode(t *testing.T, ps *corev1.PodSpec, edit func(ps *corev1.PodSpec, c *corev1.Container)) {
 	t.Helper()
-	api, err := url.Parse(cluster.Config.Host)
-	require.NoError(t, err)
-	ps.HostNetwork, ps.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
-	ps.NodeSelector = map[string]string{"kubernetes.io/hostname": realNode}
+	require.NoError(t, onHostNetwork(ps, realNode, cluster.Config.Host))
 	c := &ps.Containers[0]
 	// deploy/'s images: list names them where a user pushes make image's images.
 	name, _, _ := strings.Cut(path.Base(c.Image), ":")
@@ -187,27 +183,6 @@ func onRealNode(t *testing.T, ps *corev1.PodSpec, edit func(ps *corev1.PodSpec, 
 	default:
 		t.Fatalf("deploy/ names the image %q, not one make image builds", c.Image)
 	}
-	metrics, err := freePort()
-	require.NoError(t, err)
-	health, err := freePort()
-	require.NoError(t, err)
-	for i, a := range c.Args {
-		switch a {
-		case "--metrics-addr=:8080":
-			c.Args[i] = "--metrics-addr=127.0.0.1:" + strconv.Itoa(metrics)
-		case "--health-addr=:9440":
-			c.Args[i] = "--health-addr=127.0.0.1:" + strconv.Itoa(health)
-		}
-	}
-	// kubelet probes a host-network Pod at the node's address; the daemons listen on loopback.
-	for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-		if pr != nil && pr.HTTPGet != nil {
-			pr.HTTPGet.Host = "127.0.0.1"
-		}
-	}
-	c.Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(metrics)}, {Name: "health", ContainerPort: int32(health)}}
-	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
-		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
 	if edit != nil {
 		edit(ps, c)
 	}

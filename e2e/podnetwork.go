@@ -119,7 +119,37 @@ func (p *PodNetwork) admit(w http.ResponseWriter, r *http.Request) {
 
 // onHost changes a gitbroker Pod as PodNetwork says.
 func (p *PodNetwork) onHost(ps *corev1.PodSpec) error {
-	api, err := url.Parse(p.cluster.Config.Host)
+	if err := onHostNetwork(ps, p.node, p.cluster.Config.Host); err != nil {
+		return err
+	}
+	for i := range ps.Containers {
+		c := &ps.Containers[i]
+		for j, a := range c.Args {
+			if a == "--renderer-url=http://gitbroker-renderer-webhook:9292/hook" {
+				c.Args[j] = "--renderer-url=" + p.Proxy + "/hook"
+			}
+		}
+	}
+	for i, v := range ps.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		switch v.HostPath.Path {
+		case "/sys":
+			ps.Volumes[i].HostPath.Path = filepath.Join(p.sys, "sys")
+		case "/run/udev":
+			ps.Volumes[i].HostPath.Path = filepath.Join(p.sys, "run", "udev")
+		}
+	}
+	return nil
+}
+
+// onHostNetwork puts a Pod of deploy/ on node, on the host's network: each daemon's ports
+// (metrics, health, the renderer's webhook) on free loopback ports, kubelet probing them there,
+// and the API server at apiHost's loopback address (no kube-proxy serves the kubernetes
+// Service here).
+func onHostNetwork(ps *corev1.PodSpec, node, apiHost string) error {
+	api, err := url.Parse(apiHost)
 	if err != nil {
 		return err
 	}
@@ -127,7 +157,7 @@ func (p *PodNetwork) onHost(ps *corev1.PodSpec) error {
 	if ps.NodeSelector == nil {
 		ps.NodeSelector = map[string]string{}
 	}
-	ps.NodeSelector[corev1.LabelHostname] = p.node
+	ps.NodeSelector[corev1.LabelHostname] = node
 	for i := range ps.Containers {
 		c := &ps.Containers[i]
 		ports := map[string]int{}
@@ -144,8 +174,6 @@ func (p *PodNetwork) onHost(ps *corev1.PodSpec) error {
 				c.Args[j] = "--health-addr=" + addr(ports["health"])
 			case "--webhook-addr=:9292":
 				c.Args[j] = "--webhook-addr=" + addr(ports["webhook"])
-			case "--renderer-url=http://gitbroker-renderer-webhook:9292/hook":
-				c.Args[j] = "--renderer-url=" + p.Proxy + "/hook"
 			}
 		}
 		for j := range c.Ports {
@@ -160,17 +188,6 @@ func (p *PodNetwork) onHost(ps *corev1.PodSpec) error {
 		}
 		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
-	}
-	for i, v := range ps.Volumes {
-		if v.HostPath == nil {
-			continue
-		}
-		switch v.HostPath.Path {
-		case "/sys":
-			ps.Volumes[i].HostPath.Path = filepath.Join(p.sys, "sys")
-		case "/run/udev":
-			ps.Volumes[i].HostPath.Path = filepath.Join(p.sys, "run", "udev")
-		}
 	}
 	return nil
 }
