@@ -237,9 +237,11 @@ type ResolvedSettings struct {
 	DeletionAllowance   int
 	MaxObjectsPerFolder int
 	DiscoveryHandlers   []string
-	Flux                FluxSettings
-	Recorder            RecorderSettings
-	Templates           TemplateSettings
+	// DeviceAllocation is DeviceAllocationDevicePlugin or DeviceAllocationDRA.
+	DeviceAllocation string
+	Flux             FluxSettings
+	Recorder         RecorderSettings
+	Templates        TemplateSettings
 }
 
 // DefaultSettings are the settings of a repository without gitbroker.yaml.
@@ -331,6 +333,14 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		}
 	}
 	r.DiscoveryHandlers = s.Spec.DiscoveryHandlers
+	switch v := s.Spec.DeviceAllocation; v {
+	case "", DeviceAllocationDevicePlugin:
+		r.DeviceAllocation = DeviceAllocationDevicePlugin
+	case DeviceAllocationDRA:
+		r.DeviceAllocation = v
+	default:
+		errs = append(errs, d.Errorf("spec.deviceAllocation", "must be %s or %s, got %q", DeviceAllocationDevicePlugin, DeviceAllocationDRA, v))
+	}
 	if v := s.Spec.MaxObjectsPerFolder; v != nil {
 		if *v < 1 {
 			errs = append(errs, d.Errorf("spec.maxObjectsPerFolder", "must be at least 1, got %d", *v))

@@ -284,6 +284,13 @@ type SettingsSpec struct {
 	// own (udev, debugEcho) and Akri's (onvif, opcua), so plan warns about a Configuration
 	// naming none of them (a typo no agent would ever serve).
 	DiscoveryHandlers []string `json:"discoveryHandlers,omitempty"`
+	// DeviceAllocation says how brokers and users' workloads get devices (docs/DESIGN.md,
+	// "Devices counted once across the cluster"): devicePlugin (the default, any Kubernetes),
+	// the agent's akri.sh/<instance> and akri.sh/<configuration> resources, as Akri; or dra
+	// (Kubernetes 1.34 and later), ResourceSlices rendered from the inventory, a DeviceClass per
+	// Configuration, and brokers that claim their device through a ResourceClaimTemplate, which
+	// the scheduler allocates. The agents must run with the same --device-allocation.
+	DeviceAllocation string `json:"deviceAllocation,omitempty"`
 	// Flux configures the Kustomizations written to rendered/flux/.
 	Flux FluxSettings `json:"flux,omitempty"`
 	// Recorder names the recorder's ServiceAccount, which the rendered broker namespaces let read

@@ -29,6 +29,9 @@ func (p *pass) renderBrokers() {
 			// Carried over with its plan entries (mergeScope).
 			continue
 		}
+		if p.dra() {
+			p.renderDRA(k, cfg)
+		}
 		withBrokers := 0
 		if cfg.IsPodBroker() {
 			withBrokers = p.renderPodBrokers(k, cfg)
@@ -66,12 +69,12 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 	list := p.placement.instances[k]
 	var todo []*instance
 	for _, in := range list {
-		if in.broker == nil || in.broker.lost != lostKey(in, p.loaded.lost) {
+		if in.broker == nil || in.broker.lost != lostKey(in, p.loaded.lost) || in.broker.dra != p.dra() {
 			todo = append(todo, in)
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost)
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost, p.dra())
 		todo[i].broker = &pi
 	})
 	staged := p.stageRollout(cfg, list)
@@ -88,7 +91,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 			}
 			continue
 		}
-		env := pre.env
+		env, replicas, dra := pre.env, pre.replicas, p.dra()
 		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
 		for j, n := range pre.nodes {
 			if why, held := staged[pre.paths[j]]; held {
@@ -96,7 +99,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 				continue
 			}
 			ih := pre.hashes[j]
-			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih) })
+			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih, dra, replicas) })
 		}
 		withBrokers++
 		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
@@ -150,7 +153,10 @@ func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 
 // podBrokerInputs is what a Pod broker instance's objects are keyed and named by.
 type podBrokerInputs struct {
-	nodes         []string // the nodes that get a broker, at most the capacity
+	nodes []string // the nodes that get a broker, at most the capacity; in DRA mode, "" for a shared device's one Deployment
+	// replicas is, in DRA mode, how many Pods a shared device's one Deployment runs (the most
+	// brokers device-plugin mode would place), each with a claim of its own; else 1.
+	replicas      int32
 	env           []corev1.EnvVar
 	hashes, paths []string // of the Deployments, by node
 	// keys are the Deployments' keys in the memo of built objects: the inputs hash and what the
@@ -159,6 +165,8 @@ type podBrokerInputs struct {
 	serviceHash string
 	// lost names the lost nodes among the instance's that the placement left out (lostKey).
 	lost string
+	// dra says the inputs are DRA mode's.
+	dra bool
 }
 
 // Placement is sticky: of the nodes that report a shared instance, those that held its broker in
@@ -166,7 +174,23 @@ type podBrokerInputs struct {
 // free places go to the others in name order, so a node that newly reports a device (or claims
 // another node's) never displaces a broker. A lost node holds no broker of a shared device that
 // another node reports (liveNodes).
-func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss) podBrokerInputs {
+//
+// In DRA mode a shared device's brokers are not pinned: one Deployment runs as many Pods as
+// device-plugin mode would place brokers, and the scheduler puts each where it allocates a device
+// (a node that reaches it), moving it when that node is lost.
+func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss, dra bool) podBrokerInputs {
+	if dra && in.shared {
+		replicas := int32(min(len(liveNodes(in, lost)), cfg.Policy.Capacity))
+		pi := podBrokerInputs{nodes: []string{""}, env: in.env(), replicas: replicas, lost: lostKey(in, lost), dra: true}
+		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte("dra"), []byte(strconv.Itoa(int(replicas))), []byte(in.deviceID), propsJSON(in.properties))
+		pi.hashes = []string{ih}
+		pi.keys = []string{deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline)}
+		pi.paths = []string{in.folder + "/deployment-" + brokerName(in.name, "", true) + ".yaml"}
+		if cfg.Spec.InstanceServiceSpec != nil {
+			pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
+		}
+		return pi
+	}
 	nodes := liveNodes(in, lost)
 	if len(nodes) > cfg.Policy.Capacity {
 		var holders, others []string
@@ -182,10 +206,14 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 		nodes = append(holders, others...)[:cfg.Policy.Capacity]
 		sort.Strings(nodes)
 	}
-	pi := podBrokerInputs{nodes: nodes, env: in.env(), lost: lostKey(in, lost)}
+	pi := podBrokerInputs{nodes: nodes, env: in.env(), lost: lostKey(in, lost), replicas: 1, dra: dra}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
+		if dra {
+			// The same broker claims its device otherwise: a new object, rolled out.
+			ih = hashHex(16, []byte(ih), []byte("dra"))
+		}
 		pi.hashes = append(pi.hashes, ih)
 		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline))
 		pi.paths = append(pi.paths, in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml")

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/gitbroker/gitbroker/api"
 )
 
@@ -106,7 +108,8 @@ func (p *pass) planMovedObject(ref objectRef, oldF, newF string) {
 }
 
 // objectKinds are the kinds of a broker's objects, by the kind in their file name.
-var objectKinds = map[string]string{"deployment": "Deployment", "pod": "Pod", "service": "Service"}
+var objectKinds = map[string]string{"deployment": "Deployment", "pod": "Pod", "service": "Service",
+	"resourceslice": "ResourceSlice", "resourceclaimtemplate": "ResourceClaimTemplate", "deviceclass": "DeviceClass"}
 
 // planObject plans a broker object created, changed or removed in place.
 func (p *pass) planObject(f string, ref objectRef) {
@@ -115,7 +118,7 @@ func (p *pass) planObject(f string, ref objectRef) {
 	case p.output.files[f] != nil && p.prev[f] == nil:
 		m := p.output.meta[f]
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name})
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name, Reason: sliceReason(ref, p.output.files[f])})
 	case p.output.files[f] != nil:
 		m := p.output.meta[f]
 		if m.cfg == "" { // carried over from a frozen Configuration: not a change
@@ -123,7 +126,11 @@ func (p *pass) planObject(f string, ref objectRef) {
 		}
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
 		fields := fieldChanges(p.prev[f], p.output.files[f])
-		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: fieldDiff(fields), Fields: fields})
+		reason := fieldDiff(fields)
+		if r := sliceReason(ref, p.output.files[f]); r != "" {
+			reason = r + "; " + reason
+		}
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: reason, Fields: fields})
 	default:
 		h := p.head(f, p.prev[f])
 		inst := h.Metadata.Labels[api.LabelInstance]
@@ -142,8 +149,51 @@ func (p *pass) planObject(f string, ref objectRef) {
 		if inst != "" {
 			p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[api.AnnotationDeviceID], nil)
 		}
+		if r := sliceReason(ref, p.prev[f]); r != "" && reason != "" {
+			reason = r + "; " + reason
+		} else if r != "" {
+			reason = r
+		}
 		p.plan.add(ref.namespace, ref.configuration, inst, Change{Action: Removed, Kind: kind, Name: ref.name, Reason: reason})
 	}
+}
+
+// sliceReason says, for a ResourceSlice, which nodes its devices are on: the plan's view of a
+// change per node. "" for any other object.
+func sliceReason(ref objectRef, data []byte) string {
+	if ref.kind != "resourceslice" {
+		return ""
+	}
+	var s struct {
+		Spec struct {
+			NodeName     string `json:"nodeName"`
+			NodeSelector struct {
+				Terms []struct {
+					Expressions []struct {
+						Values []string `json:"values"`
+					} `json:"matchExpressions"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"nodeSelector"`
+			Devices []struct{} `json:"devices"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		return ""
+	}
+	devices := fmt.Sprintf("%d devices", len(s.Spec.Devices))
+	if len(s.Spec.Devices) == 1 {
+		devices = "1 device"
+	}
+	if s.Spec.NodeName != "" {
+		return devices + " on node " + s.Spec.NodeName
+	}
+	var nodes []string
+	for _, t := range s.Spec.NodeSelector.Terms {
+		for _, e := range t.Expressions {
+			nodes = append(nodes, e.Values...)
+		}
+	}
+	return devices + " shared by nodes " + strings.Join(nodes, ", ")
 }
 
 // replacedVerb is what Kubernetes does with a changed object: a Deployment rolls out its new

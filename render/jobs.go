@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
@@ -160,15 +161,19 @@ func (p *pass) desiredJobs() []*desiredJob {
 			if p.placement.frozenInstances[k+"/"+in.name] != nil {
 				continue
 			}
-			ih := in.jobHash
-			d := &desiredJob{cfg: cfg, in: in, key: jobKey(cfg, ih), ih: ih}
+			ih, key := in.jobHash, ""
+			if p.dra() {
+				ih, key = draJobHash(in, ih), "/dra"
+			}
+			d := &desiredJob{cfg: cfg, in: in, key: jobKey(cfg, ih) + key, ih: ih}
 			d.bj, d.hit = p.r.jobs.lookup(d.key)
 			want = append(want, d)
 		}
 	}
+	dra := p.dra()
 	parallel(len(want), func(i int) {
 		if d := want[i]; !d.hit {
-			d.bj = buildJob(d.in, d.in.env(), d.ih)
+			d.bj = buildJob(d.in, d.in.env(), d.ih, dra)
 		}
 	})
 	return want
@@ -177,6 +182,12 @@ func (p *pass) desiredJobs() []*desiredJob {
 // instanceJobHash is the inputs hash of an instance's Job, given its Configuration's jobHash.
 func instanceJobHash(chash []byte, in *instance) string {
 	return hashHex(16, chash, []byte(in.name), []byte(in.digest), []byte(in.deviceID), propsJSON(in.properties), []byte(strings.Join(in.nodes, ",")))
+}
+
+// draJobHash is the inputs hash of an instance's Job in DRA mode, given its instanceJobHash: the
+// same run claims its device otherwise, and is pinned only when the device is not shared.
+func draJobHash(in *instance, ih string) string {
+	return hashHex(16, []byte(ih), []byte("dra"), []byte(strconv.FormatBool(in.shared)))
 }
 
 // jobKey is a Job's key in the memo of built objects: its inputs hash and the log capture, which

@@ -59,6 +59,7 @@ func (p *pass) loadConfigurations(l *loaded) {
 	set.checkDuplicates()
 	p.checkAfter(l, set)
 	p.checkDiscovery(l, set)
+	p.checkDRA(l, set)
 	invalid := set.unreadable
 	for _, f := range set.files {
 		if errs := set.errs[f]; len(errs) > 0 {

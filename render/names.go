@@ -20,10 +20,10 @@ func instanceName(configuration, digest string) string {
 }
 
 // brokerName is a Pod broker's Deployment name: "<node>-<instance>" for shared devices, else
-// "<instance>".
+// "<instance>" (and for a shared device's one Deployment in DRA mode, node "").
 func brokerName(instance, node string, shared bool) string {
 	inst := strings.ReplaceAll(instance, ".", "-")
-	if shared {
+	if shared && node != "" {
 		return shorten(node + "-" + inst)
 	}
 	return shorten(inst)

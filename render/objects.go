@@ -197,18 +197,31 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 // buildDeployment writes a Pod broker: a Deployment of one Pod pinned to node, rolled out by
 // Recreate so that the old Pod is gone before the new one starts and a device never has two
 // brokers. Kubernetes' own controller recreates a Pod that is evicted, fails or is deleted.
-func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string) []byte {
+//
+// In DRA mode the Pod claims its device through the instance's ResourceClaimTemplate instead of
+// akri.sh/<instance>; a shared device's Deployment (node "") is not pinned and runs replicas
+// Pods, each allocated a device by the scheduler where one is reachable.
+func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string, dra bool, replicas int32) []byte {
 	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
 	applyDevice(ps, env, in.name)
-	pin(ps, []string{node})
+	if dra {
+		toClaim(ps, in.name)
+	}
 	labels := in.labels()
-	labels[api.LabelTargetNode] = node
+	selector := map[string]string{api.LabelInstance: in.name, api.LabelController: api.ControllerAkri}
+	if node != "" {
+		pin(ps, []string{node})
+		labels[api.LabelTargetNode] = node
+		selector[api.LabelTargetNode] = node
+	} else {
+		spread(ps, in.name)
+	}
 	own := labels // the Deployment's; the template's never carry the rollout label
 	if in.cfg.Policy.RolloutMaxChanged != "" {
 		own = maps.Clone(labels)
 		own[api.LabelRollout] = api.RolloutStaged
 	}
-	replicas, history := int32(1), int32(brokerRevisionHistory)
+	history := int32(brokerRevisionHistory)
 	var deadline *int32
 	if d := in.cfg.Policy.RolloutProgressDeadline; d > 0 {
 		deadline = &d
@@ -225,9 +238,7 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 		Spec: &appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			// The selector is immutable: it names only what never changes for this Deployment.
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				api.LabelInstance: in.name, api.LabelTargetNode: node, api.LabelController: api.ControllerAkri,
-			}},
+			Selector:                &metav1.LabelSelector{MatchLabels: selector},
 			Strategy:                appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			RevisionHistoryLimit:    &history,
 			ProgressDeadlineSeconds: deadline,
@@ -247,7 +258,7 @@ type builtJob struct {
 	m    manifest
 }
 
-func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
+func buildJob(in *instance, env []corev1.EnvVar, inputsHash string, dra bool) builtJob {
 	js := in.cfg.Spec.BrokerSpec.BrokerJobSpec.DeepCopy()
 	applyDevice(&js.Template.Spec, env, in.name)
 	if js.Template.Labels == nil {
@@ -266,7 +277,14 @@ func buildJob(in *instance, env []corev1.EnvVar, inputsHash string) builtJob {
 		spec, _ := json.Marshal(js)
 		runHash = hashHex(10, spec, []byte(pol.RunID))
 	}
-	pin(&js.Template.Spec, in.nodes)
+	if dra {
+		// After the run hash: a Job run on the device is the same run whichever way it claims it.
+		toClaim(&js.Template.Spec, in.name)
+	}
+	if !dra || !in.shared {
+		// In DRA mode a shared device's Job runs where the scheduler allocates the device.
+		pin(&js.Template.Spec, in.nodes)
+	}
 	ann := map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID}
 	for k, v := range jobAnnotations {
 		ann[k] = v

@@ -96,13 +96,20 @@ type Summary struct {
 	ConfigurationsRemoved int `json:"configurationsRemoved"`
 	NamespacesRendered    int `json:"namespacesRendered"`
 	NamespacesUnrendered  int `json:"namespacesNoLongerRendered"`
+	// DRA mode's objects (gitbroker.yaml spec.deviceAllocation: dra).
+	ResourceSlicesCreated         int `json:"resourceSlicesCreated,omitempty"`
+	ResourceSlicesUpdated         int `json:"resourceSlicesUpdated,omitempty"`
+	ResourceSlicesRemoved         int `json:"resourceSlicesRemoved,omitempty"`
+	ResourceClaimTemplatesChanged int `json:"resourceClaimTemplatesChanged,omitempty"`
+	DeviceClassesChanged          int `json:"deviceClassesChanged,omitempty"`
 }
 
 // Empty reports whether the plan changes nothing.
 func (s Summary) Empty() bool {
 	return s.DeploymentsCreated+s.DeploymentsRolledOut+s.DeploymentsRemoved+s.PodsRemoved+s.JobsStarted+s.JobsRetired+
 		s.ServicesCreated+s.ServicesUpdated+s.ServicesRemove+s.FluxCreated+s.FluxUpdated+s.FluxRemoved+
-		s.ConfigurationsAdded+s.ConfigurationsRemoved+s.NamespacesRendered+s.NamespacesUnrendered == 0
+		s.ConfigurationsAdded+s.ConfigurationsRemoved+s.NamespacesRendered+s.NamespacesUnrendered+
+		s.ResourceSlicesCreated+s.ResourceSlicesUpdated+s.ResourceSlicesRemoved+s.ResourceClaimTemplatesChanged+s.DeviceClassesChanged == 0
 }
 
 func (p *Plan) count(kind, action string) {
@@ -146,6 +153,16 @@ func (p *Plan) count(kind, action string) {
 		s.ConfigurationsAdded++
 	case "Configuration " + Removed:
 		s.ConfigurationsRemoved++
+	case "ResourceSlice " + Created:
+		s.ResourceSlicesCreated++
+	case "ResourceSlice " + Updated:
+		s.ResourceSlicesUpdated++
+	case "ResourceSlice " + Removed:
+		s.ResourceSlicesRemoved++
+	case "ResourceClaimTemplate " + Created, "ResourceClaimTemplate " + Updated, "ResourceClaimTemplate " + Removed:
+		s.ResourceClaimTemplatesChanged++
+	case "DeviceClass " + Created, "DeviceClass " + Updated, "DeviceClass " + Removed:
+		s.DeviceClassesChanged++
 	}
 }
 
@@ -265,6 +282,9 @@ func (s Summary) text() string {
 		{s.FluxUpdated, "Flux Kustomization", "updated"}, {s.FluxRemoved, "Flux Kustomization", "removed"},
 		{s.ConfigurationsAdded, "Configuration", "added"}, {s.ConfigurationsRemoved, "Configuration", "removed"},
 		{s.NamespacesRendered, "broker Namespace", "rendered"}, {s.NamespacesUnrendered, "broker Namespace", "no longer rendered"},
+		{s.ResourceSlicesCreated, "ResourceSlice", "created"}, {s.ResourceSlicesUpdated, "ResourceSlice", "updated"},
+		{s.ResourceSlicesRemoved, "ResourceSlice", "removed"}, {s.ResourceClaimTemplatesChanged, "ResourceClaimTemplate", "changed"},
+		{s.DeviceClassesChanged, "DeviceClass", "changed"},
 	}
 	var parts []string
 	for _, it := range items {

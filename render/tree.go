@@ -100,7 +100,9 @@ func parseObjectPath(p string) (objectRef, bool) {
 		return objectRef{}, false
 	}
 	switch kind {
-	case "deployment", "job", "service", "pod": // pod: the bare broker Pods of older renders
+	case "deployment", "job", "service", "pod", // pod: the bare broker Pods of older renders
+		"resourceslice", "resourceclaimtemplate", "deviceclass": // DRA mode's
+
 	default:
 		return objectRef{}, false
 	}
