@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
+	"github.com/gitbroker/gitbroker/agent/dra"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/notify"
 )
@@ -22,6 +23,8 @@ type DaemonOptions struct {
 	RegistrationDir string
 	// DevicePlugin, when set, serves kubelet's device-plugin API for the node's instances.
 	DevicePlugin *deviceplugin.Options
+	// DRA, when set, serves the node's DRA kubelet plugin instead (docs/DESIGN.md, DRA mode).
+	DRA *dra.Options
 	// DeviceEvents rescans on the kernel's and udev's device events (DeviceEvents), not only
 	// every Interval.
 	DeviceEvents bool
@@ -38,6 +41,7 @@ type Daemon struct {
 	agent  *Agent
 	akri   *AkriRegistry
 	plugin *deviceplugin.Plugin
+	dra    *dra.Plugin
 
 	mu  sync.Mutex
 	ctx context.Context // Run's or Once's, for the nudges it sends
@@ -57,6 +61,17 @@ func NewDaemon(o DaemonOptions) (*Daemon, error) {
 		}
 		d.plugin = deviceplugin.New(dp)
 		o.Devices = d.plugin
+	}
+	if o.DRA != nil {
+		if o.DevicePlugin != nil {
+			return nil, errors.New("the device plugin and the DRA plugin serve the same devices: choose one")
+		}
+		opts := *o.DRA
+		if opts.Log.GetSink() == nil {
+			opts.Log = o.Log.WithName("dra")
+		}
+		d.dra = dra.New(opts)
+		o.Devices = d.dra
 	}
 	if o.Nudge != nil {
 		o.Pushed = d.nudge
@@ -104,6 +119,14 @@ func (d *Daemon) Run(ctx context.Context, fields ...any) error {
 			}
 		})
 		log.Info("serving kubelet's device-plugin API", "dir", d.opts.DevicePlugin.Dir)
+	}
+	if d.dra != nil {
+		wg.Go(func() {
+			if err := d.dra.Run(ctx); err != nil {
+				log.Error(err, "DRA plugin stopped")
+			}
+		})
+		log.Info("serving the node's DRA kubelet plugin", "driver", api.DRADriver, "registry", d.opts.DRA.RegistryDir, "cdi", d.opts.DRA.CDIDir)
 	}
 	var events []string
 	if d.opts.DeviceEvents {

@@ -65,6 +65,7 @@ func (a *Agent) serveDevices(configs map[string]*api.ParsedConfiguration, now ti
 			}
 			out = append(out, deviceplugin.Instance{
 				Name:            name,
+				Namespace:       c.Namespace,
 				Configuration:   c.Name,
 				Digest:          strings.ToUpper(digests[k]),
 				Capacity:        c.Policy.Capacity,

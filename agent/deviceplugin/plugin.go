@@ -53,6 +53,8 @@ const (
 type Instance struct {
 	// Name is Akri's instance name; the plugin serves akri.sh/<Name>.
 	Name string
+	// Namespace is the Configuration's namespace.
+	Namespace string
 	// Configuration is the Configuration's name; the plugin serves akri.sh/<Configuration>.
 	Configuration string
 	// Digest is the instance's digest, upper case: properties are also given as KEY_<Digest>.
@@ -297,27 +299,18 @@ func (p *Plugin) allocate(resource string, ids []string, claimSlots bool) (*plug
 		if !slices.ContainsFunc(used, func(u Instance) bool { return u.Name == in.Name }) {
 			used = append(used, in)
 		}
-		for _, d := range in.DeviceSpecs {
-			if seenDev[d.ContainerPath] || !p.allowed(in, d.HostPath) {
-				continue
+		devs, mounts := in.Served(p.refuse)
+		for _, d := range devs {
+			if !seenDev[d.ContainerPath] {
+				seenDev[d.ContainerPath] = true
+				resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
 			}
-			perms := d.Permissions
-			if perms == "" {
-				perms = "rwm"
-			}
-			if strings.Trim(perms, "rwm") != "" {
-				p.opts.Log.Error(fmt.Errorf("permissions %q are not a subset of rwm", perms), "not serving a device node", "instance", in.Name, "hostPath", d.HostPath)
-				continue
-			}
-			seenDev[d.ContainerPath] = true
-			resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: filepath.Clean(d.HostPath), Permissions: perms})
 		}
-		for _, m := range in.Mounts {
-			if seenMount[m.ContainerPath] || !p.allowed(in, m.HostPath) {
-				continue
+		for _, m := range mounts {
+			if !seenMount[m.ContainerPath] {
+				seenMount[m.ContainerPath] = true
+				resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 			}
-			seenMount[m.ContainerPath] = true
-			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: filepath.Clean(m.HostPath), ReadOnly: m.ReadOnly})
 		}
 	}
 	for _, in := range used {
@@ -361,19 +354,47 @@ func (p *Plugin) configSlot(resource, id string, claimed bool) (string, error) {
 	return "", status.Errorf(codes.NotFound, "%s: device %s is no longer discovered on this node", resource, id)
 }
 
-// allowed reports whether a host path may be served, logging a refusal once per path.
-func (p *Plugin) allowed(in Instance, hostPath string) bool {
-	if in.HostPathAllowed != nil && in.HostPathAllowed(hostPath) {
-		return true
+// Served is what a container that uses the instance gets of it: its device nodes (with the
+// handler's cgroup permissions, rwm when it gave none) and mounts, host paths cleaned, each only
+// under /dev or a prefix the Configuration allows. What is not served is passed to refuse with
+// why. Kubelet's device plugin and the DRA plugin (agent/dra) serve the same.
+func (in Instance) Served(refuse func(in Instance, hostPath string, why error)) ([]api.DeviceSpec, []api.Mount) {
+	allowed := func(hostPath string) bool {
+		ok := in.HostPathAllowed != nil && in.HostPathAllowed(hostPath) || in.HostPathAllowed == nil && (api.Policy{}).HostPathAllowed(hostPath)
+		if !ok {
+			refuse(in, hostPath, errors.New("host path outside /dev and the Configuration's allowedHostPaths"))
+		}
+		return ok
 	}
-	if in.HostPathAllowed == nil && (api.Policy{}).HostPathAllowed(hostPath) {
-		return true
+	var devs []api.DeviceSpec
+	for _, d := range in.DeviceSpecs {
+		if !allowed(d.HostPath) {
+			continue
+		}
+		perms := d.Permissions
+		if perms == "" {
+			perms = "rwm"
+		}
+		if strings.Trim(perms, "rwm") != "" {
+			refuse(in, d.HostPath, fmt.Errorf("permissions %q are not a subset of rwm", perms))
+			continue
+		}
+		devs = append(devs, api.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: filepath.Clean(d.HostPath), Permissions: perms})
 	}
+	var mounts []api.Mount
+	for _, m := range in.Mounts {
+		if allowed(m.HostPath) {
+			mounts = append(mounts, api.Mount{ContainerPath: m.ContainerPath, HostPath: filepath.Clean(m.HostPath), ReadOnly: m.ReadOnly})
+		}
+	}
+	return devs, mounts
+}
+
+// refuse logs a path the plugin does not serve, once per instance and path.
+func (p *Plugin) refuse(in Instance, hostPath string, why error) {
 	key := in.Name + "\x00" + hostPath
 	if !p.refused[key] {
 		p.refused[key] = true
-		p.opts.Log.Error(errors.New("host path outside /dev and the Configuration's allowedHostPaths"),
-			"not serving a path a discovery handler reported", "instance", in.Name, "hostPath", hostPath)
+		p.opts.Log.Error(why, "not serving a path a discovery handler reported", "instance", in.Name, "hostPath", hostPath)
 	}
-	return false
 }

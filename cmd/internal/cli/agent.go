@@ -17,6 +17,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
+	"github.com/gitbroker/gitbroker/agent/dra"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/notify"
@@ -52,6 +53,10 @@ const (
 	flagDevicePluginDir        = "device-plugin-dir"
 	flagPodResourcesSocket     = "pod-resources-socket"
 	flagPropertiesDir          = "discovery-properties-dir"
+	flagDeviceAllocation       = "device-allocation"
+	flagDRAPluginsDir          = "dra-plugins-dir"
+	flagDRARegistryDir         = "dra-registry-dir"
+	flagCDIDir                 = "cdi-dir"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
 
@@ -62,6 +67,7 @@ type agentOptions struct {
 	Signing   SigningOptions
 	Endpoints EndpointOptions
 	Log       LogOptions
+	Kube      KubeOptions
 
 	Dir                   string
 	Node                  string
@@ -85,6 +91,10 @@ type agentOptions struct {
 	DevicePluginDir       string
 	PodResourcesSocket    string
 	PropertiesDir         string
+	DeviceAllocation      string
+	DRAPluginsDir         string
+	DRARegistryDir        string
+	CDIDir                string
 }
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
@@ -114,6 +124,11 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+api.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Required with --signing-key: an agent that signs reads only what the renderer verified.")
 	fs.StringVar(&o.DevicePluginDir, flagDevicePluginDir, deviceplugin.DefaultDir, "kubelet's device-plugin folder: the agent serves akri.sh/<instance> (capacity slots per device) and akri.sh/<configuration> there, as Akri's agent does, so a broker gets its device node. Empty disables it.")
 	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
+	fs.StringVar(&o.DeviceAllocation, flagDeviceAllocation, api.DeviceAllocationDevicePlugin, "How the node's devices reach Pods, as the repository's gitbroker.yaml spec.deviceAllocation says: "+api.DeviceAllocationDevicePlugin+" (kubelet's device-plugin API, --device-plugin-dir) or "+api.DeviceAllocationDRA+" (the agent is the node's DRA kubelet plugin for driver "+api.DRADriver+": it prepares the devices the scheduler allocated from the rendered ResourceSlices as CDI devices in --cdi-dir, and reads ResourceClaims with the API credential of --kubeconfig or its Pod's ServiceAccount).")
+	fs.StringVar(&o.DRAPluginsDir, flagDRAPluginsDir, dra.DefaultPluginsDir, "kubelet's plugins folder (DRA mode): the plugin's socket goes in <dir>/"+api.DRADriver+". The path must be the same in the agent's container and on the node.")
+	fs.StringVar(&o.DRARegistryDir, flagDRARegistryDir, dra.DefaultRegistryDir, "kubelet's plugin registration folder (DRA mode). The path must be the same in the agent's container and on the node.")
+	fs.StringVar(&o.CDIDir, flagCDIDir, dra.DefaultCDIDir, "The container runtime's CDI spec folder (DRA mode): one file per prepared claim. The host's device nodes' owners are read under --udev-root/dev.")
+	o.Kube.BindFlags(cmd)
 	fs.StringVar(&o.PropertiesDir, flagPropertiesDir, agent.DefaultPropertiesDir, "Folder of the values discoveryProperties[].valueFrom refer to, as the agent's Pod mounts them: secrets/<namespace>/<name>/<key> and configmaps/<namespace>/<name>/<key> (a reference without a namespace is in default, as in Akri). A reference that is missing and not optional keeps its Configuration's devices undiscovered and the agent not ready; values are never logged or written to git.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 	fs.BoolVar(&o.DeviceEvents, flagDeviceEvents, true, "Rescan as soon as the kernel or udev reports a device change (netlink uevents, with hostNetwork; the udev database under --udev-root), not only every --interval.")
@@ -212,8 +227,23 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 
 	reg := prometheus.NewRegistry()
 	var plugin *deviceplugin.Options
-	if o.DevicePluginDir != "" && !o.Once {
-		plugin = &deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket}
+	var draPlugin *dra.Options
+	switch o.DeviceAllocation {
+	case api.DeviceAllocationDevicePlugin:
+		if o.DevicePluginDir != "" && !o.Once {
+			plugin = &deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket}
+		}
+	case api.DeviceAllocationDRA:
+		if !o.Once {
+			client, err := o.Kube.Client()
+			if err != nil {
+				return Exitf(ExitInvalid, "--%s=%s: %v", flagDeviceAllocation, o.DeviceAllocation, err)
+			}
+			draPlugin = &dra.Options{Node: o.Node, Client: client, PluginsDir: o.DRAPluginsDir, RegistryDir: o.DRARegistryDir,
+				CDIDir: o.CDIDir, DevRoot: o.UdevRoot}
+		}
+	default:
+		return Exitf(ExitInvalid, "--%s must be %s or %s, got %q", flagDeviceAllocation, api.DeviceAllocationDevicePlugin, api.DeviceAllocationDRA, o.DeviceAllocation)
 	}
 	d, err := agent.NewDaemon(agent.DaemonOptions{
 		Options: agent.Options{
@@ -235,6 +265,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability},
 		RegistrationDir: o.DiscoveryHandlersDir,
 		DevicePlugin:    plugin,
+		DRA:             draPlugin,
 		DeviceEvents:    o.DeviceEvents,
 		Nudge:           nudge,
 	})

@@ -1,0 +1,162 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gitbroker/gitbroker/agent/deviceplugin"
+	"github.com/gitbroker/gitbroker/api"
+)
+
+func cam(healthy bool) deviceplugin.Instance {
+	return deviceplugin.Instance{
+		Name: "cam-a1b2c3", Namespace: "plant", Configuration: "cam", Digest: "A1B2C3", Capacity: 2, Healthy: healthy,
+		DeviceSpecs: []api.DeviceSpec{{ContainerPath: "/dev/video0", HostPath: "/dev/video0"}, {ContainerPath: "/etc/passwd", HostPath: "/etc/passwd"}},
+		Mounts:      []api.Mount{{ContainerPath: "/run/cam", HostPath: "/dev/shm/cam", ReadOnly: true}},
+		Env:         map[string]string{"UDEV_DEVNODE": "/dev/video0", "MODE": "$(HOME)"},
+	}
+}
+
+func claim(uid, pool, device string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "broker-claim", Namespace: "plant", UID: types.UID(uid)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "device", Driver: api.DRADriver, Pool: pool, Device: device}},
+		}}},
+	}
+}
+
+func plugin(t *testing.T) *Plugin {
+	p := New(Options{Node: "edge-a", CDIDir: t.TempDir(), Log: logr.Discard()})
+	require.NoError(t, os.MkdirAll(p.opts.CDIDir, 0o755))
+	return p
+}
+
+// A claim allocated one of this node's devices gets a CDI device made from the agent's own
+// discovery: the device node (a host path outside /dev is not served), the mount, the
+// environment; unpreparing removes it.
+func TestPrepareAnswersFromDiscovery(t *testing.T) {
+	p := plugin(t)
+	p.Update([]deviceplugin.Instance{cam(true)})
+	c := claim("11111111-2222", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), api.DRADeviceName(1))
+	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	require.NoError(t, err)
+	require.NoError(t, res[c.UID].Err)
+	require.Equal(t, []kubeletplugin.Device{{Requests: []string{"device"}, PoolName: "edge-a/plant/cam-a1b2c3", DeviceName: "slot-1",
+		CDIDeviceIDs: []string{"gitbroker.dev/device=11111111-2222-0"}}}, res[c.UID].Devices)
+
+	data, err := os.ReadFile(filepath.Join(p.opts.CDIDir, "gitbroker.dev-11111111-2222.json"))
+	require.NoError(t, err)
+	var spec cdispec.Spec
+	require.NoError(t, json.Unmarshal(data, &spec))
+	require.Equal(t, "gitbroker.dev/device", spec.Kind)
+	require.Len(t, spec.Devices, 1)
+	e := spec.Devices[0].ContainerEdits
+	require.Equal(t, "11111111-2222-0", spec.Devices[0].Name)
+	require.Equal(t, []*cdispec.DeviceNode{{Path: "/dev/video0", HostPath: "/dev/video0", Permissions: "rwm"}}, e.DeviceNodes)
+	require.Equal(t, []*cdispec.Mount{{HostPath: "/dev/shm/cam", ContainerPath: "/run/cam", Type: "bind", Options: []string{"rbind", "ro"}}}, e.Mounts)
+	require.Equal(t, []string{"MODE=$(HOME)", "MODE_A1B2C3=$(HOME)", "UDEV_DEVNODE=/dev/video0", "UDEV_DEVNODE_A1B2C3=/dev/video0"}, e.Env)
+	require.Equal(t, []string{"11111111-2222"}, p.Prepared())
+
+	out, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}, {UID: "never-prepared"}})
+	require.NoError(t, err)
+	require.NoError(t, out[c.UID])
+	require.NoError(t, out["never-prepared"])
+	require.Empty(t, p.Prepared())
+}
+
+// What the scheduler allocated is prepared only when this node sees it now: a device gone since
+// the allocation, one not seen in the latest discovery, another node's, a slot past the capacity
+// or a pool gitbroker does not make each fail the claim with why, and write nothing.
+func TestPrepareRefusesWhatTheNodeDoesNotSee(t *testing.T) {
+	for _, tc := range []struct {
+		name, pool, device, why string
+		instances               []deviceplugin.Instance
+	}{
+		{"gone", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), "slot-0", "not discovered on node edge-a", nil},
+		{"unhealthy", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), "slot-0", "latest discovery", []deviceplugin.Instance{cam(false)}},
+		{"other node", api.DRAPool("edge-b", "plant", "cam-a1b2c3", false), "slot-0", "node edge-b's", []deviceplugin.Instance{cam(true)}},
+		{"other namespace", api.DRAPool("", "factory", "cam-a1b2c3", true), "slot-0", "not discovered", []deviceplugin.Instance{cam(true)}},
+		{"past capacity", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), "slot-2", "no slot", []deviceplugin.Instance{cam(true)}},
+		{"not a slot", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), "slot-01", "no slot", []deviceplugin.Instance{cam(true)}},
+		{"not our pool", "edge-a", "slot-0", "not a gitbroker pool", []deviceplugin.Instance{cam(true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := plugin(t)
+			p.Update(tc.instances)
+			c := claim("uid-1", tc.pool, tc.device)
+			res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+			require.NoError(t, err)
+			require.ErrorContains(t, res[c.UID].Err, tc.why)
+			require.Empty(t, p.Prepared())
+		})
+	}
+}
+
+// A shared device's pool names no node: any node that sees it prepares it. Devices of other
+// drivers in the same claim are not this plugin's.
+func TestPrepareSharedDevice(t *testing.T) {
+	p := plugin(t)
+	in := cam(true)
+	p.Update([]deviceplugin.Instance{in})
+	c := claim("uid-2", api.DRAPool("", "plant", "cam-a1b2c3", true), "slot-0")
+	c.Status.Allocation.Devices.Results = append([]resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.example.com", Pool: "x", Device: "y"}}, c.Status.Allocation.Devices.Results...)
+	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	require.NoError(t, err)
+	require.NoError(t, res[c.UID].Err)
+	require.Len(t, res[c.UID].Devices, 1)
+	require.Equal(t, []string{"gitbroker.dev/device=uid-2-1"}, res[c.UID].Devices[0].CDIDeviceIDs)
+}
+
+// The CDI file is renamed into place: a symlink an attacker put where it goes is replaced, and
+// the file it pointed at is untouched.
+func TestPrepareNeverWritesThroughASymlink(t *testing.T) {
+	p := plugin(t)
+	p.Update([]deviceplugin.Instance{cam(true)})
+	victim := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o644))
+	require.NoError(t, os.Symlink(victim, filepath.Join(p.opts.CDIDir, "gitbroker.dev-uid-3.json")))
+	c := claim("uid-3", api.DRAPool("edge-a", "plant", "cam-a1b2c3", false), "slot-0")
+	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	require.NoError(t, err)
+	require.NoError(t, res[c.UID].Err)
+	data, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.Equal(t, "keep", string(data))
+	fi, err := os.Lstat(filepath.Join(p.opts.CDIDir, "gitbroker.dev-uid-3.json"))
+	require.NoError(t, err)
+	require.True(t, fi.Mode().IsRegular())
+}
+
+// A device node's owner and group are the host's, read under the dev root: an unprivileged
+// broker in the node's group opens it as it would through the device plugin.
+func TestDeviceNodeKeepsTheHostGroup(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
+	// A FIFO stands in for the device node (making one needs no privilege): not a device, so no
+	// owner is given; then /dev/null, a real device, under a root that is the host's.
+	require.NoError(t, mkfifo(filepath.Join(root, "dev", "video0")))
+	p := plugin(t)
+	p.opts.DevRoot = root
+	_, _, ok := p.owner("/dev/video0")
+	require.False(t, ok, "only device nodes give their owner")
+	p.opts.DevRoot = "/"
+	uid, gid, ok := p.owner("/dev/null")
+	require.True(t, ok)
+	require.Equal(t, uint32(0), uid)
+	require.Equal(t, uint32(0), gid)
+}
+
+func mkfifo(path string) error { return syscall.Mkfifo(path, 0o600) }
