@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
-	"github.com/gitbroker/gitbroker/agent/dra"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/notify"
 )
@@ -23,13 +22,21 @@ type DaemonOptions struct {
 	RegistrationDir string
 	// DevicePlugin, when set, serves kubelet's device-plugin API for the node's instances.
 	DevicePlugin *deviceplugin.Options
-	// DRA, when set, serves the node's DRA kubelet plugin instead (docs/DESIGN.md, DRA mode).
-	DRA *dra.Options
+	// NodePlugin, when set, serves the node's devices to kubelet instead of DevicePlugin: the DRA
+	// kubelet plugin (agent/dra, docs/DESIGN.md "Devices counted once across the cluster").
+	NodePlugin NodePlugin
 	// DeviceEvents rescans on the kernel's and udev's device events (DeviceEvents), not only
 	// every Interval.
 	DeviceEvents bool
 	// Nudge, when set, wakes the renderer after each push of the inventory.
 	Nudge *notify.Nudge
+}
+
+// NodePlugin serves the node's devices to kubelet from what each discovery gives it (Update),
+// until Run's context ends.
+type NodePlugin interface {
+	DeviceSink
+	Run(ctx context.Context) error
 }
 
 // Daemon is a node's agent as it runs there: the discovery loop, Akri's discovery-handler
@@ -41,7 +48,6 @@ type Daemon struct {
 	agent  *Agent
 	akri   *AkriRegistry
 	plugin *deviceplugin.Plugin
-	dra    *dra.Plugin
 
 	mu  sync.Mutex
 	ctx context.Context // Run's or Once's, for the nudges it sends
@@ -62,16 +68,11 @@ func NewDaemon(o DaemonOptions) (*Daemon, error) {
 		d.plugin = deviceplugin.New(dp)
 		o.Devices = d.plugin
 	}
-	if o.DRA != nil {
+	if o.NodePlugin != nil {
 		if o.DevicePlugin != nil {
 			return nil, errors.New("the device plugin and the DRA plugin serve the same devices: choose one")
 		}
-		opts := *o.DRA
-		if opts.Log.GetSink() == nil {
-			opts.Log = o.Log.WithName("dra")
-		}
-		d.dra = dra.New(opts)
-		o.Devices = d.dra
+		o.Devices = o.NodePlugin
 	}
 	if o.Nudge != nil {
 		o.Pushed = d.nudge
@@ -120,13 +121,12 @@ func (d *Daemon) Run(ctx context.Context, fields ...any) error {
 		})
 		log.Info("serving kubelet's device-plugin API", "dir", d.opts.DevicePlugin.Dir)
 	}
-	if d.dra != nil {
+	if np := d.opts.NodePlugin; np != nil {
 		wg.Go(func() {
-			if err := d.dra.Run(ctx); err != nil {
-				log.Error(err, "DRA plugin stopped")
+			if err := np.Run(ctx); err != nil {
+				log.Error(err, "the node's kubelet plugin stopped")
 			}
 		})
-		log.Info("serving the node's DRA kubelet plugin", "driver", api.DRADriver, "registry", d.opts.DRA.RegistryDir, "cdi", d.opts.DRA.CDIDir)
 	}
 	var events []string
 	if d.opts.DeviceEvents {

@@ -117,6 +117,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	for {
 		helper, err := p.start(ctx)
 		if err == nil {
+			p.opts.Log.Info("serving the node's DRA kubelet plugin", "driver", api.DRADriver, "registry", p.opts.RegistryDir, "cdi", p.opts.CDIDir)
 			<-ctx.Done()
 			helper.Stop()
 			return nil

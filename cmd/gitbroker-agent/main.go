@@ -19,7 +19,7 @@ import (
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	return cli.Root("gitbroker-agent", "gitbroker's node agent: discover this node's devices and keep its inventory ref in git up to date",
-		stdout, stderr, cli.AgentCommand(), cli.VersionCommand())
+		stdout, stderr, cli.AgentCommand(nil), cli.VersionCommand())
 }
 
 func main() {

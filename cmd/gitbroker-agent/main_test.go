@@ -55,6 +55,12 @@ spec:
 	stderr.Reset()
 	require.Equal(t, 2, run(t, []string{"agent", "--allow-debug-echo", "--dir", dir, "--node", "edge-a", "--once", "--log-level", "loud"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "--log-level \"loud\"")
+
+	// DRA mode needs a Kubernetes client, which this binary leaves out: it says which one to run.
+	stdout.Reset()
+	stderr.Reset()
+	require.Equal(t, 2, run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--device-allocation", "dra"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "run `gitbroker agent`")
 }
 
 func run(t *testing.T, args []string, stdout, stderr *bytes.Buffer) int {

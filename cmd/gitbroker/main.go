@@ -40,7 +40,7 @@ const (
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	return cli.Root("gitbroker", "Run Akri device brokers through GitOps: Configurations x inventory -> Deployments, Jobs and Services in git",
 		stdout, stderr, newInitCommand(), newRenderCommand(), newPlanCommand(), newCheckCommand(), newHistoryCommand(), newDemoCommand(), newEnrollCommand(),
-		cli.AgentCommand(), newRecordCommand(), cli.VersionCommand())
+		cli.AgentCommand(draPlugin()), newRecordCommand(), cli.VersionCommand())
 }
 
 func main() {

@@ -14,7 +14,9 @@ import (
 	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/cmd/internal/cli"
@@ -27,6 +29,7 @@ import (
 
 // Flag names of the cluster-facing daemons.
 const (
+	flagKubeconfig    = "kubeconfig"
 	flagNamespace     = "namespace"
 	flagBatch         = "batch"
 	flagNodeLossGrace = "node-loss-grace"
@@ -34,6 +37,34 @@ const (
 	flagLogTailMaxBytes = "log-tail-max-bytes"
 	flagLogRedact       = "log-redact"
 )
+
+// kubeOptions say how to reach the API server.
+type kubeOptions struct {
+	Kubeconfig string
+}
+
+func (o *kubeOptions) BindFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Kubeconfig, flagKubeconfig, "", "Path to a kubeconfig; default $KUBECONFIG, ~/.kube/config, or the in-cluster service account.")
+}
+
+func (o *kubeOptions) client() (kubernetes.Interface, error) {
+	c, _, err := o.clientAndConfig()
+	return c, err
+}
+
+func (o *kubeOptions) clientAndConfig() (kubernetes.Interface, *rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.Kubeconfig != "" {
+		rules.ExplicitPath = o.Kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = "gitbroker"
+	c, err := kubernetes.NewForConfig(cfg)
+	return c, cfg, err
+}
 
 // kubeSecrets are the credentials in a client configuration.
 func kubeSecrets(cfg *rest.Config) []string {
@@ -59,7 +90,7 @@ type recordOptions struct {
 	RendererKey string
 	Endpoints   cli.EndpointOptions
 	Log         logger.Options
-	Kube        cli.KubeOptions
+	Kube        kubeOptions
 	Namespaces  []string
 	Batch       time.Duration
 	AuthorName  string
@@ -158,7 +189,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
-	client, kcfg, err := o.Kube.ClientAndConfig()
+	client, kcfg, err := o.Kube.clientAndConfig()
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}

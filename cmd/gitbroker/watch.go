@@ -38,7 +38,7 @@ type watchOptions struct {
 	CycleTimeout time.Duration
 	LeaderNS     string
 	LeaderID     string
-	Kube         cli.KubeOptions
+	Kube         kubeOptions
 	Notify       notifyOptions
 }
 
@@ -68,7 +68,7 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, 
 	defer stop()
 	var client kubernetes.Interface
 	if o.Leader.Enable {
-		c, err := o.Kube.Client()
+		c, err := o.Kube.client()
 		if err != nil {
 			return exitf(exitInvalid, "%v", err)
 		}

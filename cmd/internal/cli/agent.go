@@ -17,7 +17,6 @@ import (
 
 	"github.com/gitbroker/gitbroker/agent"
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
-	"github.com/gitbroker/gitbroker/agent/dra"
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/notify"
@@ -54,9 +53,6 @@ const (
 	flagPodResourcesSocket     = "pod-resources-socket"
 	flagPropertiesDir          = "discovery-properties-dir"
 	flagDeviceAllocation       = "device-allocation"
-	flagDRAPluginsDir          = "dra-plugins-dir"
-	flagDRARegistryDir         = "dra-registry-dir"
-	flagCDIDir                 = "cdi-dir"
 	registrationSocketEnvLabel = "DISCOVERY_HANDLERS_DIRECTORY"
 )
 
@@ -67,7 +63,8 @@ type agentOptions struct {
 	Signing   SigningOptions
 	Endpoints EndpointOptions
 	Log       LogOptions
-	Kube      KubeOptions
+	// DRA makes the DRA kubelet plugin; nil in a binary without one (gitbroker-agent).
+	DRA *DRAPlugin
 
 	Dir                   string
 	Node                  string
@@ -92,9 +89,16 @@ type agentOptions struct {
 	PodResourcesSocket    string
 	PropertiesDir         string
 	DeviceAllocation      string
-	DRAPluginsDir         string
-	DRARegistryDir        string
-	CDIDir                string
+}
+
+// DRAPlugin is what the agent command needs of the DRA kubelet plugin (agent/dra), which only the
+// gitbroker binary holds: it reads ResourceClaims with a Kubernetes client, which gitbroker-agent
+// is kept small without.
+type DRAPlugin struct {
+	// BindFlags binds the plugin's own flags.
+	BindFlags func(cmd *cobra.Command)
+	// New makes the plugin of a node, whose host /dev is under devRoot.
+	New func(node, devRoot string, log logr.Logger) (agent.NodePlugin, error)
 }
 
 func (o *agentOptions) BindFlags(cmd *cobra.Command) {
@@ -124,11 +128,10 @@ func (o *agentOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.RendererKey, FlagRendererKey, "", "The renderer's public key, pinned: a file in git's allowed_signers format naming principal renderer (the line the renderer logs when it makes its key), or its armored OpenPGP public key. The agent then reads the Configurations only from the renderer's signed "+api.ConfigurationsBranch+" branch in the repository it writes to (--inventory-git, else --git), never from the unverified --branch. Required with --signing-key: an agent that signs reads only what the renderer verified.")
 	fs.StringVar(&o.DevicePluginDir, flagDevicePluginDir, deviceplugin.DefaultDir, "kubelet's device-plugin folder: the agent serves akri.sh/<instance> (capacity slots per device) and akri.sh/<configuration> there, as Akri's agent does, so a broker gets its device node. Empty disables it.")
 	fs.StringVar(&o.PodResourcesSocket, flagPodResourcesSocket, deviceplugin.DefaultPodResources, "kubelet's pod-resources socket: a device slot given through akri.sh/<configuration> is withheld from akri.sh/<instance> (and the other way round) until kubelet no longer lists it. Empty goes without.")
-	fs.StringVar(&o.DeviceAllocation, flagDeviceAllocation, api.DeviceAllocationDevicePlugin, "How the node's devices reach Pods, as the repository's gitbroker.yaml spec.deviceAllocation says: "+api.DeviceAllocationDevicePlugin+" (kubelet's device-plugin API, --device-plugin-dir) or "+api.DeviceAllocationDRA+" (the agent is the node's DRA kubelet plugin for driver "+api.DRADriver+": it prepares the devices the scheduler allocated from the rendered ResourceSlices as CDI devices in --cdi-dir, and reads ResourceClaims with the API credential of --kubeconfig or its Pod's ServiceAccount).")
-	fs.StringVar(&o.DRAPluginsDir, flagDRAPluginsDir, dra.DefaultPluginsDir, "kubelet's plugins folder (DRA mode): the plugin's socket goes in <dir>/"+api.DRADriver+". The path must be the same in the agent's container and on the node.")
-	fs.StringVar(&o.DRARegistryDir, flagDRARegistryDir, dra.DefaultRegistryDir, "kubelet's plugin registration folder (DRA mode). The path must be the same in the agent's container and on the node.")
-	fs.StringVar(&o.CDIDir, flagCDIDir, dra.DefaultCDIDir, "The container runtime's CDI spec folder (DRA mode): one file per prepared claim. The host's device nodes' owners are read under --udev-root/dev.")
-	o.Kube.BindFlags(cmd)
+	fs.StringVar(&o.DeviceAllocation, flagDeviceAllocation, api.DeviceAllocationDevicePlugin, "How the node's devices reach Pods, as the repository's gitbroker.yaml spec.deviceAllocation says: "+api.DeviceAllocationDevicePlugin+" (kubelet's device-plugin API, --device-plugin-dir) or "+api.DeviceAllocationDRA+" (the agent is the node's DRA kubelet plugin for driver "+api.DRADriver+", in the gitbroker binary only: it prepares the devices the scheduler allocated from the rendered ResourceSlices as CDI devices, and reads ResourceClaims with a Kubernetes client).")
+	if o.DRA != nil {
+		o.DRA.BindFlags(cmd)
+	}
 	fs.StringVar(&o.PropertiesDir, flagPropertiesDir, agent.DefaultPropertiesDir, "Folder of the values discoveryProperties[].valueFrom refer to, as the agent's Pod mounts them: secrets/<namespace>/<name>/<key> and configmaps/<namespace>/<name>/<key> (a reference without a namespace is in default, as in Akri). A reference that is missing and not optional keeps its Configuration's devices undiscovered and the agent not ready; values are never logged or written to git.")
 	fs.DurationVar(&o.ShutdownGrace, flagShutdownGrace, 20*time.Second, "On SIGTERM, how long a write in flight may go on before it is abandoned.")
 	fs.BoolVar(&o.DeviceEvents, flagDeviceEvents, true, "Rescan as soon as the kernel or udev reports a device change (netlink uevents, with hostNetwork; the udev database under --udev-root), not only every --interval.")
@@ -165,8 +168,8 @@ func (o *agentOptions) published(own gitsync.Options, keys *publication.Renderer
 }
 
 // AgentCommand is `agent`: in gitbroker, and the whole of gitbroker-agent.
-func AgentCommand() *cobra.Command {
-	o := &agentOptions{}
+func AgentCommand(draPlugin *DRAPlugin) *cobra.Command {
+	o := &agentOptions{DRA: draPlugin}
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Discover this node's devices and keep inventory/<node>.yaml in git up to date",
@@ -227,20 +230,20 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 
 	reg := prometheus.NewRegistry()
 	var plugin *deviceplugin.Options
-	var draPlugin *dra.Options
+	var nodePlugin agent.NodePlugin
 	switch o.DeviceAllocation {
 	case api.DeviceAllocationDevicePlugin:
 		if o.DevicePluginDir != "" && !o.Once {
 			plugin = &deviceplugin.Options{Dir: o.DevicePluginDir, PodResources: o.PodResourcesSocket}
 		}
 	case api.DeviceAllocationDRA:
+		if o.DRA == nil {
+			return Exitf(ExitInvalid, "--%s=%s: this binary has no DRA plugin (it holds no Kubernetes client); run `gitbroker agent`, the gitbroker image (deploy/dra)", flagDeviceAllocation, o.DeviceAllocation)
+		}
 		if !o.Once {
-			client, err := o.Kube.Client()
-			if err != nil {
+			if nodePlugin, err = o.DRA.New(o.Node, o.UdevRoot, log.WithName("dra")); err != nil {
 				return Exitf(ExitInvalid, "--%s=%s: %v", flagDeviceAllocation, o.DeviceAllocation, err)
 			}
-			draPlugin = &dra.Options{Node: o.Node, Client: client, PluginsDir: o.DRAPluginsDir, RegistryDir: o.DRARegistryDir,
-				CDIDir: o.CDIDir, DevRoot: o.UdevRoot}
 		}
 	default:
 		return Exitf(ExitInvalid, "--%s must be %s or %s, got %q", flagDeviceAllocation, api.DeviceAllocationDevicePlugin, api.DeviceAllocationDRA, o.DeviceAllocation)
@@ -265,7 +268,7 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			DebugEcho: o.AllowDebugEcho, DebugEchoShared: o.DebugEchoShared, DebugEchoAvailability: o.DebugEchoAvailability},
 		RegistrationDir: o.DiscoveryHandlersDir,
 		DevicePlugin:    plugin,
-		DRA:             draPlugin,
+		NodePlugin:      nodePlugin,
 		DeviceEvents:    o.DeviceEvents,
 		Nudge:           nudge,
 	})
