@@ -53,11 +53,20 @@ func (d *deployed) secret(t *testing.T, name string) []byte {
 // the renderer's and recorder's keys made with ssh-keygen and stored as Secrets, the renderer's
 // pinned key, the writers' git credentials. It sets the repository's URL in deploy/config.yaml
 // (as its comment says) and builds deploy/, to be applied one component at a time by apply. It
-// returns the folder, which holds the writers' keys (renderer-signing-key, ...).
-func deployGitbroker(t *testing.T, gitURL string) (*deployed, string) {
+// returns the folder, which holds the writers' keys (renderer-signing-key, ...). components are
+// deploy/'s components to add, as deploy/kustomization.yaml's comments show (dra).
+func deployGitbroker(t *testing.T, gitURL string, components ...string) (*deployed, string) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS("../deploy")))
+	for _, c := range components {
+		k := filepath.Join(dir, "deploy", "kustomization.yaml")
+		data, err := os.ReadFile(k)
+		require.NoError(t, err)
+		commented := "# components:\n# - " + c + "\n"
+		require.Contains(t, string(data), commented, "deploy/kustomization.yaml shows how to add %s", c)
+		require.NoError(t, os.WriteFile(k, []byte(strings.Replace(string(data), commented, "components:\n- "+c+"\n", 1)), 0o644))
+	}
 	made := []string{"secret/gitbroker-renderer-signing", "secret/gitbroker-recorder-signing", "configmap/gitbroker-renderer-key", "secret/gitbroker-notify"}
 	for _, w := range []string{"agent", "renderer", "recorder"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))

@@ -177,6 +177,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   # This machine withholds CAP_SYS_RESOURCE, so no process may lower its oom_score_adj (the
   # sandbox's -998 is refused): containers start at containerd's own instead.
   restrict_oom_score_adj = true
+  # Where the agent's DRA plugin writes a CDI spec per prepared claim (containerd's default).
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["` + n.bin + `"]
     conf_dir = "` + filepath.Join(n.Dir, "cni", "net.d") + `"

@@ -464,7 +464,8 @@ func mustCreate(t testing.TB, obj runtime.Object) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	require.NoError(t, err)
 	u := &unstructured.Unstructured{Object: m}
-	gvks := map[string]string{"*v1.ConfigMap": "v1/ConfigMap", "*v1.Secret": "v1/Secret", "*v1.DaemonSet": "apps/v1/DaemonSet", "*v1.Deployment": "apps/v1/Deployment"}
+	gvks := map[string]string{"*v1.ConfigMap": "v1/ConfigMap", "*v1.Secret": "v1/Secret", "*v1.DaemonSet": "apps/v1/DaemonSet", "*v1.Deployment": "apps/v1/Deployment",
+		"*v1.ResourceClaimTemplate": "resource.k8s.io/v1/ResourceClaimTemplate"}
 	gvk := gvks[fmt.Sprintf("%T", obj)]
 	i := strings.LastIndex(gvk, "/")
 	u.SetAPIVersion(gvk[:i])
