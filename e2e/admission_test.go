@@ -22,7 +22,8 @@ import (
 // Kustomization only when it applies as gitbroker-applier, and a GitRepository only on the
 // fleet's URL with gitbroker's own Secret; gitbroker-namespaces may not touch kube-system, change
 // a namespace's Pod Security labels, or bind anything but gitbroker's accounts (the trust
-// review's finding 12).
+// review's finding 12); gitbroker-applier may write only gitbroker.dev's ResourceSlices and
+// DeviceClasses (DRA mode).
 func TestAdmissionPolicies(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, cluster.CreateNamespace(ctx, "flux-system"))
@@ -97,6 +98,32 @@ func TestAdmissionPolicies(t *testing.T) {
 	require.ErrorContains(t, create(namespaces, bindings, "kube-system", binding("kube-system", "gitbroker-applier", "flux-system")), "may not touch the cluster namespace kube-system")
 	require.ErrorContains(t, create(namespaces, bindings, "brokers-admission", binding("brokers-admission", "default", "brokers-admission")), "may bind only gitbroker-applier and the recorder")
 	require.NoError(t, create(namespaces, bindings, "brokers-admission", binding("brokers-admission", "gitbroker-applier", "flux-system")))
+
+	// gitbroker-applier (DRA mode): ResourceSlices and DeviceClasses of gitbroker.dev only, as the
+	// renderer writes them; another driver's devices, or a class that could select them, hand
+	// them out, or stand for an extended resource, are refused.
+	applier := as("gitbroker-applier")
+	slices := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+	classes := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"}
+	slice := func(driver, nodes string) string {
+		return "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata:\n  name: cam-a1b2c3.plant\nspec:\n  driver: " + driver +
+			"\n  pool: {name: plant/cam-a1b2c3, generation: 1, resourceSliceCount: 1}\n" + nodes + "  devices:\n  - name: slot-0\n"
+	}
+	class := func(name, selectors, extra string) string {
+		return "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: " + name + "\nspec:\n  selectors:\n" + selectors + extra
+	}
+	ours := "  - cel: {expression: 'device.driver == \"gitbroker.dev\"'}\n  - cel: {expression: 'device.attributes[\"gitbroker.dev\"].configuration == \"cam\"'}\n"
+	require.Eventually(t, func() bool {
+		err := create(applier, slices, "", slice("gpu.example.com", "  nodeName: edge-a\n"))
+		return err != nil && strings.Contains(err.Error(), "is of driver gitbroker.dev")
+	}, time.Minute, 200*time.Millisecond, "another driver's ResourceSlice is refused")
+	require.ErrorContains(t, create(applier, slices, "", slice("gitbroker.dev", "  allNodes: true\n")), "on a node or selected nodes")
+	require.NoError(t, create(applier, slices, "", slice("gitbroker.dev", "  nodeName: edge-a\n")))
+	require.NoError(t, create(applier, slices, "", slice("gitbroker.dev", "  nodeSelector:\n    nodeSelectorTerms:\n    - matchExpressions:\n      - {key: kubernetes.io/hostname, operator: In, values: [edge-a, edge-b]}\n")))
+	require.ErrorContains(t, create(applier, classes, "", class("gpus.example.com", ours, "")), "is named *.gitbroker.dev")
+	require.ErrorContains(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", "  - cel: {expression: 'device.driver == \"gitbroker.dev\" || true'}\n", "")), `selects device.driver == "gitbroker.dev"`)
+	require.ErrorContains(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", ours, "  extendedResourceName: example.com/gpu\n")), "no config or extendedResourceName")
+	require.NoError(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", ours, "")))
 
 	// An administrator is not held by them.
 	require.NoError(t, create(dynamic.NewForConfigOrDie(cluster.Config), kustomizations, "flux-system", kustomization("")))
