@@ -54,6 +54,15 @@ var fleet100k = fleetSpec{nodes: 10000, configurations: 20, devices: 100000, see
 // BenchmarkRenderFleet10k is the full render of the fleet from nothing, with a fresh Renderer.
 func BenchmarkRenderFleet10k(b *testing.B) { benchmarkRender(b, fleet10k) }
 
+// BenchmarkRenderFleet10kDRA is BenchmarkRenderFleet10k in DRA mode (gitbroker.yaml
+// spec.deviceAllocation: dra): each device also gets a ResourceSlice and, with a broker that
+// claims it, a ResourceClaimTemplate; each Configuration a DeviceClass. docs/PERFORMANCE.md
+// compares the two, run together.
+func BenchmarkRenderFleet10kDRA(b *testing.B) { benchmarkRender(b, fleet10k.dra()) }
+
+// BenchmarkRerenderFleet10kOneDeviceDRA is BenchmarkRerenderFleet10kOneDevice in DRA mode.
+func BenchmarkRerenderFleet10kOneDeviceDRA(b *testing.B) { benchmarkRerender(b, fleet10k.dra()) }
+
 // BenchmarkRenderFleet100k is the same on fleet100k (about 167,000 files).
 func BenchmarkRenderFleet100k(b *testing.B) { benchmarkRender(b, fleet100k) }
 
@@ -79,6 +88,10 @@ func benchmarkRender(b *testing.B, spec fleetSpec) {
 	b.ReportMetric(peak, "peak-heap-MiB")
 	b.ReportMetric(float64(len(res.Files)), "files")
 }
+
+// BenchmarkRenderFleet100kDRA is BenchmarkRenderFleet100k in DRA mode: the render budget
+// (DESIGN.md: 10 s, 2 GiB) holds with each device's ResourceSlice and claim template too.
+func BenchmarkRenderFleet100kDRA(b *testing.B) { benchmarkRender(b, fleet100k.dra()) }
 
 // BenchmarkRerenderFleet10kOneDevice re-renders the rendered fleet after one device's
 // properties change, with the Renderer kept from the previous render (as a daemon does).

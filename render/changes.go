@@ -118,7 +118,7 @@ func (p *pass) planObject(f string, ref objectRef) {
 	case p.output.files[f] != nil && p.prev[f] == nil:
 		m := p.output.meta[f]
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
-		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name, Reason: sliceReason(ref, p.output.files[f])})
+		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: Created, Kind: kind, Name: ref.name, Reason: p.sliceReason(ref, f, p.output.files[f])})
 	case p.output.files[f] != nil:
 		m := p.output.meta[f]
 		if m.cfg == "" { // carried over from a frozen Configuration: not a change
@@ -127,7 +127,7 @@ func (p *pass) planObject(f string, ref objectRef) {
 		p.plan.instance(m.ns, m.cfg, m.inst, m.deviceID, m.nodes)
 		fields := fieldChanges(p.prev[f], p.output.files[f])
 		reason := fieldDiff(fields)
-		if r := sliceReason(ref, p.output.files[f]); r != "" {
+		if r := p.sliceReason(ref, f, p.output.files[f]); r != "" {
 			reason = r + "; " + reason
 		}
 		p.plan.add(m.ns, m.cfg, m.inst, Change{Action: replacedVerb(kind), Kind: kind, Name: ref.name, Reason: reason, Fields: fields})
@@ -149,7 +149,7 @@ func (p *pass) planObject(f string, ref objectRef) {
 		if inst != "" {
 			p.plan.instance(ref.namespace, ref.configuration, inst, h.Metadata.Annotations[api.AnnotationDeviceID], nil)
 		}
-		if r := sliceReason(ref, p.prev[f]); r != "" && reason != "" {
+		if r := p.sliceReason(ref, f, p.prev[f]); r != "" && reason != "" {
 			reason = r + "; " + reason
 		} else if r != "" {
 			reason = r
@@ -159,10 +159,13 @@ func (p *pass) planObject(f string, ref objectRef) {
 }
 
 // sliceReason says, for a ResourceSlice, which nodes its devices are on: the plan's view of a
-// change per node. "" for any other object.
-func sliceReason(ref objectRef, data []byte) string {
+// change per node. "" for any other object. A slice this pass built says it without being read.
+func (p *pass) sliceReason(ref objectRef, f string, data []byte) string {
 	if ref.kind != "resourceslice" {
 		return ""
+	}
+	if r, ok := p.output.sliceReasons[f]; ok && bytes.Equal(data, p.output.files[f]) {
+		return r
 	}
 	var s struct {
 		Spec struct {
@@ -180,20 +183,26 @@ func sliceReason(ref objectRef, data []byte) string {
 	if err := yaml.Unmarshal(data, &s); err != nil {
 		return ""
 	}
-	devices := fmt.Sprintf("%d devices", len(s.Spec.Devices))
-	if len(s.Spec.Devices) == 1 {
-		devices = "1 device"
-	}
-	if s.Spec.NodeName != "" {
-		return devices + " on node " + s.Spec.NodeName
-	}
 	var nodes []string
 	for _, t := range s.Spec.NodeSelector.Terms {
 		for _, e := range t.Expressions {
 			nodes = append(nodes, e.Values...)
 		}
 	}
-	return devices + " shared by nodes " + strings.Join(nodes, ", ")
+	return sliceText(len(s.Spec.Devices), s.Spec.NodeName, nodes)
+}
+
+// sliceText is sliceReason's text: "1 device on node edge-a", "2 devices shared by nodes edge-a,
+// edge-b".
+func sliceText(devices int, node string, shared []string) string {
+	text := fmt.Sprintf("%d devices", devices)
+	if devices == 1 {
+		text = "1 device"
+	}
+	if node != "" {
+		return text + " on node " + node
+	}
+	return text + " shared by nodes " + strings.Join(shared, ", ")
 }
 
 // replacedVerb is what Kubernetes does with a changed object: a Deployment rolls out its new

@@ -65,7 +65,13 @@ func (p *pass) renderDRA(k string, cfg *api.ParsedConfiguration) {
 		}
 		sh := resourceSliceHash(in, nodes)
 		sliceName := api.DRAResourceSliceName(cfg.Namespace, in.name)
-		p.build("resourceslice/"+sh, in.folder+"/resourceslice-"+sliceName+".yaml", m, func() []byte {
+		f := in.folder + "/resourceslice-" + sliceName + ".yaml"
+		if in.shared {
+			p.output.sliceReasons[f] = sliceText(cfg.Policy.Capacity, "", nodes)
+		} else {
+			p.output.sliceReasons[f] = sliceText(cfg.Policy.Capacity, in.nodes[0], nil)
+		}
+		p.build("resourceslice/"+sh, f, m, func() []byte {
 			return buildResourceSlice(in, nodes, attrs, sliceName, sh)
 		})
 		if count == 0 {
@@ -265,7 +271,8 @@ func buildClaimTemplate(in *instance, class string, count int64, inputsHash stri
 				Exactly: &resourcev1.ExactDeviceRequest{
 					DeviceClassName: class,
 					Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-						Expression: fmt.Sprintf("device.attributes[%q].%s == %q", api.DRADriver, api.DRAAttributeInstance, in.name),
+						// No space: yamlcodec's fast path writes it on one line, whatever its length.
+						Expression: fmt.Sprintf("device.attributes[%q].%s==%q", api.DRADriver, api.DRAAttributeInstance, in.name),
 					}}},
 					AllocationMode: resourcev1.DeviceAllocationModeExactCount,
 					Count:          count,
@@ -276,10 +283,12 @@ func buildClaimTemplate(in *instance, class string, count int64, inputsHash stri
 }
 
 // buildDeviceClass writes the class of a Configuration's devices, which its brokers claim through
-// and users' own workloads may claim through too.
+// and users' own workloads may claim through too. A device matches every selector of a class, so
+// the first, exactly driverSelector, holds whatever the second says: deploy/flux's admission
+// policy admits a class only with it.
 func buildDeviceClass(cfg *api.ParsedConfiguration, class, inputsHash string) []byte {
-	expr := fmt.Sprintf("device.driver == %q && device.attributes[%q].%s == %q && device.attributes[%q].%s == %q",
-		api.DRADriver, api.DRADriver, api.DRAAttributeNamespace, cfg.Namespace, api.DRADriver, api.DRAAttributeConfiguration, api.DRAConfigurationValue(cfg.Name))
+	expr := fmt.Sprintf("device.attributes[%q].%s == %q && device.attributes[%q].%s == %q",
+		api.DRADriver, api.DRAAttributeNamespace, cfg.Namespace, api.DRADriver, api.DRAAttributeConfiguration, api.DRAConfigurationValue(cfg.Name))
 	return yamlcodec.Marshal(manifest{
 		APIVersion: "resource.k8s.io/v1",
 		Kind:       "DeviceClass",
@@ -288,7 +297,10 @@ func buildDeviceClass(cfg *api.ParsedConfiguration, class, inputsHash string) []
 			Labels:      map[string]string{api.LabelConfiguration: cfg.Name, api.LabelManagedBy: api.ManagedByGitbroker},
 			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, annotationConfigurationNamespace: cfg.Namespace},
 		},
-		Spec: &resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}},
+		Spec: &resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{
+			{CEL: &resourcev1.CELDeviceSelector{Expression: api.DRADriverSelector}},
+			{CEL: &resourcev1.CELDeviceSelector{Expression: expr}},
+		}},
 	})
 }
 

@@ -84,14 +84,15 @@ func TestDRAModeRendersSlicesClassesAndClaims(t *testing.T) {
 
 	var class resourcev1.DeviceClass
 	strict(t, res.Files[folder+"deviceclass-cam.default.gitbroker.dev.yaml"], &class)
-	require.Equal(t, `device.driver == "gitbroker.dev" && device.attributes["gitbroker.dev"].namespace == "default" && device.attributes["gitbroker.dev"].configuration == "cam"`,
-		class.Spec.Selectors[0].CEL.Expression)
+	require.Equal(t, `device.driver == "gitbroker.dev"`, class.Spec.Selectors[0].CEL.Expression)
+	require.Equal(t, `device.attributes["gitbroker.dev"].namespace == "default" && device.attributes["gitbroker.dev"].configuration == "cam"`,
+		class.Spec.Selectors[1].CEL.Expression)
 
 	var tmpl resourcev1.ResourceClaimTemplate
 	strict(t, res.Files[folder+"resourceclaimtemplate-"+inst+".yaml"], &tmpl)
 	req := tmpl.Spec.Spec.Devices.Requests[0].Exactly
 	require.Equal(t, "cam.default.gitbroker.dev", req.DeviceClassName)
-	require.Equal(t, `device.attributes["gitbroker.dev"].instance == "`+inst+`"`, req.Selectors[0].CEL.Expression)
+	require.Equal(t, `device.attributes["gitbroker.dev"].instance=="`+inst+`"`, req.Selectors[0].CEL.Expression)
 	require.Equal(t, int64(1), req.Count)
 
 	var d appsv1.Deployment
