@@ -95,7 +95,7 @@ func TestRealNodeDRA(t *testing.T) {
 		_ = cluster.Client.ResourceV1().DeviceClasses().DeleteCollection(context.Background(), metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: api.LabelManagedBy + "=" + api.ManagedByGitbroker})
 	})
-	sysRoot := t.TempDir()
+	sysRoot, echo := t.TempDir(), t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "run", "udev", "data"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "sys", "devices"), 0o755))
 
@@ -124,6 +124,10 @@ func TestRealNodeDRA(t *testing.T) {
 		setArg(c, "allow-debug-echo", "true")
 		setArg(c, "debug-echo-shared", "true")
 		setArg(c, "renderer-url", gb.hook())
+		// debugEcho's availability file, which takes the lookout camera away (goneSinceAllocated).
+		setArg(c, "debug-echo-availability-file", "/var/lib/gitbroker-e2e-echo/availability")
+		ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "echo", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: echo}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "echo", MountPath: "/var/lib/gitbroker-e2e-echo"})
 		for i, v := range ps.Volumes {
 			switch v.Name {
 			case "sys":
@@ -166,6 +170,40 @@ func TestRealNodeDRA(t *testing.T) {
 	waitOpenedWithin(t, n, 3*time.Minute, draNamespace, "app=free-reader", "/dev/gitbroker-free0", "")
 
 	lookoutAllocatedOnce(t, n, srv)
+	goneSinceAllocated(t, filepath.Join(echo, "availability"))
+}
+
+// goneSinceAllocated shows a device that went away after the scheduler could allocate it: the
+// lookout camera vanishes from the real node's discovery (its ResourceSlice stays through the
+// shared grace period, so the scheduler still allocates it), its broker's new Pod is allocated the
+// camera, and the agent refuses to prepare it, which kubelet reports on the Pod; the camera back,
+// the same Pod starts.
+func goneSinceAllocated(t *testing.T, availability string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, os.WriteFile(availability, []byte("OFFLINE"), 0o644))
+	// The agent's next cycles (every 5s) see the camera gone.
+	time.Sleep(12 * time.Second)
+	pods, err := cluster.Client.CoreV1().Pods(draNamespace).List(ctx, metav1.ListOptions{LabelSelector: api.LabelConfiguration + "=lookout"})
+	require.NoError(t, err)
+	for _, p := range pods.Items {
+		require.NoError(t, cluster.Client.CoreV1().Pods(draNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}))
+	}
+	eventually(t, 2*time.Minute, "kubelet to report the refused preparation", func() (bool, string) {
+		events, err := cluster.Client.CoreV1().Events(draNamespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if strings.HasPrefix(e.InvolvedObject.Name, "lookout-") && strings.Contains(e.Message, "was not seen in node "+realNode+"'s latest discovery") {
+				t.Logf("DRA: the camera gone since its allocation: %s", e.Message)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(events.Items), " events")
+	})
+	require.NoError(t, os.WriteFile(availability, nil, 0o644))
+	lookoutPodOn(t, realNode)
 }
 
 // lookoutAllocatedOnce shows a shared device counted once by the scheduler and its broker moved
