@@ -32,6 +32,9 @@ const (
 	// DRAClaimName is the name under which a broker's Pod and containers refer to the claim of
 	// their device.
 	DRAClaimName = "gitbroker-device"
+	// DRADriverSelector is the CEL selector, exactly, that every rendered DeviceClass has: its
+	// devices are gitbroker's, whatever its other selectors say.
+	DRADriverSelector = `device.driver == "gitbroker.dev"`
 	// DRAMaxCapacity is the most devices a ResourceSlice may hold (resource.k8s.io/v1), so the
 	// highest capacity a Configuration may have in DRA mode: each slot is a device.
 	DRAMaxCapacity = 128
