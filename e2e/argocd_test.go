@@ -106,21 +106,24 @@ spec:
 `
 }
 
-// TestArgoCD runs the loop with Argo CD instead of Flux: deploy/argocd's AppProject and
-// ApplicationSet over the rendered folders, with Argo CD's real application controller,
-// repo-server and applicationset controller, on a cluster of its own with no Flux in it.
-func TestArgoCD(t *testing.T) {
+// startArgoCluster starts a cluster of its own, named dir, with no Flux in it and Argo CD's real
+// application controller, repo-server, applicationset controller and server, whose repo-server
+// trusts an OpenPGP key it makes for the renderer: Argo CD verifies GnuPG signatures only. It
+// returns the cluster, Argo CD, a folder for the test's files, the renderer's private key file
+// and its key id.
+func startArgoCluster(t *testing.T, dir string) (*Cluster, *ArgoCD, string, string, string) {
+	t.Helper()
 	ctx := context.Background()
 	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	cluster, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(cluster.Dir, "argocd-cluster"))
+	c, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(cluster.Dir, dir))
 	cancel()
 	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
-	_, err = cluster.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
+	t.Cleanup(c.Stop)
+	_, err = c.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
 	require.Error(t, err, "no Flux in this cluster: its Kustomization kind does not exist")
 	keys := t.TempDir()
-	// The renderer signs with OpenPGP: Argo CD verifies GnuPG signatures only, and its
-	// repo-server imports the public key from a folder (argocd-gpg-keys-cm in a cluster).
+	// The renderer signs with OpenPGP; the repo-server imports the public key from a folder
+	// (argocd-gpg-keys-cm in a cluster).
 	priv, pub, err := trust.NewOpenPGPKey("gitbroker renderer", "renderer@gitbroker.dev")
 	require.NoError(t, err)
 	rendererKey := filepath.Join(keys, "renderer.asc")
@@ -130,10 +133,45 @@ func TestArgoCD(t *testing.T) {
 	gpgKeys := filepath.Join(keys, "gpg-keys")
 	require.NoError(t, os.Mkdir(gpgKeys, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(gpgKeys, renderer.KeyID()), pub, 0o644))
-	argo, err := cluster.StartArgoCD(ctx, gpgKeys)
+	argo, err := c.StartArgoCD(ctx, gpgKeys)
 	require.NoError(t, err)
 	t.Cleanup(argo.Stop)
+	return c, argo, keys, rendererKey, renderer.KeyID()
+}
 
+// applyArgoCD applies deploy/argocd as a user does, pointed at url, the AppProject admitting the
+// broker namespace ns and only commits keyID signed, the ApplicationSet polling often.
+func applyArgoCD(t *testing.T, c *Cluster, url, ns, keyID string) {
+	t.Helper()
+	for _, f := range []string{"appproject.yaml", "applicationset.yaml"} {
+		data, err := os.ReadFile(filepath.Join("../deploy/argocd", f))
+		require.NoError(t, err)
+		objs, err := Objects([]byte(strings.ReplaceAll(string(data), "https://git.example.com/fleet/edge.git", url)))
+		require.NoError(t, err)
+		for _, obj := range objs {
+			switch obj.GetKind() {
+			case "AppProject":
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{
+					map[string]any{"server": "https://kubernetes.default.svc", "namespace": ns},
+				}, "spec", "destinations"))
+				// Only the renderer's commits sync.
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"keyID": keyID}}, "spec", "signatureKeys"))
+			case "ApplicationSet":
+				gens, _, _ := unstructured.NestedSlice(obj.Object, "spec", "generators")
+				gens[0].(map[string]any)["git"].(map[string]any)["requeueAfterSeconds"] = int64(3)
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, gens, "spec", "generators"))
+			}
+			require.NoError(t, c.ApplyObject(context.Background(), obj))
+		}
+	}
+}
+
+// TestArgoCD runs the loop with Argo CD instead of Flux: deploy/argocd's AppProject and
+// ApplicationSet over the rendered folders, with Argo CD's real application controller,
+// repo-server and applicationset controller, on a cluster of its own with no Flux in it.
+func TestArgoCD(t *testing.T) {
+	ctx := context.Background()
+	cluster, argo, keys, rendererKey, keyID := startArgoCluster(t, "argocd-cluster")
 	srv := gitsynctest.NewServer(t, "main", map[string]string{
 		"gitbroker.yaml":          "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + argoBrokers + "\n",
 		"configurations/cam.yaml": argoCamera(),
@@ -163,29 +201,7 @@ func TestArgoCD(t *testing.T) {
 	}
 	discover()
 	render()
-
-	// deploy/argocd as a user applies it, pointed at this server and polling often.
-	for _, f := range []string{"appproject.yaml", "applicationset.yaml"} {
-		data, err := os.ReadFile(filepath.Join("../deploy/argocd", f))
-		require.NoError(t, err)
-		objs, err := Objects([]byte(strings.ReplaceAll(string(data), "https://git.example.com/fleet/edge.git", srv.URL())))
-		require.NoError(t, err)
-		for _, obj := range objs {
-			switch obj.GetKind() {
-			case "AppProject":
-				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{
-					map[string]any{"server": "https://kubernetes.default.svc", "namespace": argoBrokers},
-				}, "spec", "destinations"))
-				// Only the renderer's commits sync.
-				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"keyID": renderer.KeyID()}}, "spec", "signatureKeys"))
-			case "ApplicationSet":
-				gens, _, _ := unstructured.NestedSlice(obj.Object, "spec", "generators")
-				gens[0].(map[string]any)["git"].(map[string]any)["requeueAfterSeconds"] = int64(3)
-				require.NoError(t, unstructured.SetNestedSlice(obj.Object, gens, "spec", "generators"))
-			}
-			require.NoError(t, cluster.ApplyObject(ctx, obj))
-		}
-	}
+	applyArgoCD(t, cluster, srv.URL(), argoBrokers, keyID)
 
 	app := func(cfg string) *unstructured.Unstructured {
 		a, err := cluster.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(ctx, "gitbroker-"+argoBrokers+"-"+cfg, metav1.GetOptions{})
@@ -372,6 +388,8 @@ func TestArgoCD(t *testing.T) {
 		k, ok := rendered.File(folder + "kustomization.yaml")
 		require.True(t, ok)
 		crb := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: gitbroker-argo-takeover\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: default\n  namespace: " + argoBrokers + "\n"
+		renderer, err := trust.LoadOpenPGPSigner(rendererKey)
+		require.NoError(t, err)
 		r, err := gitsync.New(srv.URL(), verify.RenderedBranch, gitsync.WithSigner(renderer))
 		require.NoError(t, err)
 		_, err = r.Update(ctx, func(context.Context, gitsync.Snapshot) (*gitsync.Change, error) {

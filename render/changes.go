@@ -165,7 +165,7 @@ func (p *pass) sliceReason(ref objectRef, f string, data []byte) string {
 		return ""
 	}
 	if r, ok := p.output.sliceReasons[f]; ok && bytes.Equal(data, p.output.files[f]) {
-		return r
+		return sliceText(r.devices, r.node, r.shared)
 	}
 	var s struct {
 		Spec struct {
@@ -190,6 +190,14 @@ func (p *pass) sliceReason(ref objectRef, f string, data []byte) string {
 		}
 	}
 	return sliceText(len(s.Spec.Devices), s.Spec.NodeName, nodes)
+}
+
+// sliceNodes is what sliceReason says of a ResourceSlice: its devices, and its node or the nodes
+// that share it.
+type sliceNodes struct {
+	devices int
+	node    string
+	shared  []string
 }
 
 // sliceText is sliceReason's text: "1 device on node edge-a", "2 devices shared by nodes edge-a,

@@ -59,19 +59,19 @@ func (p *pass) renderDRA(k string, cfg *api.ParsedConfiguration) {
 		}
 		nodes := liveNodes(in, p.loaded.lost)
 		m := objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: in.name, deviceID: in.deviceID, nodes: in.nodes}
-		attrs, skipped := draAttributes(in)
-		if len(skipped) > 0 {
+		if skipped := skippedProperties(in); len(skipped) > 0 {
 			p.warn("Configuration %s: instance %s: properties %v are not ResourceSlice attributes (a name must be a C identifier of at most 32 characters, a value at most 64 characters, at most %d of them); brokers still get them as environment variables", k, in.name, skipped, maxPropertyAttributes)
 		}
 		sh := resourceSliceHash(in, nodes)
 		sliceName := api.DRAResourceSliceName(cfg.Namespace, in.name)
 		f := in.folder + "/resourceslice-" + sliceName + ".yaml"
 		if in.shared {
-			p.output.sliceReasons[f] = sliceText(cfg.Policy.Capacity, "", nodes)
+			p.output.sliceReasons[f] = sliceNodes{devices: cfg.Policy.Capacity, shared: nodes}
 		} else {
-			p.output.sliceReasons[f] = sliceText(cfg.Policy.Capacity, in.nodes[0], nil)
+			p.output.sliceReasons[f] = sliceNodes{devices: cfg.Policy.Capacity, node: in.nodes[0]}
 		}
 		p.build("resourceslice/"+sh, f, m, func() []byte {
+			attrs, _ := draAttributes(in)
 			return buildResourceSlice(in, nodes, attrs, sliceName, sh)
 		})
 		if count == 0 {
@@ -183,6 +183,21 @@ func spread(ps *corev1.PodSpec, instance string) {
 const maxPropertyAttributes = resourcev1.ResourceSliceMaxAttributesAndCapacitiesPerDevice - 4
 
 var cIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// skippedProperties are the properties of an instance that draAttributes leaves out, by name.
+func skippedProperties(in *instance) []string {
+	var skipped []string
+	for k, v := range in.properties {
+		if len(k) > resourcev1.DeviceMaxIDLength || !cIdentifier.MatchString(k) || len(v) > resourcev1.DeviceAttributeMaxValueLength {
+			skipped = append(skipped, k)
+		}
+	}
+	if len(in.properties)-len(skipped) > maxPropertyAttributes {
+		_, skipped = draAttributes(in)
+	}
+	sort.Strings(skipped)
+	return skipped
+}
 
 // draAttributes are an instance's device attributes: its instance, namespace, Configuration and
 // whether it is shared in gitbroker.dev's domain, and its properties in property.gitbroker.dev's

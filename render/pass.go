@@ -11,7 +11,7 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
 		scoping: scoping{onLast: in.onLast},
 		index:   objectIndexes{filesSorted: in.inputs},
-		output:  &output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}, rolling: map[string]bool{}, sliceReasons: map[string]string{}}}
+		output:  &output{layoutWarns: map[string][]string{}, configNotes: map[string][]string{}, rolling: map[string]bool{}, sliceReasons: map[string]sliceNodes{}}}
 	p.scoping.scoped = scoped && p.scoping.onLast && r.scope != nil
 	size := len(prev)
 	if p.scoping.scoped {
@@ -77,7 +77,7 @@ type output struct {
 	configNotes map[string][]string
 	// sliceReasons say, for the ResourceSlices built in this pass, which nodes their devices are
 	// on (sliceReason), by path: the plan need not read them back.
-	sliceReasons map[string]string
+	sliceReasons map[string]sliceNodes
 }
 
 // objectIndexes are the sorted paths and the indexes of objects of prev and out (index.go).
