@@ -81,6 +81,11 @@ type Plugin struct {
 	mu        sync.Mutex
 	instances map[string]deviceplugin.Instance // by namespace/name
 	refused   map[string]bool
+
+	// helper is the running kubelet plugin, startErr why it last failed to start.
+	state    sync.Mutex
+	helper   *kubeletplugin.Helper
+	startErr error
 }
 
 // New returns a Plugin; Run serves it.
@@ -116,10 +121,16 @@ func (p *Plugin) Run(ctx context.Context) error {
 	last := ""
 	for {
 		helper, err := p.start(ctx)
+		p.state.Lock()
+		p.helper, p.startErr = helper, err
+		p.state.Unlock()
 		if err == nil {
 			p.opts.Log.Info("serving the node's DRA kubelet plugin", "driver", api.DRADriver, "registry", p.opts.RegistryDir, "cdi", p.opts.CDIDir)
 			<-ctx.Done()
 			helper.Stop()
+			p.state.Lock()
+			p.helper = nil
+			p.state.Unlock()
 			return nil
 		}
 		if err.Error() != last {
@@ -132,6 +143,27 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// Ready says why the plugin does not serve kubelet yet: not started, or kubelet has not
+// registered it (a node's kubelet without DRA never does). nil once kubelet has.
+func (p *Plugin) Ready() error {
+	p.state.Lock()
+	defer p.state.Unlock()
+	switch {
+	case p.startErr != nil:
+		return fmt.Errorf("the DRA plugin could not start: %w", p.startErr)
+	case p.helper == nil:
+		return errors.New("the DRA plugin has not started")
+	}
+	st := p.helper.RegistrationStatus()
+	switch {
+	case st == nil:
+		return errors.New("kubelet has not registered the DRA plugin " + api.DRADriver + " yet")
+	case !st.PluginRegistered:
+		return fmt.Errorf("kubelet refused the DRA plugin %s: %s", api.DRADriver, st.Error)
+	}
+	return nil
 }
 
 // retry is how long Run waits before it tries to start again.

@@ -5,15 +5,21 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gitbroker/gitbroker/agent/deviceplugin"
@@ -160,3 +166,44 @@ func TestDeviceNodeKeepsTheHostGroup(t *testing.T) {
 }
 
 func mkfifo(path string) error { return syscall.Mkfifo(path, 0o600) }
+
+// The plugin is ready only once kubelet has registered it: the test plays kubelet's plugin
+// watcher on the registration socket, as kubelet does when the socket appears in its registry.
+// Until then, and when kubelet refuses it, the agent says why it is not ready.
+func TestReadyOnceKubeletRegistersIt(t *testing.T) {
+	dir := t.TempDir()
+	registry, plugins := filepath.Join(dir, "reg"), filepath.Join(dir, "plugins")
+	p := New(Options{Node: "edge-a", Client: fake.NewClientset(), PluginsDir: plugins, RegistryDir: registry, CDIDir: filepath.Join(dir, "cdi"), Log: logr.Discard()})
+	require.ErrorContains(t, p.Ready(), "has not started")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	// No registry folder: kubelet is not there yet; the plugin tries again.
+	require.Eventually(t, func() bool {
+		err := p.Ready()
+		return err != nil && strings.Contains(err.Error(), "plugin registry")
+	}, 10*time.Second, 50*time.Millisecond)
+	require.NoError(t, os.MkdirAll(registry, 0o755))
+	sock := filepath.Join(registry, api.DRADriver+"-reg.sock")
+	require.Eventually(t, func() bool { _, err := os.Stat(sock); return err == nil }, 20*time.Second, 50*time.Millisecond)
+	require.ErrorContains(t, p.Ready(), "has not registered")
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	reg := registerapi.NewRegistrationClient(conn)
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	require.NoError(t, err)
+	require.Equal(t, api.DRADriver, info.Name)
+	require.Equal(t, filepath.Join(plugins, api.DRADriver, "dra.sock"), info.Endpoint)
+	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: false, Error: "DRA is off"})
+	require.ErrorContains(t, err, "DRA is off", "the helper answers a refusal with the error it was told")
+	require.ErrorContains(t, p.Ready(), "kubelet refused the DRA plugin gitbroker.dev: DRA is off")
+	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+	require.NoError(t, err)
+	require.NoError(t, p.Ready())
+}

@@ -304,6 +304,10 @@ func runAgent(cmd *cobra.Command, o *agentOptions) error {
 			if !a.Ready() {
 				return errors.New("the inventory on the branch is not in step yet")
 			}
+			if r, ok := nodePlugin.(interface{ Ready() error }); ok {
+				// The node's devices reach no Pod until kubelet has the plugin.
+				return r.Ready()
+			}
 			return nil
 		},
 	})
