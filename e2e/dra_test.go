@@ -35,23 +35,7 @@ const (
 
 // lookoutClaiming is the lookout camera of lost_test.go, a shared debugEcho device the real node
 // and a kwok standby both see, capacity 1, whose broker claims it.
-const lookoutClaiming = `apiVersion: akri.sh/v0
-kind: Configuration
-metadata:
-  name: lookout
-spec:
-  discoveryHandler:
-    name: debugEcho
-    discoveryDetails: |+
-      descriptions:
-      - "lookout-cam"
-  capacity: 1
-  brokerSpec:
-    brokerPodSpec:
-      containers:
-      - name: broker
-        image: ` + nodeRegistry + `/pause:e2e
-        resources:
+var lookoutClaiming = lookoutConfiguration + `        resources:
           limits:
             "{{PLACEHOLDER}}": "1"
 `

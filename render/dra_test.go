@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gitbroker/gitbroker/api"
@@ -205,37 +204,10 @@ func TestAkriExamplesRenderInBothModes(t *testing.T) {
 	require.Equal(t, len(filesUnder(dp.Files, "rendered/", "/deployment-")) > 0, len(filesUnder(res.Files, "rendered/", "/deployment-")) > 0)
 	require.NotEmpty(t, filesUnder(res.Files, "rendered/", "/resourceslice-"))
 
-	fs := filesys.MakeFsInMemory()
-	for p, b := range res.Files {
-		require.NoError(t, fs.WriteFile("/repo/"+p, b))
-	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/repo/rendered")
-	require.NoError(t, err)
+	objs, _ := buildRendered(t, res.Files)
 	kinds := map[string]int{}
-	for _, r := range m.Resources() {
-		data, err := r.MarshalJSON()
-		require.NoError(t, err)
-		var target any
-		switch r.GetKind() {
-		case "Deployment":
-			target = &appsv1.Deployment{}
-		case "Job":
-			target = &batchv1.Job{}
-		case "Service":
-			target = &corev1.Service{}
-		case "ResourceSlice":
-			target = &resourcev1.ResourceSlice{}
-		case "ResourceClaimTemplate":
-			target = &resourcev1.ResourceClaimTemplate{}
-		case "DeviceClass":
-			target = &resourcev1.DeviceClass{}
-		default:
-			continue
-		}
-		kinds[r.GetKind()]++
-		unknown, err := kjson.UnmarshalStrict(data, target)
-		require.NoError(t, err)
-		require.Empty(t, unknown)
+	for _, target := range objs {
+		kinds[strings.TrimPrefix(fmt.Sprintf("%T", target), "*v1.")]++
 		if tmpl, ok := target.(*resourcev1.ResourceClaimTemplate); ok && tmpl.Labels[api.LabelConfiguration] == "fw" {
 			require.Equal(t, int64(2), tmpl.Spec.Spec.Devices.Requests[0].Exactly.Count, "the Job asks for 2 of its device's slots")
 		}
