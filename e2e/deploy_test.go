@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -67,10 +68,27 @@ func TestDeployManifests(t *testing.T) {
 		}, kinds(objs))
 		dryRun(t, objs)
 	})
+	t.Run("components with dra", func(t *testing.T) {
+		// deploy/ with its dra component, as deploy/kustomization.yaml's comment has it added.
+		dir := filepath.Join(t.TempDir(), "deploy")
+		require.NoError(t, os.CopyFS(dir, os.DirFS("../deploy")))
+		k := filepath.Join(dir, "kustomization.yaml")
+		data, err := os.ReadFile(k)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(k, []byte(strings.Replace(string(data), "# components:\n# - dra\n", "components:\n- dra\n", 1)), 0o644))
+		objs := build(t, dir)
+		require.Equal(t, map[string]int{
+			"Namespace": 1, "ConfigMap": 1, "ServiceAccount": 3, "DaemonSet": 1, "Deployment": 2,
+			"Role": 1, "RoleBinding": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, "Service": 1,
+		}, kinds(objs))
+		dryRun(t, objs)
+	})
 	t.Run("flux", func(t *testing.T) {
 		objs := build(t, "../deploy/flux")
-		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 3, "Role": 1, "RoleBinding": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
-			"ConfigMap": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "Receiver": 1}, kinds(objs))
+		// ClusterRoles: gitbroker-applier, gitbroker-namespaces and gitbroker-applier-dra (DRA
+		// mode's cluster-wide kinds), each with its policy but the first.
+		require.Equal(t, map[string]int{"GitRepository": 1, "Kustomization": 1, "ServiceAccount": 3, "Role": 1, "RoleBinding": 1, "ClusterRole": 3, "ClusterRoleBinding": 2,
+			"ConfigMap": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "Receiver": 1}, kinds(objs))
 		dryRun(t, objs)
 		applier, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
 		require.NoError(t, err)
