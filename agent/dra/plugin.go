@@ -361,6 +361,11 @@ func (p *Plugin) writeSpec(uid types.UID, spec *cdispec.Spec) error {
 func (p *Plugin) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		if !cdiName.MatchString(string(c.UID)) {
+			// A UID is the API server's; one that could name a path elsewhere is nobody's file.
+			out[c.UID] = fmt.Errorf("claim %s: UID %q names no CDI spec of this plugin", c.String(), c.UID)
+			continue
+		}
 		err := os.Remove(p.specFile(c.UID))
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil

@@ -76,10 +76,15 @@ func TestPrepareAnswersFromDiscovery(t *testing.T) {
 	require.Equal(t, []string{"MODE=$(HOME)", "MODE_A1B2C3=$(HOME)", "UDEV_DEVNODE=/dev/video0", "UDEV_DEVNODE_A1B2C3=/dev/video0"}, e.Env)
 	require.Equal(t, []string{"11111111-2222"}, p.Prepared())
 
-	out, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}, {UID: "never-prepared"}})
+	// A UID that would name a path outside the CDI folder removes nothing there.
+	outside := filepath.Join(filepath.Dir(p.opts.CDIDir), "victim.json")
+	require.NoError(t, os.WriteFile(outside, []byte("{}"), 0o644))
+	out, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}, {UID: "never-prepared"}, {UID: "/../../victim"}})
 	require.NoError(t, err)
 	require.NoError(t, out[c.UID])
 	require.NoError(t, out["never-prepared"])
+	require.ErrorContains(t, out["/../../victim"], "names no CDI spec")
+	require.FileExists(t, outside)
 	require.Empty(t, p.Prepared())
 }
 
