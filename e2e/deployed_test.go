@@ -74,6 +74,14 @@ func deployGitbroker(t *testing.T, gitURL string, components ...string) (*deploy
 	}
 	t.Cleanup(func() {
 		_ = kubectl(dir, append([]string{"-n", systemNamespace, "delete", "--ignore-not-found"}, made...)...)
+		// The renderer's Lease names the last commit it pushed, to a git server this test's end
+		// stops: a later test's renderer holding the same Lease would rightly refuse to render
+		// from a branch that does not descend from it. It goes once no replica can renew it.
+		eventually(t, 2*time.Minute, "the renderer's Pods gone", func() (bool, string) {
+			pods, err := cluster.Client.CoreV1().Pods(systemNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gitbroker-renderer"})
+			return err == nil && len(pods.Items) == 0, fmt.Sprint(err, " ", len(pods.Items), " Pods")
+		})
+		_ = cluster.Client.CoordinationV1().Leases(systemNamespace).Delete(context.Background(), "gitbroker-renderer", metav1.DeleteOptions{})
 	})
 	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")   // step 2
 	deploying(t, dir, `--from-literal=allowed_signers="renderer`) // step 3
