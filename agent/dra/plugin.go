@@ -217,8 +217,13 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		Annotations: map[string]string{"gitbroker.dev/claim": c.Namespace + "/" + c.Name},
 	}
 	var devices []kubeletplugin.Device
+	var taken []string
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	held, err := p.held(c.UID)
+	if err != nil {
+		return nil, err
+	}
 	for i, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != api.DRADriver {
 			continue
@@ -227,6 +232,13 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		if err != nil {
 			return nil, fmt.Errorf("claim %s/%s, device %s of pool %s: %w", c.Namespace, c.Name, r.Device, r.Pool, err)
 		}
+		device := r.Pool + "/" + r.Device
+		if other, ok := held[device]; ok {
+			// The scheduler never allocates a device twice; the node is the last line of
+			// defence should anything have gone wrong.
+			return nil, fmt.Errorf("claim %s/%s: device %s of pool %s is prepared for claim %s already", c.Namespace, c.Name, r.Device, r.Pool, other)
+		}
+		taken = append(taken, device)
 		name := fmt.Sprintf("%s-%d", c.UID, i)
 		if !cdiName.MatchString(name) {
 			return nil, fmt.Errorf("claim %s/%s: UID %q makes no CDI device name", c.Namespace, c.Name, c.UID)
@@ -242,10 +254,47 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 	if len(devices) == 0 {
 		return nil, nil
 	}
+	spec.Annotations[annotationDevices] = strings.Join(taken, ",")
 	if err := p.writeSpec(c.UID, &spec); err != nil {
 		return nil, err
 	}
 	return devices, nil
+}
+
+// annotationDevices lists, in a claim's CDI spec, the devices prepared for it (pool/device,
+// comma-separated): what the node's other claims may not be given.
+const annotationDevices = "gitbroker.dev/devices"
+
+// held are the devices prepared for claims other than uid, by pool/device, each with its claim,
+// read from the CDI specs in the folder (so a restarted agent knows them too).
+func (p *Plugin) held(uid types.UID) (map[string]string, error) {
+	files, err := filepath.Glob(filepath.Join(p.opts.CDIDir, api.DRADriver+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		if f == p.specFile(uid) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("reading the prepared claims: %w", err)
+		}
+		var spec cdispec.Spec
+		if err := json.Unmarshal(data, &spec); err != nil {
+			return nil, fmt.Errorf("reading the prepared claims: %s: %w", f, err)
+		}
+		for _, d := range strings.Split(spec.Annotations[annotationDevices], ",") {
+			if d != "" {
+				out[d] = spec.Annotations["gitbroker.dev/claim"]
+			}
+		}
+	}
+	return out, nil
 }
 
 // allocated is the instance an allocated device is a slot of, if this node sees it now.

@@ -212,3 +212,37 @@ func TestReadyOnceKubeletRegistersIt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Ready())
 }
+
+// A device prepared for one claim is not prepared for another until the first is unprepared,
+// whatever the allocation says: the node is the last line of defence against a device given
+// twice. A restarted agent knows the prepared claims from their CDI specs.
+func TestPrepareNeverGivesADeviceTwice(t *testing.T) {
+	p := plugin(t)
+	p.Update([]deviceplugin.Instance{cam(true)})
+	pool := api.DRAPool("edge-a", "plant", "cam-a1b2c3", false)
+	first, second := claim("uid-a", pool, "slot-0"), claim("uid-b", pool, "slot-0")
+	res, err := p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{first})
+	require.NoError(t, err)
+	require.NoError(t, res[first.UID].Err)
+	// Prepared again (kubelet retries, or restarted): the same claim, the same answer.
+	res, err = p.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{first})
+	require.NoError(t, err)
+	require.NoError(t, res[first.UID].Err)
+
+	restarted := New(p.opts)
+	restarted.Update([]deviceplugin.Instance{cam(true)})
+	res, err = restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{second})
+	require.NoError(t, err)
+	require.ErrorContains(t, res[second.UID].Err, "is prepared for claim plant/broker-claim already")
+	// Another slot of the device is another device.
+	other := claim("uid-c", pool, "slot-1")
+	res, err = restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{other})
+	require.NoError(t, err)
+	require.NoError(t, res[other.UID].Err)
+
+	_, err = restarted.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: first.UID}})
+	require.NoError(t, err)
+	res, err = restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{second})
+	require.NoError(t, err)
+	require.NoError(t, res[second.UID].Err)
+}
