@@ -96,15 +96,15 @@ func TestRealNodeDRA(t *testing.T) {
 		StringData: map[string]string{"token": string(gb.secret(t, "flux-receiver-token"))}})
 	applyFluxFrom(t, "../deploy/flux", draFlux, srv.URL(), rendererKey+".pub", nil, draNamespace)
 	srv.SendWebhooks(gb.hook(), bytes.TrimSpace(gb.secret(t, "webhook-secret")))
+	// deploy/'s intervals (agent and renderer 30 s): events and push notifications drive the
+	// loop, as a user runs it.
 	gb.apply(t, "gitbroker-renderer", func(_ *corev1.PodSpec, c *corev1.Container) {
-		setArg(c, "interval", "5s")
 		setArg(c, "webhook-addr", gb.webhook)
 		setArg(c, "flux-receiver", draFlux+"/gitbroker")
 	})
 	gb.apply(t, "gitbroker-agent", func(ps *corev1.PodSpec, c *corev1.Container) {
 		require.Equal(t, gitbrokerImage, c.Image, "the dra component runs the agent from the gitbroker image")
 		require.Contains(t, c.Args, "--device-allocation=dra")
-		setArg(c, "interval", "5s")
 		setArg(c, "allow-debug-echo", "true")
 		setArg(c, "debug-echo-shared", "true")
 		setArg(c, "renderer-url", gb.hook())
@@ -166,8 +166,9 @@ func goneSinceAllocated(t *testing.T, availability string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, os.WriteFile(availability, []byte("OFFLINE"), 0o644))
-	// The agent's next cycles (every 5s) see the camera gone.
-	time.Sleep(12 * time.Second)
+	// The availability file is no device event: the agent's next cycle (deploy/'s 30 s interval)
+	// sees the camera gone.
+	time.Sleep(35 * time.Second)
 	pods, err := cluster.Client.CoreV1().Pods(draNamespace).List(ctx, metav1.ListOptions{LabelSelector: api.LabelConfiguration + "=lookout"})
 	require.NoError(t, err)
 	for _, p := range pods.Items {
