@@ -61,6 +61,11 @@ spec:
 	stderr.Reset()
 	require.Equal(t, 2, run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--device-allocation", "dra"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "run `gitbroker agent`")
+	// A mode that is neither fails at start, naming both.
+	stdout.Reset()
+	stderr.Reset()
+	require.Equal(t, 2, run(t, []string{"agent", "--dir", dir, "--node", "edge-a", "--device-allocation", "DRA"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `--device-allocation must be devicePlugin or dra, got "DRA"`)
 }
 
 func run(t *testing.T, args []string, stdout, stderr *bytes.Buffer) int {
