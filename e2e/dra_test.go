@@ -83,11 +83,10 @@ func TestRealNodeDRA(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "run", "udev", "data"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "sys", "devices"), 0o755))
 
-	cam := strings.Replace(camConfiguration(1), "name: cam\n", "name: cam\n  namespace: "+draNamespace+"\n", 1)
 	srv := gitsynctest.NewServer(t, "main", map[string]string{
 		"gitbroker.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  defaultNamespace: " + draNamespace +
 			"\n  deviceAllocation: dra\n  flux:\n    namespace: " + draFlux + "\n    retryInterval: 5s\n",
-		"configurations/cam.yaml":  cam,
+		"configurations/cam.yaml":  camConfiguration(1),
 		"configurations/free.yaml": freeConfiguration,
 	})
 	gb, keys := deployGitbroker(t, srv.URL(), "dra")
