@@ -173,6 +173,15 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "` + pauseImage + `"
 
+# What the node pulls from a registry (docs/DEPLOYING.md's images, pushed to one on loopback)
+# unpacks into the snapshotter imports use: the transfer service's default, overlayfs, is not
+# this node's.
+[plugins."io.containerd.transfer.v1.local"]
+  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
+    platform = "linux/amd64"
+    snapshotter = "native"
+    differ = "walking"
+
 [plugins."io.containerd.cri.v1.runtime"]
   # This machine withholds CAP_SYS_RESOURCE, so no process may lower its oom_score_adj (the
   # sandbox's -998 is refused): containers start at containerd's own instead.
