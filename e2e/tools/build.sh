@@ -5,7 +5,8 @@
 #   e2e/tools/build.sh kube|kubelet|kubectl|node|etcd|kwok|source-controller|kustomize-controller|notification-controller|argocd|kustomize|helm
 #   e2e/tools/build.sh all
 #
-# helm is for make bench-helm only; "all" does not build it.
+# helm runs docs/DEPLOYING.md's Akri migration (helm upgrade of Akri's chart) and make
+# bench-helm.
 #
 # "all" builds every component and prints a folder of links to all their
 # programs, kwok's stages (kwok.yaml), Flux's CRDs (crds/) and Argo CD's
@@ -30,7 +31,7 @@ mod=$here/$component
 # all: the API server, kubelet and kubectl are one release) compile once in Go's build cache
 # instead of once per cgo setting.
 export CGO_ENABLED=0
-components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller notification-controller argocd kustomize)
+components=(etcd kube kubelet kubectl node kwok source-controller kustomize-controller notification-controller argocd kustomize helm)
 
 if [[ $component == all ]]; then
 	dirs=()
@@ -114,7 +115,8 @@ kustomize)
 	pkgs=("$module")
 	;;
 helm)
-	# Only for make bench-helm: helm template on the fleet's chart, next to gitbroker render.
+	# The Akri migration's helm upgrade (e2e), and helm template on the fleet's chart, next to
+	# gitbroker render (make bench-helm).
 	module=helm.sh/helm/v3
 	pkgs=("$module/cmd/helm")
 	;;

@@ -1,6 +1,6 @@
-// Module helm builds the helm program for make bench-helm, which compares `helm template` on an
-// equivalent chart (fixtures/helm) with `gitbroker render` on the same fleet. The e2e suite does
-// not use it, and build.sh all does not build it.
+// Module helm builds the helm program: the e2e suite runs docs/DEPLOYING.md's Akri migration
+// with it (helm upgrade of Akri's chart), and make bench-helm compares `helm template` on an
+// equivalent chart (fixtures/helm) with `gitbroker render` on the same fleet.
 module github.com/gitbroker/gitbroker/e2e/tools/helm
 
 go 1.26.0
