@@ -6,13 +6,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -91,8 +97,26 @@ func (g *guide) shell(script string) (string, error) {
 		// kubectl, and the gitbroker this checkout builds.
 		"PATH=" + filepath.Dir(gitbroker) + ":" + os.Getenv("GITBROKER_E2E_BIN") + ":" + os.Getenv("PATH"),
 	}
+	// The user's Go, as this machine has it set up (make image builds with it): its caches and
+	// module proxy are outside the test's home.
+	cmd.Env = append(cmd.Env, goEnv(g.t)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// goEnv is the go command's settings that live under HOME unless set, as this process has them.
+func goEnv(t testing.TB) []string {
+	t.Helper()
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GOFLAGS", "GOTOOLCHAIN"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	require.NoError(t, err)
+	values := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	require.Len(t, values, len(names))
+	env := make([]string, len(names))
+	for i, n := range names {
+		env[i] = n + "=" + values[i]
+	}
+	return env
 }
 
 // notRun is the blocks this test did not run.
@@ -132,19 +156,21 @@ func TestDeployingWithArgoCD(t *testing.T) {
 
 // deployingAsWritten runs docs/DEPLOYING.md's shell blocks for tool (flux or argocd) as written
 // from an empty cluster (the tool's controllers installed, nothing of gitbroker's) to a broker
-// holding its device: the fleet repository from `gitbroker init`, pushed to an empty
-// repository; the writers' keys and their enrollment, merged as a pull request; the renderer's
-// pinned key, the writers' git credentials and the notification secrets; `kubectl apply -k
-// deploy/` with deploy/'s images (built from this checkout and on the node under deploy/'s
-// names: this machine has no registry); the node's enrollment from the key its agent made; the
-// tool's objects. A person then merges a Configuration, a device is plugged, and its broker
-// runs and opens it. What this machine lacks for deploy/'s Pods (a Pod network reaching the
-// host's loopback, cluster DNS, kube-proxy, udev) is PodNetwork's. Every block of the guide the
-// test does not run is named, with why.
+// holding its device: gitbroker's images built from a clone of this checkout with make image
+// and pushed to a registry on loopback, their pinned list pasted into deploy/ (the node pulls
+// them from there); the fleet repository from `gitbroker init`, pushed to an empty repository;
+// the writers' keys and their enrollment, merged as a pull request; the renderer's pinned key,
+// the writers' git credentials and the notification secrets; `kubectl apply -k deploy/`; the
+// node's enrollment from the key its agent made; the tool's objects; with Flux, the broker
+// namespace granted by an administrator (step 6 with spec.flux.namespaces false). A person
+// then merges a Configuration, a device is plugged, and its broker runs and opens it. With Argo
+// CD, the writers then switch to SSH deploy keys (step 4's SSH blocks) and a second device's
+// broker comes with every push over SSH. What this machine lacks for deploy/'s Pods (a Pod
+// network reaching the host's loopback, cluster DNS, kube-proxy, udev) is PodNetwork's. Every
+// block of the guide the test does not run is named with the test that runs it.
 func deployingAsWritten(t *testing.T, tool string) {
 	ctx := context.Background()
 	n := startRealNode(t)
-	tagDeployImages(t, n)
 	sysRoot := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "run", "udev", "data"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(sysRoot, "sys", "devices"), 0o755))
@@ -162,18 +188,17 @@ func deployingAsWritten(t *testing.T, tool string) {
 	// The git host: two empty repositories, the fleet's and the node refs'.
 	srv := gitsynctest.NewServer(t, "main", nil)
 	inv := gitsynctest.NewServer(t, "main", nil)
-	// What the guide takes as given: a clone of gitbroker (its deploy/), the person's SSH key and
-	// git identity, and a token per writer from the git host (this one takes any).
-	home := t.TempDir()
-	require.NoError(t, os.CopyFS(filepath.Join(home, "src", "gitbroker", "deploy"), os.DirFS("../deploy")))
-	require.NoError(t, os.MkdirAll(filepath.Join(home, ".ssh"), 0o700))
-	keygen := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@example.com", "-f", filepath.Join(home, ".ssh", "id_ed25519"))
-	out, err := keygen.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = Alice\n\temail = alice@example.com\n"), 0o644))
+	// The registry the images go to, on loopback: the node pulls from it over plain HTTP.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	// What the guide takes as given: a clone of gitbroker, the person's SSH key and git
+	// identity, and a token per writer from the git host (this one takes any).
+	home := userHome(t)
+	copyCheckout(t, filepath.Join(home, "src", "gitbroker"))
 	keys, fleet := filepath.Join(home, "gitbroker-keys"), filepath.Join(home, "src", "edge")
 
 	values := []guideValue{
+		{"registry.example.org/edge", strings.TrimPrefix(reg.URL, "http://") + "/edge"},
 		{"https://git.example.org/plant/edge.git", srv.URL()},
 		{"https://git.example.org/plant/edge-inventory.git", inv.URL()},
 		{"http://webhook-receiver.flux-system.svc", cluster.ReceiverURL},
@@ -183,7 +208,27 @@ func deployingAsWritten(t *testing.T, tool string) {
 		values = append(values, guideValue{"--flux --repo-url", "--argocd --repo-url"},
 			guideValue{"https://argocd-server.argocd.svc/api/webhook", argo.WebhookURL})
 	}
+	if argo != nil {
+		// Step 4's SSH: the same git host over SSH as well, taking the keys the user added to it.
+		ssh := gitsynctest.ServeSSH(t, deployKeys(keys), map[string]*gitsynctest.Server{"plant/edge.git": srv, "plant/edge-inventory.git": inv})
+		_, port, ok := strings.Cut(strings.TrimPrefix(ssh, "ssh://git@"), ":")
+		require.True(t, ok, ssh)
+		values = append(values, guideValue{"ssh://git@git.example.org", ssh},
+			guideValue{"ssh-keyscan git.example.org", "ssh-keyscan -p " + port + " 127.0.0.1"})
+	}
 	g := newGuide(t, home, values...)
+	// The images, built from the clone and pushed; their pinned list pasted over deploy/'s, as
+	// the guide says.
+	built := g.run("make image")
+	_, pinned, ok := strings.Cut(built, "to run exactly these images:\n\n")
+	require.True(t, ok, "make image PUSH=1 printed no images: list:\n%s", built)
+	require.Contains(t, pinned, "digest: sha256:")
+	kust := filepath.Join(home, "src", "gitbroker", "deploy", "kustomization.yaml")
+	b, err := os.ReadFile(kust)
+	require.NoError(t, err)
+	before, _, ok := strings.Cut(string(b), "\nimages:\n")
+	require.True(t, ok, "deploy/kustomization.yaml ends with its images: list")
+	require.NoError(t, os.WriteFile(kust, []byte(before+"\n"+pinned), 0o644))
 	g.run(`mkdir -p -m 700 "$KEYS"`)
 	for _, w := range []string{"agent", "renderer", "recorder"} {
 		require.NoError(t, os.WriteFile(filepath.Join(keys, w+"-token"), []byte("e2e-"+w+"-token\n"), 0o600))
@@ -203,7 +248,7 @@ func deployingAsWritten(t *testing.T, tool string) {
 		g.run("gpg --batch")
 		merged(t, srv, "renderer-key")
 	}
-	g.run("create secret generic gitbroker-$w-git") // step 4
+	g.run("--from-literal=username=git") // step 4
 	if argo != nil {
 		g.run("--from-file=argocd-webhook-secret=")
 	} else {
@@ -263,6 +308,10 @@ func deployingAsWritten(t *testing.T, tool string) {
 			_ = kubectl(fleet, "-n", FluxNamespace, "delete", "secret", "gitbroker-renderer-verify", "gitbroker-receiver", "--ignore-not-found")
 		})
 		g.run("kubectl apply -k flux/") // step 5
+		// Step 6 the administrator's way (spec.flux.namespaces false, merged after review): the
+		// broker namespace and its bindings from deploy/applier, none rendered.
+		g.run("kubectl apply -n plant -f deploy/applier")
+		merged(t, srv, "namespaces-by-admin")
 	}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -300,42 +349,139 @@ func deployingAsWritten(t *testing.T, tool string) {
 	broker := waitOpenedWithin(t, n, 7*time.Minute, "plant", api.LabelConfiguration+"=cam", "/dev/gitbroker-e2e0", "")
 	t.Logf("device plugged to its broker holding it: %s", time.Since(plugged).Round(100*time.Millisecond))
 	require.Contains(t, n.Logs(t, "plant", broker, "broker"), "uid=1000 gid=1000")
+	if argo != nil {
+		// Step 4's SSH: the writers switched from their tokens to deploy keys; from then on they
+		// push over SSH alone. A second device's broker shows the loop still turns.
+		g.run(`ssh-keygen -q -t ed25519 -N '' -C "gitbroker-$w"`)
+		g.run("ssh-keyscan")
+		for _, w := range []string{"agent", "renderer", "recorder"} {
+			sec, err := cluster.Client.CoreV1().Secrets(systemNamespace).Get(ctx, "gitbroker-"+w+"-git", metav1.GetOptions{})
+			require.NoError(t, err)
+			require.ElementsMatch(t, []string{"identity", "known_hosts"}, slices.Collect(maps.Keys(sec.Data)), "the %s's token is gone from its Secret", w)
+		}
+		for _, w := range []string{"daemonset/gitbroker-agent", "deployment/gitbroker-renderer", "deployment/gitbroker-recorder"} {
+			require.NoError(t, kubectl(home, "-n", systemNamespace, "rollout", "status", w, "--timeout=5m"))
+		}
+		eventually(t, 3*time.Minute, "the Pods with the tokens to end", func() (bool, string) {
+			list, err := cluster.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range list.Items {
+				if p.DeletionTimestamp != nil {
+					return false, p.Name + " is terminating"
+				}
+			}
+			return true, ""
+		})
+		overHTTP := srv.Pushes() + inv.Pushes()
+		invHead := inv.On(api.InventoryPrefix + realNode).Head()
+		deviceNode(t, n, sysRoot, "gitbroker-e2e1")
+		waitOpenedWithin(t, n, 7*time.Minute, "plant", api.LabelConfiguration+"=cam", "/dev/gitbroker-e2e1", "")
+		require.NotEqual(t, invHead, inv.On(api.InventoryPrefix+realNode).Head(), "the agent reported the second device")
+		require.Equal(t, overHTTP, srv.Pushes()+inv.Pushes(), "a writer pushed over HTTP after switching to SSH")
+	}
+	if argo == nil {
+		rendered := srv.On("gitbroker/rendered").Files()
+		require.NotEmpty(t, rendered)
+		for _, f := range rendered {
+			require.False(t, strings.HasPrefix(f, "rendered/_namespaces/"), "spec.flux.namespaces is false, yet the renderer wrote %s", f)
+		}
+	}
 
-	// Every block of the guide is run above or named here with why it is not yet run; a block
+	// Every block of the guide is run above or named here with the test that runs it; a block
 	// added to the guide fails this test until it is one or the other.
-	notYet := map[string]string{
-		"PUSH=1":                  "this machine has no registry: the node has deploy/'s images from make image's program, imported",
+	elsewhere := map[string]string{
 		"sourceBranch: protected": "step 1's other trust mode: cmd/gitbroker's TestDeployingProtectedBranchRendersUnsignedMerges runs it, on a host's unsigned merge",
-		"ssh-keyscan":             "step 4's SSH credentials: the test's git server speaks HTTP only",
-		"kubectl apply -n plant -f deploy/applier": "step 6 with spec.flux.namespaces false: init's default renders the namespaces",
-		"kubectl get akric":                        "replacing Akri: no Akri runs here",
-		"helm upgrade akri":                        "replacing Akri: no Akri runs here",
-		"kubectl delete akric":                     "replacing Akri: no Akri runs here",
+		"kubectl get akric":       "replacing Akri: TestMigratingFromAkri",
+		"helm upgrade akri":       "replacing Akri: TestMigratingFromAkri",
+		"kubectl delete akric":    "replacing Akri: TestMigratingFromAkri",
 	}
 	if argo != nil {
-		notYet["fleet-ca"] = "step 4's fleet CA: TestDeployingWithFlux"
-		notYet["--from-file=flux-receiver-token="] = "Flux's: TestDeployingWithFlux"
-		notYet["flux-receiver-url: http://webhook-receiver"] = "Flux's: TestDeployingWithFlux"
-		notYet["kubectl apply -k flux/"] = "Flux's: TestDeployingWithFlux"
+		elsewhere["fleet-ca"] = "step 4's fleet CA: TestDeployingWithFlux"
+		elsewhere["--from-file=flux-receiver-token="] = "Flux's: TestDeployingWithFlux"
+		elsewhere["flux-receiver-url: http://webhook-receiver"] = "Flux's: TestDeployingWithFlux"
+		elsewhere["kubectl apply -k flux/"] = "Flux's: TestDeployingWithFlux"
+		elsewhere["kubectl apply -n plant -f deploy/applier"] = "Flux's step 6: TestDeployingWithFlux"
 	} else {
+		elsewhere["ssh-keyscan"] = "step 4's SSH: TestDeployingWithArgoCD"
+		elsewhere[`-C "gitbroker-$w"`] = "step 4's SSH: TestDeployingWithArgoCD"
 		for _, m := range []string{"gpg --batch", "--from-file=argocd-webhook-secret=", "argocd-webhook-url: https://argocd-server", "argocd-gpg-keys-cm"} {
-			notYet[m] = "Argo CD's: TestDeployingWithArgoCD"
+			elsewhere[m] = "Argo CD's: TestDeployingWithArgoCD"
 		}
 	}
 	for _, b := range g.notRun() {
 		var why []string
-		for marker, reason := range notYet {
+		for marker, reason := range elsewhere {
 			if strings.Contains(b, marker) {
 				why = append(why, reason)
 			}
 		}
-		require.Len(t, why, 1, "DEPLOYING.md's block is neither run by this test nor named as not yet run:\n%s", b)
-		t.Logf("not run: %s", why[0])
+		require.Len(t, why, 1, "DEPLOYING.md's block is neither run by this test nor named with the test that runs it:\n%s", b)
+		t.Logf("run by %s", why[0])
 	}
-	for marker := range notYet {
+	for marker := range elsewhere {
 		for i, b := range g.blocks {
-			require.False(t, g.ran[i] && strings.Contains(b, marker), "a block named as not run (%q) ran", marker)
+			require.False(t, g.ran[i] && strings.Contains(b, marker), "a block named as run elsewhere (%q) ran here", marker)
 		}
+	}
+}
+
+// userHome is the home folder of the guide's user: an SSH key, to sign commits with, and a git
+// identity.
+func userHome(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".ssh"), 0o700))
+	keygen := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@example.com", "-f", filepath.Join(home, ".ssh", "id_ed25519"))
+	out, err := keygen.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = Alice\n\temail = alice@example.com\n"), 0o644))
+	return home
+}
+
+// copyCheckout copies this checkout to dst as a user's clone of it: the files git knows of
+// (committed or not, but not those it ignores, such as bin/) and .git.
+func copyCheckout(t *testing.T, dst string) {
+	t.Helper()
+	out, err := exec.Command("git", "-C", "..", "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	require.NoError(t, err)
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		src, to := filepath.Join("..", f), filepath.Join(dst, f)
+		fi, err := os.Lstat(src)
+		if os.IsNotExist(err) {
+			continue // deleted in this checkout, not yet committed
+		}
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Dir(to), 0o755))
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(src)
+			require.NoError(t, err)
+			require.NoError(t, os.Symlink(target, to))
+			continue
+		}
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(to, b, fi.Mode().Perm()))
+	}
+	cp := exec.Command("cp", "-a", "../.git", filepath.Join(dst, ".git"))
+	out, err = cp.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// deployKeys accepts the keys the guide's user added to the git host: those of
+// $KEYS/<writer>-deploy-key.pub.
+func deployKeys(keys string) func(authorizedKey string) bool {
+	return func(key string) bool {
+		pubs, _ := filepath.Glob(filepath.Join(keys, "*-deploy-key.pub"))
+		for _, p := range pubs {
+			b, err := os.ReadFile(p)
+			f := strings.Fields(string(b))
+			if err == nil && len(f) >= 2 && f[0]+" "+f[1] == strings.TrimSpace(key) {
+				return true
+			}
+		}
+		return false
 	}
 }
 

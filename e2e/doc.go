@@ -10,7 +10,8 @@
 // started by the tests. It also owns the real node (node.go): kubelet and
 // containerd, built the same way, with Debian's runc, in a mount namespace of
 // their own, running the images images.go builds (make image's, and
-// testimages') imported with no registry, and the stand-in for what that
+// testimages') imported with no registry (docs/DEPLOYING.md's tests pull
+// gitbroker's from one the test serves on loopback), and the stand-in for what that
 // node lacks that a cluster has, for gitbroker's own Pods (podnetwork.go: a
 // mutating admission webhook giving them the host's network, the API
 // server's address, the renderer's Service and the fixture sysfs), so that
