@@ -242,6 +242,8 @@ type ResolvedSettings struct {
 	Flux             FluxSettings
 	Recorder         RecorderSettings
 	Templates        TemplateSettings
+	// Clusters are spec.clusters; none for a repository of one cluster.
+	Clusters Clusters
 }
 
 // DefaultSettings are the settings of a repository without gitbroker.yaml.
@@ -346,6 +348,12 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 			errs = append(errs, d.Errorf("spec.maxObjectsPerFolder", "must be at least 1, got %d", *v))
 		}
 		r.MaxObjectsPerFolder = int(*v)
+	}
+	if len(s.Spec.Clusters) > 0 {
+		cs, cerrs := validateClusters(d, s.Spec.Clusters)
+		cs.file = file
+		errs = append(errs, cerrs...)
+		r.Clusters = cs
 	}
 	f := &r.Flux
 	if f.Namespace == "" {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -80,6 +82,10 @@ var configurationSettings = []*configurationSetting{{
 	field: "allowedHostPaths", annotations: []string{AnnotationAllowedHostPaths}, def: "/dev only",
 	inSpec:  func(c *Configuration) bool { return c.Spec.AllowedHostPaths != nil },
 	resolve: resolveAllowedHostPaths,
+}, {
+	field: "clusterSelector", annotations: []string{AnnotationClusters}, def: "every cluster",
+	inSpec:  func(c *Configuration) bool { return c.Spec.ClusterSelector != nil },
+	resolve: resolveClusterSelector,
 }, {
 	annotations: []string{AnnotationOfflineGracePeriod}, def: "5m shared, 30s local (the agent's)",
 	resolve: func(r *policyReader, _ *configurationSetting) {
@@ -342,6 +348,56 @@ type Policy struct {
 	// RolloutProgressDeadline is the broker Deployments' progressDeadlineSeconds; 0 leaves
 	// Kubernetes' default (10 minutes).
 	RolloutProgressDeadline int32 `json:",omitempty"`
+	// ClusterSelector is the clusters' label selector in its canonical form ("" for every
+	// cluster); ClusterSelector() parses it.
+	ClusterSelector string `json:",omitempty"`
+}
+
+// Clusters is the selector of the clusters the Configuration renders for; nil selects every
+// cluster.
+func (p *Policy) Clusters() labels.Selector {
+	if p.ClusterSelector == "" {
+		return nil
+	}
+	sel, err := labels.Parse(p.ClusterSelector)
+	if err != nil {
+		// resolveClusterSelector wrote it from a selector that parsed.
+		panic(fmt.Sprintf("cluster selector %q: %v", p.ClusterSelector, err))
+	}
+	return sel
+}
+
+// resolveClusterSelector reads spec.clusterSelector (a LabelSelector) or the annotation
+// gitbroker.dev/clusters (a selector string, as kubectl -l takes it).
+func resolveClusterSelector(r *policyReader, _ *configurationSetting) {
+	a, annotated := r.c.Annotations[AnnotationClusters]
+	spec := r.c.Spec.ClusterSelector
+	var sel labels.Selector
+	switch {
+	case annotated && spec != nil:
+		r.add("metadata.annotations."+AnnotationClusters, "conflicts with spec.clusterSelector; set one of them")
+		return
+	case spec != nil:
+		s, err := metav1.LabelSelectorAsSelector(spec)
+		if err != nil {
+			r.add("spec.clusterSelector", "%v", err)
+			return
+		}
+		sel = s
+	case annotated:
+		s, err := labels.Parse(a)
+		if err != nil {
+			r.add("metadata.annotations."+AnnotationClusters, "not a label selector: %v", err)
+			return
+		}
+		sel = s
+	default:
+		return
+	}
+	if sel.Empty() {
+		return
+	}
+	r.pol.ClusterSelector = sel.String()
 }
 
 // Bounds of spec.rollout.progressDeadline.

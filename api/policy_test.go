@@ -23,6 +23,7 @@ func TestConfigurationSettingsTable(t *testing.T) {
 		"allowedHostPaths":         {"[/sys/class/gpio, /run/acme]", "/sys/class/gpio, /run/acme"},
 		"rollout.maxChanged":       {`"30%"`, "30%"},
 		"rollout.progressDeadline": {"5m", "5m"},
+		"clusterSelector":          {"{matchLabels: {ring: canary}}", "ring=canary"},
 	}
 	docs, err := os.ReadFile("../docs/FORMATS.md")
 	require.NoError(t, err)

@@ -26,6 +26,9 @@ const (
 	AnnotationRunID        = "gitbroker.dev/run-id"
 	AnnotationAfter        = "gitbroker.dev/after"
 	AnnotationShards       = "gitbroker.dev/shards"
+	// AnnotationClusters selects the clusters a Configuration renders for (a label selector
+	// over spec.clusters' labels, as kubectl -l takes it); unset, every cluster.
+	AnnotationClusters = "gitbroker.dev/clusters"
 	// AnnotationRolloutMaxChanged stages a change over a Pod broker Configuration's brokers: at
 	// most this many ("3") or this share ("30%") of them change per render, the next wave only
 	// once the recorder has recorded the last one Available (spec.rollout.maxChanged on
@@ -135,6 +138,9 @@ type ConfigurationSpec struct {
 	// node's agent may give a broker when a discovery handler reports them (/sys/class/gpio,
 	// say). Without them the agent serves only paths under /dev.
 	AllowedHostPaths []string `json:"allowedHostPaths,omitempty"`
+	// ClusterSelector selects the clusters of gitbroker.yaml's spec.clusters this
+	// Configuration renders for, by their labels; unset, every cluster.
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 }
 
 // DiscoveryHandlerInfo names the discovery handler and what it is asked to discover.
@@ -299,6 +305,21 @@ type SettingsSpec struct {
 	// Templates replace the renderer's commit message and pull-request
 	// description (Go text/templates; see templates/).
 	Templates TemplateSettings `json:"templates,omitempty"`
+	// Clusters splits the fleet into clusters (docs/DESIGN.md, "Many clusters, one
+	// repository"): each node belongs to exactly one, by name, and each cluster renders under
+	// rendered/<cluster>/ for its own Flux or Argo CD. Empty: one cluster, rendered/ itself.
+	Clusters []ClusterSpec `json:"clusters,omitempty"`
+}
+
+// ClusterSpec is one cluster of the fleet.
+type ClusterSpec struct {
+	// Name is the cluster's name: its folder under rendered/ (a DNS label).
+	Name string `json:"name"`
+	// Labels are what Configurations select clusters by (gitbroker.dev/clusters,
+	// spec.clusterSelector) and what its brokers are told (GITBROKER_CLUSTER_LABEL_<KEY>).
+	Labels map[string]string `json:"labels,omitempty"`
+	// Nodes are the cluster's nodes: names, or globs (path.Match: *, ?, [a-z]).
+	Nodes []string `json:"nodes"`
 }
 
 // RecorderSettings names the recorder's ServiceAccount.

@@ -1,0 +1,156 @@
+package api
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Cluster is one cluster of spec.clusters, validated.
+type Cluster struct {
+	Name   string
+	Labels map[string]string
+	// Nodes are its node names and globs, as written.
+	Nodes []string
+	// Line is where the cluster is in gitbroker.yaml.
+	Line int
+}
+
+// Clusters are the clusters of spec.clusters, in the order written, with what a node's
+// membership is looked up by.
+type Clusters struct {
+	List []Cluster
+	// exact maps a node name written as such to the clusters naming it.
+	exact map[string][]int
+	// globs maps the literal start of each glob (up to its first *, ? or [) to the globs with
+	// that start, so a node is matched only against the globs it could match.
+	globs map[string][]clusterGlob
+	// starts are the distinct lengths of the globs' literal starts.
+	starts []int
+	file   string
+}
+
+type clusterGlob struct {
+	pattern string
+	cluster int
+}
+
+// ClusterNameMaxLength keeps rendered/<cluster>/ and the refs named after a cluster
+// (gitbroker/status/<cluster>) short: a DNS label.
+const ClusterNameMaxLength = validation.DNS1123LabelMaxLength
+
+// validateClusters validates spec.clusters of d.
+func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
+	var errs ErrorList
+	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+	cs := Clusters{exact: map[string][]int{}, globs: map[string][]clusterGlob{}}
+	seen := map[string]int{}
+	for i, spec := range specs {
+		f := fmt.Sprintf("spec.clusters[%d]", i)
+		if msgs := validation.IsDNS1123Label(spec.Name); len(msgs) > 0 {
+			add(f+".name", "%q is not a valid cluster name (a DNS label: it names rendered/<cluster>/ and the cluster's refs)", spec.Name)
+		} else if j, dup := seen[spec.Name]; dup {
+			add(f+".name", "cluster %q is already spec.clusters[%d]", spec.Name, j)
+		}
+		seen[spec.Name] = i
+		for _, k := range slices.Sorted(maps.Keys(spec.Labels)) {
+			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+				add(f+".labels."+k, "%q is not a label key: %s", k, strings.Join(msgs, "; "))
+			} else if msgs := validation.IsValidLabelValue(spec.Labels[k]); len(msgs) > 0 {
+				add(f+".labels."+k, "%q is not a label value: %s", spec.Labels[k], strings.Join(msgs, "; "))
+			}
+		}
+		if len(spec.Nodes) == 0 {
+			add(f+".nodes", "required: the names or globs of the cluster's nodes")
+		}
+		for j, n := range spec.Nodes {
+			if _, err := path.Match(n, ""); err != nil || n == "" || strings.ContainsAny(n, "/\\") {
+				add(fmt.Sprintf("%s.nodes[%d]", f, j), "%q is not a node name or glob (path.Match: *, ?, [a-z])", n)
+				continue
+			}
+			start := n
+			if k := strings.IndexAny(n, "*?["); k >= 0 {
+				start = n[:k]
+			} else {
+				cs.exact[n] = append(cs.exact[n], i)
+				continue
+			}
+			if _, ok := cs.globs[start]; !ok && !slices.Contains(cs.starts, len(start)) {
+				cs.starts = append(cs.starts, len(start))
+			}
+			cs.globs[start] = append(cs.globs[start], clusterGlob{n, i})
+		}
+		cs.List = append(cs.List, Cluster{Name: spec.Name, Labels: spec.Labels, Nodes: spec.Nodes, Line: d.LineOf(f)})
+	}
+	slices.Sort(cs.starts)
+	return cs, errs
+}
+
+// Enabled reports whether the repository declares clusters.
+func (cs Clusters) Enabled() bool { return len(cs.List) > 0 }
+
+// Of returns the names of the clusters node is in: exactly one for a node that belongs, none or
+// several for a node that is an error.
+func (cs Clusters) Of(node string) []string {
+	var in []int
+	add := func(i int) {
+		if !slices.Contains(in, i) {
+			in = append(in, i)
+		}
+	}
+	for _, i := range cs.exact[node] {
+		add(i)
+	}
+	for _, n := range cs.starts {
+		if n > len(node) {
+			break
+		}
+		for _, g := range cs.globs[node[:n]] {
+			if ok, _ := path.Match(g.pattern, node); ok {
+				add(g.cluster)
+			}
+		}
+	}
+	slices.Sort(in)
+	names := make([]string, len(in))
+	for k, i := range in {
+		names[k] = cs.List[i].Name
+	}
+	return names
+}
+
+// MembershipError says why node is in no cluster, or in several: what the plan reports at the
+// node's inventory file, whose devices then render nowhere.
+func (cs Clusters) MembershipError(node string, in []string) string {
+	if len(in) == 0 {
+		return fmt.Sprintf("node %s is in no cluster of %s's spec.clusters: add it to one (by name or glob); its devices render nowhere until then", node, cs.fileName())
+	}
+	return fmt.Sprintf("node %s is in %d clusters of %s's spec.clusters (%s): a node belongs to one; its devices render nowhere until then", node, len(in), cs.fileName(), strings.Join(in, ", "))
+}
+
+func (cs Clusters) fileName() string {
+	if cs.file == "" {
+		return SettingsPath
+	}
+	return cs.file
+}
+
+// Named returns the cluster called name.
+func (cs Clusters) Named(name string) (Cluster, bool) {
+	for _, c := range cs.List {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Cluster{}, false
+}
+
+// Selects reports whether selector (nil: every cluster) selects c.
+func (c Cluster) Selects(selector labels.Selector) bool {
+	return selector == nil || selector.Matches(labels.Set(c.Labels))
+}
