@@ -54,6 +54,8 @@ func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
 		f := fmt.Sprintf("spec.clusters[%d]", i)
 		if msgs := validation.IsDNS1123Label(spec.Name); len(msgs) > 0 {
 			add(f+".name", "%q is not a valid cluster name (a DNS label: it names rendered/<cluster>/ and the cluster's refs)", spec.Name)
+		} else if reservedClusterName(spec.Name) {
+			add(f+".name", "%q names a folder of the recorder's records (status/%s/); choose another name", spec.Name, spec.Name)
 		} else if j, dup := seen[spec.Name]; dup {
 			add(f+".name", "cluster %q is already spec.clusters[%d]", spec.Name, j)
 		}
@@ -153,4 +155,39 @@ func (cs Clusters) Named(name string) (Cluster, bool) {
 // Selects reports whether selector (nil: every cluster) selects c.
 func (c Cluster) Selects(selector labels.Selector) bool {
 	return selector == nil || selector.Matches(labels.Set(c.Labels))
+}
+
+// reservedClusterName reports whether name is a folder of status/ itself (status/jobs/, ...),
+// which a cluster's records folder, status/<cluster>/, must not be.
+func reservedClusterName(name string) bool {
+	for _, k := range StatusKinds {
+		if path.Base(k.Dir) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ClusterStatusPath is where cluster's recorder writes the record a recorder of one cluster
+// writes at p (status/jobs/plant/x.yaml: status/<cluster>/jobs/plant/x.yaml).
+func ClusterStatusPath(cluster, p string) string {
+	return "status/" + cluster + "/" + strings.TrimPrefix(p, "status/")
+}
+
+// SplitClusterStatusPath is ClusterStatusPath undone: the cluster and the record's path as one
+// cluster's, for a record of a cluster's recorder.
+func SplitClusterStatusPath(p string) (cluster, inner string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "status/")
+	if !ok {
+		return "", "", false
+	}
+	cluster, rest, ok = strings.Cut(rest, "/")
+	if !ok || reservedClusterName(cluster) || len(validation.IsDNS1123Label(cluster)) > 0 {
+		return "", "", false
+	}
+	inner = "status/" + rest
+	if !IsStatusPath(inner) {
+		return "", "", false
+	}
+	return cluster, inner, true
 }

@@ -24,7 +24,14 @@ type parsedRecordFile struct {
 // IsInput reports whether a path is an input of the renderer: the settings, a Configuration, an
 // inventory, or a record of any of the recorder's kinds (api.StatusKinds).
 func IsInput(p string) bool {
-	return p == api.SettingsPath || isConfigurationPath(p) || isInventoryPath(p) || api.IsStatusPath(p)
+	return p == api.SettingsPath || isConfigurationPath(p) || isInventoryPath(p) || api.IsStatusPath(p) || isClusterRecordPath(p)
+}
+
+// isClusterRecordPath reports whether p is a record of one cluster's recorder, with
+// spec.clusters (status/<cluster>/...).
+func isClusterRecordPath(p string) bool {
+	_, _, ok := api.SplitClusterStatusPath(p)
+	return ok
 }
 
 func isConfigurationPath(p string) bool { return api.IsConfigurationPath(p) }

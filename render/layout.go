@@ -191,7 +191,7 @@ func (p *pass) fluxFor(folder, fileName, configuration string) fluxKustomization
 			Interval:           durationOr(f.Interval, 10*time.Minute),
 			RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
 			Timeout:            durationOr(f.Timeout, 5*time.Minute),
-			Path:               "./" + folder,
+			Path:               "./" + p.applied(folder),
 			Prune:              true,
 			Wait:               f.Wait,
 			SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
@@ -273,7 +273,7 @@ func (p *pass) renderNamespaces(folders map[string]bool) bool {
 			Interval:           durationOr(f.Interval, 10*time.Minute),
 			RetryInterval:      durationOr(f.RetryInterval, 2*time.Minute),
 			Timeout:            durationOr(f.Timeout, 5*time.Minute),
-			Path:               "./" + strings.TrimSuffix(NamespacesDir, "/"),
+			Path:               "./" + p.applied(strings.TrimSuffix(NamespacesDir, "/")),
 			Prune:              false,
 			SourceRef:          fluxSourceRef{Kind: f.SourceRef.Kind, Name: f.SourceRef.Name, Namespace: f.SourceRef.Namespace},
 			ServiceAccountName: f.NamespacesServiceAccountName,
@@ -290,3 +290,12 @@ const (
 	FolderSourcesDir = RenderedDir + "flux/sources/"
 	AnnotationFolder = "gitbroker.dev/folder"
 )
+
+// applied is where Flux finds dir of this render's output in the repository: dir itself, or,
+// for one cluster of several, dir under rendered/<cluster>/ (clusters.go).
+func (p *pass) applied(dir string) string {
+	if p.r.cluster == nil {
+		return dir
+	}
+	return clusterDir(RenderedDir, p.r.cluster.Name) + strings.TrimPrefix(dir, RenderedDir)
+}

@@ -69,6 +69,9 @@ func (p *pass) loadConfigurations(l *loaded) {
 		}
 		var keys []string
 		for _, c := range set.parsed[f].configs {
+			if p.r.cluster != nil && !p.r.cluster.Selects(c.Policy.Clusters()) {
+				continue // for other clusters
+			}
 			l.configs[c.Key()] = c
 			keys = append(keys, c.Key())
 		}
@@ -106,7 +109,7 @@ func (p *pass) parseConfigurationFiles(l *loaded) *configSet {
 		}
 		data := p.req.Files[f]
 		// Parsing fills in the default namespace, so it is part of the memo key.
-		parsed := p.r.configs.get(l.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
+		parsed := p.r.configMemo().get(l.settings.DefaultNamespace+"\x00"+f, data, func() parsedConfigFile {
 			cs, errs := api.ParseConfigurations(f, data, l.settings.DefaultNamespace)
 			return parsedConfigFile{configs: cs, errs: errs}
 		})

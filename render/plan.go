@@ -44,6 +44,8 @@ type Plan struct {
 
 // ConfigurationPlan is one Configuration's part of the plan.
 type ConfigurationPlan struct {
+	// Cluster is the cluster of spec.clusters this part renders for; "" without clusters.
+	Cluster   string `json:"cluster,omitempty"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Broker is "Pod" (Pod brokers, rendered as Deployments), "Job", "none", "deleted" or
@@ -64,10 +66,12 @@ type InstancePlan struct {
 
 // Change is one object started, created, rolled out, updated, removed, held, retired or kept.
 type Change struct {
-	Action string `json:"action"`
-	Kind   string `json:"kind"`
-	Name   string `json:"name"`
-	Reason string `json:"reason,omitempty"`
+	// Cluster is, for a namespace's change, the cluster of spec.clusters it is in.
+	Cluster string `json:"cluster,omitempty"`
+	Action  string `json:"action"`
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Reason  string `json:"reason,omitempty"`
 	// History is where a retired Job went: its history/ entry, with its record.
 	History string `json:"history,omitempty"`
 	// Fields are the fields of a rolled out or updated object that changed, as Reason says them.

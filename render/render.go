@@ -123,6 +123,21 @@ type Renderer struct {
 	once bool
 	// scoped counts the passes that were scoped, for tests.
 	scoped int
+	// cluster is the cluster this Renderer renders, one of a repository of several
+	// (clusters.go); nil for a repository of one. parent is then the Renderer of the whole
+	// repository, and clusters, on that one, its Renderers by cluster.
+	cluster  *api.Cluster
+	parent   *Renderer
+	clusters map[string]*Renderer
+}
+
+// configMemo is the memo of Configuration files: a cluster's Renderer uses the repository's,
+// since every cluster parses the same files.
+func (r *Renderer) configMemo() *memo[parsedConfigFile] {
+	if r.parent != nil {
+		return &r.parent.configs
+	}
+	return &r.configs
 }
 
 // lastOutput is the last render's output with the index of its objects.
@@ -146,6 +161,12 @@ func Render(req Request) *Result {
 func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.cluster == nil {
+		if cs, ok := clustersOf(req); ok {
+			return r.renderClusters(req, cs)
+		}
+		r.clusters = nil
+	}
 	in := r.split(req)
 	req.Unreadable = in.unreadable(req)
 	res, p := r.pass(req, in, nil, true)
@@ -212,7 +233,7 @@ func (r *Renderer) keep(res *Result, p *pass) {
 	// The memos keep what this pass used and drop the rest. A scoped pass used only its
 	// Configurations' objects: the memos of objects and files keep everything until they hold
 	// half as much again as the last whole pass left them, and the next pass is then whole.
-	rotate := []interface{ rotate() }{&r.configs, &r.invs, &r.recs}
+	rotate := []interface{ rotate() }{r.configMemo(), &r.invs, &r.recs}
 	if p.scoping.scope == nil {
 		rotate = append(rotate, &r.heads, &r.hist, &r.objs, &r.jobs)
 	} else if r.objs.grown() || r.heads.grown() || r.jobs.grown() {

@@ -160,7 +160,8 @@ func (p *pass) writeShares(shares map[string]map[string]int) {
 		}
 		p.output.files[f], kept[shard] = b, sharesFile{nodes: nodes, data: b}
 	}
-	if !p.r.once {
+	if !p.r.once || p.r.cluster != nil {
+		// A cluster's shares are also what the whole repository's shares files are made of.
 		p.r.nextShares = kept
 	}
 	p.rediff(paths...)

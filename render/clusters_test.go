@@ -1,0 +1,176 @@
+package render_test
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gitbroker/gitbroker/render"
+)
+
+const twoClusters = `apiVersion: gitbroker.dev/v1alpha1
+kind: Settings
+spec:
+  clusters:
+  - name: site-a
+    labels: {ring: canary}
+    nodes: ["node-000[0-1]"]
+  - name: site-b
+    nodes: [node-0002, node-0003]
+`
+
+// clusterFleet is a small fleet (4 nodes, 2 Configurations) whose nodes are split over two
+// clusters.
+func clusterFleet() render.Tree {
+	t := generateFleet(fleetSpec{nodes: 4, configurations: 2, devices: 12, seed: 7})
+	t["gitbroker.yaml"] = []byte(twoClusters)
+	return t
+}
+
+// Each cluster renders under rendered/<cluster>/ what a repository of its nodes alone renders,
+// with its Flux Kustomizations pointing there; nothing stays at the top but what the clusters
+// share.
+func TestClustersRenderEachUnderItsFolder(t *testing.T) {
+	tree := clusterFleet()
+	res := renderOK(t, tree)
+	for f := range res.Files {
+		top, rest, _ := strings.Cut(strings.TrimPrefix(f, "rendered/"), "/")
+		switch {
+		case f == render.MetadataPath, strings.HasPrefix(f, "rendered/.gitbroker-accepted/"):
+		case strings.HasPrefix(f, "rendered/"):
+			require.Contains(t, []string{"site-a", "site-b"}, top, f)
+			require.NotEmpty(t, rest, f)
+		case strings.HasPrefix(f, "history/"):
+			require.Regexp(t, `^history/site-[ab]/`, f)
+		default:
+			t.Fatalf("unexpected file %s", f)
+		}
+	}
+	// Each cluster's part is what its nodes alone render.
+	for cluster, nodes := range map[string][]string{"site-a": {"node-0000", "node-0001"}, "site-b": {"node-0002", "node-0003"}} {
+		alone := render.Tree{}
+		for f, b := range tree {
+			if strings.HasPrefix(f, "configurations/") {
+				alone[f] = b
+			}
+		}
+		for _, n := range nodes {
+			alone["inventory/"+n+".yaml"] = tree["inventory/"+n+".yaml"]
+		}
+		want := renderOK(t, alone).Files
+		got := render.Tree{}
+		for f, b := range res.Files {
+			if rest, ok := strings.CutPrefix(f, "rendered/"+cluster+"/"); ok {
+				got["rendered/"+rest] = b
+			} else if rest, ok := strings.CutPrefix(f, "history/"+cluster+"/"); ok {
+				got["history/"+rest] = b
+			}
+		}
+		for f, b := range want {
+			if f == render.MetadataPath || strings.HasPrefix(f, "rendered/.gitbroker-accepted/") {
+				continue
+			}
+			if strings.HasPrefix(f, "rendered/flux/") {
+				b = []byte(strings.ReplaceAll(string(b), "path: ./rendered/", "path: ./rendered/"+cluster+"/"))
+			}
+			require.Equal(t, string(b), string(got[f]), "%s of cluster %s", f, cluster)
+		}
+		require.Equal(t, len(want)-countAccepted(want)-1, len(got)-1, "cluster %s: the same files, and its own metadata", cluster)
+	}
+	// Deterministic, and a kept Renderer renders on top of its output what a fresh one does.
+	require.Equal(t, res.Files, renderOK(t, tree).Files)
+	r := render.New()
+	first := r.Render(render.Request{Files: tree})
+	again := r.Render(render.Request{Files: apply(tree, first)})
+	require.Empty(t, again.Diff)
+	require.Empty(t, renderOK(t, apply(tree, first)).Diff)
+}
+
+func countAccepted(t render.Tree) int {
+	n := 0
+	for f := range t {
+		if strings.HasPrefix(f, "rendered/.gitbroker-accepted/") {
+			n++
+		}
+	}
+	return n
+}
+
+// A Configuration renders only for the clusters its selector picks, and leaves the others'
+// folders when its selector stops picking them.
+func TestClusterSelectorPicksClusters(t *testing.T) {
+	tree := clusterFleet()
+	cfg := string(tree["configurations/cfg-01.yaml"])
+	tree["configurations/cfg-01.yaml"] = []byte(strings.Replace(cfg, "metadata:\n  name: cfg-01\n", "metadata:\n  name: cfg-01\n  annotations: {gitbroker.dev/clusters: ring=canary}\n", 1))
+	res := renderOK(t, tree)
+	var inA, inB bool
+	for f := range res.Files {
+		inA = inA || strings.HasPrefix(f, "rendered/site-a/default/cfg-01/")
+		inB = inB || strings.HasPrefix(f, "rendered/site-b/default/cfg-01/")
+	}
+	require.True(t, inA, "site-a is the canary ring")
+	require.False(t, inB, "site-b is not")
+	for _, c := range res.Plan.Configurations {
+		if c.Name == "cfg-01" {
+			require.Equal(t, "site-a", c.Cluster)
+		}
+	}
+}
+
+// A node that is in no cluster, or in two, is an error at its inventory, and what it rendered
+// before stays where it was.
+func TestNodeInNoClusterKeepsItsBrokers(t *testing.T) {
+	tree := clusterFleet()
+	before := renderOK(t, tree)
+	tree = apply(tree, before)
+	var a1 []string
+	for f := range before.Files {
+		if strings.HasPrefix(f, "rendered/site-a/") && strings.Contains(string(before.Files[f]), "node-0001") && strings.Contains(f, "deployment-") {
+			a1 = append(a1, f)
+		}
+	}
+	require.NotEmpty(t, a1)
+
+	for name, settings := range map[string]string{
+		"in none": strings.Replace(twoClusters, `["node-000[0-1]"]`, "[node-0000]", 1),
+		"in two":  strings.Replace(twoClusters, "[node-0002, node-0003]", "[node-0002, node-0003, node-0001]", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			moved := maps.Clone(tree)
+			moved["gitbroker.yaml"] = []byte(settings)
+			res := render.Render(render.Request{Files: moved})
+			require.Nil(t, res.Refused)
+			require.Len(t, res.Errors, 1)
+			require.Equal(t, "inventory/node-0001.yaml", res.Errors[0].File)
+			require.Contains(t, res.Errors[0].Message, "node node-0001 is in ")
+			for _, f := range a1 {
+				require.Equal(t, string(before.Files[f]), string(res.Files[f]), "kept: %s", f)
+			}
+			for f := range res.Files {
+				require.False(t, strings.HasPrefix(f, "rendered/site-b/") && strings.Contains(string(res.Files[f]), "node-0001"), "nothing of node-0001 reaches site-b: %s", f)
+			}
+		})
+	}
+}
+
+// Turning spec.clusters on over a one-cluster rendered/ moves every broker, which is refused
+// until the deletions are allowed.
+func TestTurningClustersOnIsRefusedUntilAllowed(t *testing.T) {
+	tree := clusterFleet()
+	delete(tree, "gitbroker.yaml")
+	tree = apply(tree, renderOK(t, tree))
+	tree["gitbroker.yaml"] = []byte(twoClusters)
+	res := render.Render(render.Request{Files: tree})
+	require.NotNil(t, res.Refused)
+	require.Contains(t, res.Refused.Reason, "point each cluster's Flux or Argo CD at its folder")
+	require.Empty(t, res.Diff)
+	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
+	require.Nil(t, res.Refused)
+	for f := range res.Files {
+		if strings.HasPrefix(f, "rendered/default/") {
+			t.Fatalf("the one-cluster folder stayed: %s", f)
+		}
+	}
+}
