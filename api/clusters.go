@@ -33,6 +33,8 @@ type Clusters struct {
 	// starts are the distinct lengths of the globs' literal starts.
 	starts []int
 	file   string
+	// byName indexes List by name.
+	byName map[string]int
 }
 
 type clusterGlob struct {
@@ -48,7 +50,7 @@ const ClusterNameMaxLength = validation.DNS1123LabelMaxLength
 func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
 	var errs ErrorList
 	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
-	cs := Clusters{exact: map[string][]int{}, globs: map[string][]clusterGlob{}}
+	cs := Clusters{exact: map[string][]int{}, globs: map[string][]clusterGlob{}, byName: map[string]int{}}
 	seen := map[string]int{}
 	for i, spec := range specs {
 		f := fmt.Sprintf("spec.clusters[%d]", i)
@@ -86,6 +88,9 @@ func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
 				cs.starts = append(cs.starts, len(start))
 			}
 			cs.globs[start] = append(cs.globs[start], clusterGlob{n, i})
+		}
+		if _, dup := cs.byName[spec.Name]; !dup {
+			cs.byName[spec.Name] = len(cs.List)
 		}
 		cs.List = append(cs.List, Cluster{Name: spec.Name, Labels: spec.Labels, Nodes: spec.Nodes, Line: d.LineOf(f)})
 	}
@@ -144,12 +149,11 @@ func (cs Clusters) fileName() string {
 
 // Named returns the cluster called name.
 func (cs Clusters) Named(name string) (Cluster, bool) {
-	for _, c := range cs.List {
-		if c.Name == name {
-			return c, true
-		}
+	i, ok := cs.byName[name]
+	if !ok {
+		return Cluster{}, false
 	}
-	return Cluster{}, false
+	return cs.List[i], true
 }
 
 // Selects reports whether selector (nil: every cluster) selects c.

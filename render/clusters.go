@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/identity"
 	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
@@ -28,15 +29,15 @@ func clusterDir(dir, cluster string) string { return dir + cluster + "/" }
 // clustersOf returns the clusters of the request's settings, when it declares any and its
 // settings are valid (invalid settings render nothing, whatever the layout: the single pass
 // says why).
-func clustersOf(req Request) (api.Clusters, bool) {
+func clustersOf(req Request) (api.ResolvedSettings, bool) {
 	if _, unreadable := req.Unreadable[api.SettingsPath]; unreadable {
-		return api.Clusters{}, false
+		return api.ResolvedSettings{}, false
 	}
 	s, errs := api.ParseSettings(api.SettingsPath, req.Files[api.SettingsPath])
 	if len(errs) > 0 || !s.Clusters.Enabled() {
-		return api.Clusters{}, false
+		return api.ResolvedSettings{}, false
 	}
-	return s.Clusters, true
+	return s, true
 }
 
 // clusterRenderer is the Renderer kept for cluster c, made on first use. It shares r's memo of
@@ -56,7 +57,12 @@ func (r *Renderer) clusterRenderer(c api.Cluster) *Renderer {
 }
 
 // renderClusters renders a repository of several clusters.
-func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
+func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *Result {
+	// The clusters' passes take the settings parsed here: gitbroker.yaml of a thousand
+	// clusters is parsed once, not once per cluster.
+	r.settings = &settings
+	defer func() { r.settings = nil }()
+	cs := settings.Clusters
 	in := r.split(req)
 	prev := in.prev
 	res := &Result{Previous: prev, Files: Tree{}, InputsDigest: digestOf(req.Files, in.inputs)}
@@ -83,6 +89,26 @@ func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
 			}
 		}
 	}
+	// Each cluster's render records its own writers' tips (its nodes', its recorder's); the
+	// repository's metadata and accepted shards hold every writer's.
+	writersOf := map[string]map[string]string{}
+	for ref, tip := range req.Writers {
+		var c string
+		if node, ok := strings.CutPrefix(ref, api.InventoryPrefix); ok {
+			if of := cs.Of(node); len(of) == 1 {
+				c = of[0]
+			}
+		} else if name, ok := strings.CutPrefix(ref, api.StatusBranch+"/"); ok {
+			c = name
+		}
+		if _, ok := cs.Named(c); !ok {
+			continue
+		}
+		if writersOf[c] == nil {
+			writersOf[c] = map[string]string{}
+		}
+		writersOf[c][ref] = tip
+	}
 	// Records go to the cluster whose recorder wrote them; a recorder of one cluster writes
 	// status/<kind>/ itself, which no cluster of several reads.
 	records := map[string][]string{}
@@ -104,6 +130,50 @@ func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
 		}
 	}
 
+	// The previous output of each cluster, as its own Renderer wrote it, in one pass over the
+	// tree; the files of the top (the metadata, the accepted shards); and the stale ones, of a
+	// cluster no longer declared or of the one-cluster layout, which go.
+	counts := map[string]int{}
+	top := Tree{}
+	var stale []string
+	for f, b := range prev {
+		dir, rest, _ := strings.Cut(f, "/")
+		cluster, _, nested := strings.Cut(rest, "/")
+		switch _, isCluster := cs.Named(cluster); {
+		case dir+"/" == RenderedDir && (!nested || strings.HasPrefix(f, api.AcceptedDir)):
+			top[f] = b
+		case isCluster && nested:
+			counts[cluster]++
+		default:
+			stale = append(stale, f)
+		}
+	}
+	// prevOf is the previous output of cluster c as its own Renderer writes it; made only for
+	// a cluster whose part is not its Renderer's last output.
+	prevOf := func(c string) Tree {
+		rd, hd := clusterDir(RenderedDir, c), clusterDir(HistoryDir, c)
+		out := Tree{}
+		for f, b := range prev {
+			if rest, ok := strings.CutPrefix(f, rd); ok {
+				out[RenderedDir+rest] = b
+			} else if rest, ok := strings.CutPrefix(f, hd); ok {
+				out[HistoryDir+rest] = b
+			}
+		}
+		return out
+	}
+	sharesFiles := Tree{}
+	for f, b := range top {
+		if strings.HasPrefix(f, api.AcceptedDir) && strings.HasSuffix(f, "/shares.yaml") {
+			sharesFiles[f] = b // for a cluster's new Renderer, what its nodes were given
+		}
+	}
+	for name := range r.clusters {
+		if _, ok := cs.Named(name); !ok {
+			delete(r.clusters, name)
+		}
+	}
+	var diff []string
 	errSeen := map[string]bool{}
 	untrustedSeen := map[string]bool{}
 	for _, u := range req.Untrusted {
@@ -115,14 +185,16 @@ func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
 	for _, c := range cs.List {
 		sub := Request{
 			Files:            Tree{},
-			Previous:         Tree{},
 			SourceCommit:     req.SourceCommit,
 			AllowDeletions:   req.AllowDeletions,
 			Unreadable:       unreadable,
 			Invalid:          req.Invalid,
-			Writers:          req.Writers,
+			Writers:          writersOf[c.Name],
 			RenderedJobsOnly: req.RenderedJobsOnly,
 			Trust:            req.Trust,
+		}
+		if req.Writers != nil && sub.Writers == nil {
+			sub.Writers = map[string]string{} // verified, and none of its writers left
 		}
 		for _, f := range common {
 			sub.Files[f] = req.Files[f]
@@ -134,38 +206,61 @@ func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
 			_, inner, _ := api.SplitClusterStatusPath(f)
 			sub.Files[inner] = req.Files[f]
 		}
-		rd, hd := clusterDir(RenderedDir, c.Name), clusterDir(HistoryDir, c.Name)
-		for f, b := range prev {
-			if rest, ok := strings.CutPrefix(f, rd); ok {
-				sub.Previous[RenderedDir+rest] = b
-			} else if rest, ok := strings.CutPrefix(f, hd); ok {
-				sub.Previous[HistoryDir+rest] = b
+		cr := r.clusterRenderer(c)
+		var sr *Result
+		reused := false
+		if last := cr.lastRun; last != nil && counts[c.Name] == len(last.out) && last.outIn(prev) {
+			if last.sameInputs(sub) {
+				// Nothing of the cluster changed: its render would be the last one again
+				// (even under a new source commit, which only a changed file records).
+				sr, reused = last.result, true
+			} else {
+				sub.Previous = last.result.Files // the very map: its Renderer's fast path
 			}
+		} else if counts[c.Name] > 0 || cr.shares == nil {
+			sub.Previous = prevOf(c.Name)
+		} else {
+			sub.Previous = Tree{}
 		}
-		// The accepted tips' shards are the top's, for every cluster alike.
-		for f, b := range prev {
-			if strings.HasPrefix(f, api.AcceptedDir) && strings.HasSuffix(f, "/writers.yaml") {
-				sub.Previous[f] = b
+		if sr == nil {
+			if cr.shares == nil {
+				// A Renderer new to the cluster finds what its nodes were given in the
+				// repository's shares files.
+				maps.Copy(sub.Previous, sharesFiles)
 			}
+			sr = cr.Render(sub)
 		}
-		if m, ok := prev[clusterDir(RenderedDir, c.Name)+strings.TrimPrefix(MetadataPath, RenderedDir)]; ok {
-			sub.Previous[MetadataPath] = m
-		}
-		sr := r.clusterRenderer(c).Render(sub)
 
-		for f, b := range sr.Files {
-			switch {
-			case strings.HasPrefix(f, api.AcceptedDir):
-				if strings.HasSuffix(f, "/writers.yaml") {
-					res.Files[f] = b // every cluster's are the same: the request's writers
+		rd, hd := clusterDir(RenderedDir, c.Name), clusterDir(HistoryDir, c.Name)
+		in := func(f string) string {
+			if rest, ok := strings.CutPrefix(f, RenderedDir); ok {
+				return rd + rest
+			}
+			return hd + strings.TrimPrefix(f, HistoryDir)
+		}
+		if reused {
+			maps.Copy(res.Files, cr.lastRun.out)
+		} else {
+			out := make(Tree, len(sr.Files))
+			for f, b := range sr.Files {
+				if !strings.HasPrefix(f, api.AcceptedDir) {
+					out[in(f)] = b
 				}
-			case strings.HasPrefix(f, RenderedDir):
-				res.Files[rd+strings.TrimPrefix(f, RenderedDir)] = b
-			case strings.HasPrefix(f, HistoryDir):
-				res.Files[hd+strings.TrimPrefix(f, HistoryDir)] = b
+			}
+			maps.Copy(res.Files, out)
+			cr.lastRun = nil
+			if !r.once && sr.Refused == nil {
+				cr.lastRun = &clusterRun{request: sub, result: sr, out: out}
 			}
 		}
-		shares = append(shares, r.clusters[c.Name].shares)
+		if !reused {
+			for _, f := range sr.Diff {
+				if !strings.HasPrefix(f, api.AcceptedDir) { // the top's, not the cluster's
+					diff = append(diff, in(f))
+				}
+			}
+		}
+		shares = append(shares, cr.shares)
 		for _, e := range sr.Errors {
 			if k := e.Error(); !errSeen[k] {
 				errSeen[k] = true
@@ -186,31 +281,48 @@ func (r *Renderer) renderClusters(req Request, cs api.Clusters) *Result {
 		}
 		mergePlan(plan, sr.Plan, c.Name)
 	}
+	diff = append(diff, stale...)
 	r.writeClusterShares(res.Files, prev, shares)
-	r.writeClustersMetadata(res, req, prev)
+	prevMeta := ParseMetadata(prev[MetadataPath])
+	writers := req.Writers
+	if writers == nil {
+		writers = prevMeta.Writers
+	}
+	writeAcceptedFiles(res.Files, prev, prevMeta.Writers, writers)
+	for f := range top {
+		if b, ok := res.Files[f]; f != MetadataPath && (!ok || string(b) != string(top[f])) {
+			diff = append(diff, f)
+		}
+	}
+	for f := range res.Files {
+		if _, had := top[f]; !had && strings.HasPrefix(f, api.AcceptedDir) {
+			diff = append(diff, f)
+		}
+	}
+	r.writeClustersMetadata(res, req, prevMeta, writers, len(diff) > 0)
+	if b, ok := res.Files[MetadataPath]; ok != (top[MetadataPath] != nil) || string(b) != string(top[MetadataPath]) {
+		diff = append(diff, MetadataPath)
+	}
+	slices.Sort(diff)
+	res.Diff = diff
 	res.Errors.Sort()
 	plan.Errors = fieldProblems(res.Errors)
-	if reason := switchedLayout(prev, cs); reason != "" && !req.AllowDeletions {
+	if reason := switchedLayout(stale); reason != "" && !req.AllowDeletions {
 		res.Refused = &RefusedError{Reason: reason}
 		plan.Refused = reason
-		res.Files = prev
+		res.Files, res.Diff = prev, nil
 	}
-	res.Diff = Diff(prev, res.Files)
 	res.Plan = plan
 	return res
 }
 
 // switchedLayout says why a render that turns spec.clusters on over a one-cluster rendered/
 // is refused: every broker moves to rendered/<cluster>/, and the one-cluster folders, which a
-// Flux or Argo CD may still apply, go.
-func switchedLayout(prev Tree, cs api.Clusters) string {
-	for f := range prev {
-		if _, ok := parseObjectPath(f); !ok {
-			continue
-		}
-		rest := strings.TrimPrefix(f, RenderedDir)
-		first, _, _ := strings.Cut(rest, "/")
-		if _, isCluster := cs.Named(first); !isCluster {
+// Flux or Argo CD may still apply, go. stale are the previous files outside every cluster's
+// folder.
+func switchedLayout(stale []string) string {
+	for _, f := range stale {
+		if _, ok := parseObjectPath(f); ok {
 			return "spec.clusters moves every broker from rendered/<namespace>/ to rendered/<cluster>/<namespace>/ (" + f + " goes): point each cluster's Flux or Argo CD at its folder, then render with --allow-deletions"
 		}
 	}
@@ -271,30 +383,9 @@ func (r *Renderer) writeClusterShares(files, prev Tree, perCluster []map[string]
 // writeClustersMetadata writes the top's render metadata: the source commit, the inputs digest
 // and the writers' accepted tips of the whole repository (each cluster keeps what only it needs
 // in its own folder's). Like a cluster's, it is rewritten only when another file changed.
-func (r *Renderer) writeClustersMetadata(res *Result, req Request, prev Tree) {
-	writers := req.Writers
-	prevMeta := ParseMetadata(prev[MetadataPath])
-	if writers == nil {
-		writers = prevMeta.Writers
-	}
-	changed := !maps.Equal(prevMeta.Writers, writers)
-	if !changed {
-		for f, b := range res.Files {
-			if old, ok := prev[f]; !ok || string(old) != string(b) {
-				changed = true
-				break
-			}
-		}
-	}
-	if !changed {
-		for f := range prev {
-			if _, ok := res.Files[f]; !ok && f != MetadataPath {
-				changed = true
-				break
-			}
-		}
-	}
-	if old, ok := prev[MetadataPath]; ok && !changed {
+func (r *Renderer) writeClustersMetadata(res *Result, req Request, prevMeta Metadata, writers map[string]string, changed bool) {
+	old, had := res.Previous[MetadataPath]
+	if had && !changed && maps.Equal(prevMeta.Writers, writers) {
 		res.Files[MetadataPath] = old
 		return
 	}
@@ -327,4 +418,47 @@ func mergeInstanceDigests(a, b []InstanceDigest) []InstanceDigest {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out
+}
+
+// clusterRun is a cluster's last render, which a render of the repository reuses when nothing
+// of the cluster changed.
+type clusterRun struct {
+	request Request
+	result  *Result
+	// out is the result's files where they are in the repository (rendered/<cluster>/...).
+	out Tree
+}
+
+// outIn reports whether tree holds the run's output, the very bytes, where it belongs.
+func (run *clusterRun) outIn(tree Tree) bool {
+	for f, b := range run.out {
+		if y, ok := tree[f]; !ok || !identity.Bytes(b, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameInputs reports whether req has the very inputs of the run's request: the same files (by
+// the identity of their bytes), the same invalid inputs and writers, and the same options.
+func (run *clusterRun) sameInputs(req Request) bool {
+	last := run.request
+	return sameTree(req.Files, last.Files) && maps.Equal(req.Unreadable, last.Unreadable) &&
+		maps.Equal(req.Writers, last.Writers) && (req.Writers == nil) == (last.Writers == nil) &&
+		slices.Equal(req.Invalid, last.Invalid) && req.AllowDeletions == last.AllowDeletions &&
+		req.RenderedJobsOnly == last.RenderedJobsOnly && req.Trust == last.Trust
+}
+
+// sameTree reports whether a and b hold the same paths with the very same bytes.
+func sameTree(a, b Tree) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for f, x := range a {
+		y, ok := b[f]
+		if !ok || !identity.Bytes(x, y) {
+			return false
+		}
+	}
+	return true
 }

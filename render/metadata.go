@@ -139,7 +139,11 @@ func (p *pass) writeMetadata() {
 		writers = p.loaded.prevMeta.Writers
 	}
 	sameWriters := maps.Equal(p.loaded.prevMeta.Writers, writers)
-	p.writeAccepted(writers)
+	if p.r.cluster == nil {
+		// One cluster's of several: the repository's shards are written once, from every
+		// cluster's (clusters.go).
+		p.writeAccepted(writers)
+	}
 	p.writeShares(p.shares())
 	sameDiscovery := maps.Equal(p.loaded.prevMeta.Discovery, p.loaded.discovery)
 	digests := p.instanceDigests()
@@ -194,13 +198,19 @@ type AcceptedTips struct {
 // the last render keeps its file, any other is written again, and a shard with no writer has
 // no file. The diff is brought up to date with them.
 func (p *pass) writeAccepted(writers map[string]string) {
+	p.rediff(writeAcceptedFiles(p.output.files, p.prev, p.loaded.prevMeta.Writers, writers)...)
+}
+
+// writeAcceptedFiles writes into out the accepted-tips shards of writers, given the previous
+// output prev and the writers its metadata recorded, and returns every shard's path.
+func writeAcceptedFiles(out, prev Tree, prevWriters, writers map[string]string) []string {
 	changed := map[string]bool{}
 	for ref, tip := range writers {
-		if old, ok := p.loaded.prevMeta.Writers[ref]; !ok || old != tip {
+		if old, ok := prevWriters[ref]; !ok || old != tip {
 			changed[api.AcceptedShard(ref)] = true
 		}
 	}
-	for ref := range p.loaded.prevMeta.Writers {
+	for ref := range prevWriters {
 		if _, ok := writers[ref]; !ok {
 			changed[api.AcceptedShard(ref)] = true
 		}
@@ -210,12 +220,12 @@ func (p *pass) writeAccepted(writers map[string]string) {
 		shard := api.AcceptedShardName(i)
 		f := api.AcceptedFile(shard)
 		paths = append(paths, f)
-		if old, ok := p.prev[f]; ok && !changed[shard] {
-			p.output.files[f] = old
+		if old, ok := prev[f]; ok && !changed[shard] {
+			out[f] = old
 			continue
 		}
 		changed[shard] = true // written anew (or a file the last render lacked)
-		delete(p.output.files, f)
+		delete(out, f)
 	}
 	shards := map[string]map[string]string{}
 	for ref, tip := range writers {
@@ -227,7 +237,7 @@ func (p *pass) writeAccepted(writers map[string]string) {
 		}
 	}
 	for shard, tips := range shards {
-		p.output.files[api.AcceptedFile(shard)] = yamlcodec.Marshal(AcceptedTips{APIVersion: api.APIVersion, Kind: "AcceptedTips", Writers: tips})
+		out[api.AcceptedFile(shard)] = yamlcodec.Marshal(AcceptedTips{APIVersion: api.APIVersion, Kind: "AcceptedTips", Writers: tips})
 	}
-	p.rediff(paths...)
+	return paths
 }

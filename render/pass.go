@@ -118,7 +118,13 @@ type objMeta struct {
 func (p *pass) run() *Result {
 	p.output.digest = digestOf(p.req.Files, p.inputPaths())
 	res := &Result{Previous: p.prev, InputsDigest: p.output.digest}
-	settings, errs := api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	var settings api.ResolvedSettings
+	var errs api.ErrorList
+	if p.r.parent != nil && p.r.parent.settings != nil {
+		settings = *p.r.parent.settings // one cluster's pass of several (clusters.go)
+	} else {
+		settings, errs = api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	}
 	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
 		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})
 	}

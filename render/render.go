@@ -129,6 +129,12 @@ type Renderer struct {
 	cluster  *api.Cluster
 	parent   *Renderer
 	clusters map[string]*Renderer
+	// settings are, while a repository of several clusters renders, its settings, parsed once
+	// for every cluster's pass.
+	settings *api.ResolvedSettings
+	// lastRun is, on a cluster's Renderer, its last render, kept while the cluster's inputs
+	// and output stay as they were.
+	lastRun *clusterRun
 }
 
 // configMemo is the memo of Configuration files: a cluster's Renderer uses the repository's,
@@ -162,8 +168,8 @@ func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cluster == nil {
-		if cs, ok := clustersOf(req); ok {
-			return r.renderClusters(req, cs)
+		if s, ok := clustersOf(req); ok {
+			return r.renderClusters(req, s)
 		}
 		r.clusters = nil
 	}

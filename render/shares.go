@@ -78,6 +78,33 @@ func (p *pass) shares() map[string]map[string]int {
 // very bytes, else prev's files decoded.
 func (p *pass) prevShares() map[string]map[string]map[string]int {
 	out := map[string]map[string]map[string]int{}
+	if c := p.r.cluster; c != nil {
+		// One cluster's of several: its own last shares, or, for a Renderer that has none yet,
+		// its nodes' in the repository's files (clusters.go passes them on).
+		if p.r.shares != nil {
+			for shard, sf := range p.r.shares {
+				out[shard] = sf.nodes
+			}
+			return out
+		}
+		cs := p.loaded.settings.Clusters
+		for i := range api.AcceptedShards {
+			shard := api.AcceptedShardName(i)
+			var prev api.DeviceShares
+			if b, ok := p.prev[api.SharesFile(shard)]; !ok || yaml.Unmarshal(b, &prev) != nil {
+				continue
+			}
+			for node, s := range prev.Nodes {
+				if in := cs.Of(node); len(in) == 1 && in[0] == c.Name {
+					if out[shard] == nil {
+						out[shard] = map[string]map[string]int{}
+					}
+					out[shard][node] = s
+				}
+			}
+		}
+		return out
+	}
 	for i := range api.AcceptedShards {
 		shard := api.AcceptedShardName(i)
 		b, ok := p.prev[api.SharesFile(shard)]
@@ -147,6 +174,14 @@ func (p *pass) writeShares(shares map[string]map[string]int) {
 		delete(p.output.files, f)
 	}
 	kept := make(map[string]sharesFile, len(shards))
+	if p.r.cluster != nil {
+		// One cluster's of several: its shares are written with every cluster's, at the top.
+		for shard, nodes := range shards {
+			kept[shard] = sharesFile{nodes: nodes}
+		}
+		p.r.nextShares = kept
+		return
+	}
 	for _, shard := range slices.Sorted(maps.Keys(shards)) {
 		f, nodes := api.SharesFile(shard), shards[shard]
 		last, ok := p.r.shares[shard]
@@ -160,8 +195,7 @@ func (p *pass) writeShares(shares map[string]map[string]int) {
 		}
 		p.output.files[f], kept[shard] = b, sharesFile{nodes: nodes, data: b}
 	}
-	if !p.r.once || p.r.cluster != nil {
-		// A cluster's shares are also what the whole repository's shares files are made of.
+	if !p.r.once {
 		p.r.nextShares = kept
 	}
 	p.rediff(paths...)
