@@ -279,7 +279,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		if sr.Refused != nil {
 			res.Held = append(res.Held, "cluster "+c.Name+": "+sr.Refused.Error()+"; its part is kept as it was")
 		}
-		mergePlan(plan, sr.Plan, c.Name)
+		mergePlan(plan, sr.Plan, c.Name, reused)
 	}
 	diff = append(diff, stale...)
 	r.writeClusterShares(res.Files, prev, shares)
@@ -329,9 +329,16 @@ func switchedLayout(stale []string) string {
 	return ""
 }
 
-// mergePlan adds a cluster's plan to the plan of all clusters.
-func mergePlan(all, p *Plan, cluster string) {
+// mergePlan adds a cluster's plan to the plan of all clusters. A cluster's last plan taken
+// again (reused) changes nothing: only what it warned of still holds.
+func mergePlan(all, p *Plan, cluster string, reused bool) {
 	if p == nil {
+		return
+	}
+	for _, w := range p.Warnings {
+		all.Warnings = append(all.Warnings, "cluster "+cluster+": "+w)
+	}
+	if reused {
 		return
 	}
 	for _, c := range p.Configurations {
@@ -342,11 +349,11 @@ func mergePlan(all, p *Plan, cluster string) {
 		n.Cluster = cluster
 		all.Namespaces = append(all.Namespaces, n)
 	}
-	for _, w := range p.Warnings {
-		all.Warnings = append(all.Warnings, "cluster "+cluster+": "+w)
-	}
 	if p.Refused != "" {
 		all.Warnings = append(all.Warnings, "cluster "+cluster+": render refused, its part kept as it was: "+p.Refused)
+	}
+	if !p.Summary.Empty() {
+		all.Clusters = append(all.Clusters, cluster)
 	}
 	a, b := reflect.ValueOf(&all.Summary).Elem(), reflect.ValueOf(p.Summary)
 	for i := range a.NumField() {

@@ -79,13 +79,33 @@ func TestClustersRenderEachUnderItsFolder(t *testing.T) {
 		}
 		require.Equal(t, len(want)-countAccepted(want)-1, len(got)-1, "cluster %s: the same files, and its own metadata", cluster)
 	}
+	text := planText(res.Plan)
+	require.Contains(t, text, "Clusters changed: site-a, site-b\n")
+	require.Contains(t, text, "Configuration default/cfg-00 (Pod broker) in cluster site-a\n")
+	require.Contains(t, text, "Configuration default/cfg-00 (Pod broker) in cluster site-b\n")
+
 	// Deterministic, and a kept Renderer renders on top of its output what a fresh one does.
 	require.Equal(t, res.Files, renderOK(t, tree).Files)
 	r := render.New()
 	first := r.Render(render.Request{Files: tree})
 	again := r.Render(render.Request{Files: apply(tree, first)})
 	require.Empty(t, again.Diff)
+	require.Empty(t, again.Plan.Clusters)
 	require.Empty(t, renderOK(t, apply(tree, first)).Diff)
+
+	// One node's change is its cluster's alone, in the files and in the plan.
+	tree = apply(tree, first)
+	inv := string(tree["inventory/node-0003.yaml"])
+	i := strings.Index(inv, "id: ")
+	require.Positive(t, i)
+	tree["inventory/node-0003.yaml"] = []byte(inv[:i] + "id: moved-" + inv[i+len("id: "):])
+	changed := r.Render(render.Request{Files: tree})
+	require.Equal(t, []string{"site-b"}, changed.Plan.Clusters)
+	require.NotEmpty(t, changed.Diff)
+	for _, f := range changed.Diff {
+		require.True(t, strings.HasPrefix(f, "rendered/site-b/") || strings.HasPrefix(f, "history/site-b/") || f == render.MetadataPath || strings.HasPrefix(f, "rendered/.gitbroker-accepted/"), f)
+	}
+	require.Equal(t, changed.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
 }
 
 func countAccepted(t render.Tree) int {

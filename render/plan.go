@@ -39,7 +39,10 @@ type Plan struct {
 	Trust string `json:"trust,omitempty"`
 	// Untrusted are the inputs refused for who wrote them; each froze only its writer's part.
 	Untrusted []Problem `json:"untrusted,omitempty"`
-	Summary   Summary   `json:"summary"`
+	// Clusters are, with spec.clusters, the clusters whose part changes, in the order
+	// gitbroker.yaml lists them.
+	Clusters []string `json:"clusters,omitempty"`
+	Summary  Summary  `json:"summary"`
 }
 
 // ConfigurationPlan is one Configuration's part of the plan.

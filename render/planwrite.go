@@ -161,11 +161,14 @@ func (p *Plan) WriteText(w io.Writer) {
 	if len(p.Configurations) == 0 && len(p.Namespaces) == 0 {
 		fmt.Fprintln(w, "No changes.")
 	}
+	if len(p.Clusters) > 0 {
+		fmt.Fprintf(w, "Clusters changed: %s\n", strings.Join(p.Clusters, ", "))
+	}
 	for _, ch := range p.Namespaces {
 		writeChangeText(w, "", ch)
 	}
 	for _, c := range p.Configurations {
-		fmt.Fprintf(w, "Configuration %s/%s (%s)\n", c.Namespace, c.Name, brokerText(c.Broker))
+		fmt.Fprintf(w, "Configuration %s/%s (%s)%s\n", c.Namespace, c.Name, brokerText(c.Broker), clusterSuffix(c.Cluster))
 		textStyle.configuration(w, c)
 	}
 	// Reported text (device ids in errors, Job failure messages) is quoted when it holds
@@ -190,11 +193,19 @@ func writeChangeText(w io.Writer, indent string, ch Change) {
 	if ch.Name == "" {
 		name = ""
 	}
-	fmt.Fprintf(w, "%s%s %s%s %s", indent, actionSigns[ch.Action], ch.Kind, name, ch.Action)
+	fmt.Fprintf(w, "%s%s %s%s %s%s", indent, actionSigns[ch.Action], ch.Kind, name, ch.Action, clusterSuffix(ch.Cluster))
 	if ch.Reason != "" {
 		fmt.Fprintf(w, ": %s", printable(ch.Reason))
 	}
 	fmt.Fprintln(w)
+}
+
+// clusterSuffix names the cluster of spec.clusters a part of the plan is in; "" without.
+func clusterSuffix(cluster string) string {
+	if cluster == "" {
+		return ""
+	}
+	return " in cluster " + cluster
 }
 
 func brokerText(b string) string {
@@ -236,6 +247,9 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(&head, "> **Refused:** %s\n\n", mdText(p.Refused))
 	}
 	fmt.Fprintf(&head, "**Summary:** %s\n\n", mdText(p.Headline()))
+	if len(p.Clusters) > 0 {
+		fmt.Fprintf(&head, "**Clusters changed:** %s\n\n", mdText(strings.Join(p.Clusters, ", ")))
+	}
 	if p.Trust != "" {
 		fmt.Fprintf(&head, "**Inputs:** %s\n\n", mdText(p.Trust))
 	}
@@ -281,7 +295,7 @@ func texts(ps []Problem) []string {
 
 // writeConfigurationMarkdown writes one Configuration's changes as a collapsible section.
 func writeConfigurationMarkdown(w io.Writer, c *ConfigurationPlan) {
-	fmt.Fprintf(w, "<details><summary><code>%s/%s</code>: %s</summary>\n\n", mdCodeText(c.Namespace), mdCodeText(c.Name), tallyText(c))
+	fmt.Fprintf(w, "<details><summary><code>%s/%s</code>%s: %s</summary>\n\n", mdCodeText(c.Namespace), mdCodeText(c.Name), mdCodeText(clusterSuffix(c.Cluster)), tallyText(c))
 	markdownStyle.configuration(w, c)
 	fmt.Fprint(w, "\n</details>\n\n")
 }
@@ -367,7 +381,7 @@ func writeConfigurationTable(w io.Writer, configurations []*ConfigurationPlan, l
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
 	for i, c := range configurations {
 		t := tally(c)
-		row := fmt.Sprintf("| `%s/%s` | %s | %s | %s | %s | %s |\n", c.Namespace, c.Name, brokerText(c.Broker),
+		row := fmt.Sprintf("| `%s/%s`%s | %s | %s | %s | %s | %s |\n", c.Namespace, c.Name, clusterSuffix(c.Cluster), brokerText(c.Broker),
 			brokerCell(t), kindCell(t, "Job"), kindCell(t, "Service"), kindCell(t, "Kustomization"))
 		if b.Len()+len(row) > limit {
 			fmt.Fprintf(&b, "| … and %d more | | | | | |\n", len(configurations)-i)
@@ -403,6 +417,9 @@ func writeChangeMarkdown(w io.Writer, indent string, ch Change) {
 		fmt.Fprintf(w, "%s- %s **%s**", indent, ch.Kind, ch.Action)
 	} else {
 		fmt.Fprintf(w, "%s- %s `%s` **%s**", indent, ch.Kind, ch.Name, ch.Action)
+	}
+	if ch.Cluster != "" {
+		fmt.Fprintf(w, " in cluster `%s`", ch.Cluster)
 	}
 	if ch.Reason != "" {
 		fmt.Fprintf(w, ": %s", mdText(ch.Reason))
