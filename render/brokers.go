@@ -62,7 +62,8 @@ func (p *pass) warnBrokerSettings(k string, cfg *api.ParsedConfiguration) {
 // renderPodBrokers writes the broker Deployments and instance Services of a Pod broker Configuration
 // and counts the instances that have brokers.
 func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
-	dhash := deploymentHash(cfg)
+	cenv := p.clusterEnv()
+	dhash := deploymentHash(cfg, cenv)
 	ishash := serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
 	// What each instance's objects are keyed and named by, worked out on every CPU: the
 	// loop after it only looks them up.
@@ -74,7 +75,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost, p.dra())
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost, p.dra(), cenv)
 		todo[i].broker = &pi
 	})
 	staged := p.stageRollout(cfg, list)
@@ -178,10 +179,10 @@ type podBrokerInputs struct {
 // In DRA mode a shared device's brokers are not pinned: one Deployment runs as many Pods as
 // device-plugin mode would place brokers, and the scheduler puts each where it allocates a device
 // (a node that reaches it), moving it when that node is lost.
-func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss, dra bool) podBrokerInputs {
+func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss, dra bool, cluster map[string]string) podBrokerInputs {
 	if dra && in.shared {
 		replicas := int32(min(len(liveNodes(in, lost)), cfg.Policy.Capacity))
-		pi := podBrokerInputs{nodes: []string{""}, env: in.env(), replicas: replicas, lost: lostKey(in, lost), dra: true}
+		pi := podBrokerInputs{nodes: []string{""}, env: withClusterEnv(in.env(), cluster), replicas: replicas, lost: lostKey(in, lost), dra: true}
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte("dra"), []byte(strconv.Itoa(int(replicas))), []byte(in.deviceID), propsJSON(in.properties))
 		pi.hashes = []string{ih}
 		pi.keys = []string{deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline)}
@@ -206,7 +207,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 		nodes = append(holders, others...)[:cfg.Policy.Capacity]
 		sort.Strings(nodes)
 	}
-	pi := podBrokerInputs{nodes: nodes, env: in.env(), lost: lostKey(in, lost), replicas: 1, dra: dra}
+	pi := podBrokerInputs{nodes: nodes, env: withClusterEnv(in.env(), cluster), lost: lostKey(in, lost), replicas: 1, dra: dra}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)

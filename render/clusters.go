@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/internal/identity"
 	"github.com/gitbroker/gitbroker/internal/yamlcodec"
@@ -51,10 +53,72 @@ func (r *Renderer) clusterRenderer(c api.Cluster) *Renderer {
 		sub = &Renderer{once: r.once, parent: r}
 		r.clusters[c.Name] = sub
 	}
+	if sub.cluster != nil && !maps.Equal(sub.cluster.Labels, c.Labels) {
+		// Its brokers' environment changes (clusterEnv): no instance's broker inputs, made
+		// with the old labels, are reused.
+		sub.instanceSets = nil
+	}
 	cluster := c
 	sub.cluster = &cluster
 	return sub
 }
+
+// ClusterEnvName is the variable that tells the brokers of one cluster of several its name, and
+// ClusterLabelEnvPrefix + <KEY> its label <key> (upper-cased, every character but a letter or a
+// digit an underscore): a Configuration's broker reads where it runs (a site's endpoint, say)
+// without templating in the YAML people write.
+const (
+	ClusterEnvName        = "GITBROKER_CLUSTER"
+	ClusterLabelEnvPrefix = "GITBROKER_CLUSTER_LABEL_"
+)
+
+// clusterEnv is what this pass's brokers are told of their cluster; nil for a repository of one
+// cluster, whose brokers are as they always were.
+func (p *pass) clusterEnv() map[string]string {
+	c := p.r.cluster
+	if c == nil {
+		return nil
+	}
+	env := map[string]string{ClusterEnvName: c.Name}
+	for k, v := range c.Labels {
+		env[ClusterLabelEnvPrefix+envName(k)] = v
+	}
+	return env
+}
+
+// envName is a label key as an environment variable's name: upper case, with every character
+// that is neither a letter nor a digit an underscore.
+func envName(key string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, key)
+}
+
+// withClusterEnv adds the cluster's variables to a broker's environment; they win over any of
+// the same name (a Configuration's brokerProperties), since they are gitbroker's own.
+func withClusterEnv(env []corev1.EnvVar, ce map[string]string) []corev1.EnvVar {
+	if ce == nil {
+		return env
+	}
+	out := make([]corev1.EnvVar, 0, len(env)+len(ce))
+	for _, e := range env {
+		if _, ours := ce[e.Name]; !ours {
+			out = append(out, e)
+		}
+	}
+	for k, v := range ce {
+		out = append(out, corev1.EnvVar{Name: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 
 // renderClusters renders a repository of several clusters.
 func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *Result {

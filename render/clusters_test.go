@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"maps"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -68,14 +69,19 @@ func TestClustersRenderEachUnderItsFolder(t *testing.T) {
 				got["history/"+rest] = b
 			}
 		}
+		// The same objects, but for what the brokers are told of their cluster (and so their
+		// inputs hashes, and the names of the Jobs' runs).
 		for f, b := range want {
-			if f == render.MetadataPath || strings.HasPrefix(f, "rendered/.gitbroker-accepted/") {
+			if f == render.MetadataPath || strings.HasPrefix(f, "rendered/.gitbroker-accepted/") || strings.Contains(f, "/job-") || strings.HasPrefix(f, "history/") {
 				continue
 			}
 			if strings.HasPrefix(f, "rendered/flux/") {
 				b = []byte(strings.ReplaceAll(string(b), "path: ./rendered/", "path: ./rendered/"+cluster+"/"))
 			}
-			require.Equal(t, string(b), string(got[f]), "%s of cluster %s", f, cluster)
+			if strings.HasSuffix(f, "/kustomization.yaml") {
+				b, got[f] = jobNames.ReplaceAll(b, nil), jobNames.ReplaceAll(got[f], nil)
+			}
+			require.Equal(t, string(withoutCluster(b)), string(withoutCluster(got[f])), "%s of cluster %s", f, cluster)
 		}
 		require.Equal(t, len(want)-countAccepted(want)-1, len(got)-1, "cluster %s: the same files, and its own metadata", cluster)
 	}
@@ -106,6 +112,17 @@ func TestClustersRenderEachUnderItsFolder(t *testing.T) {
 		require.True(t, strings.HasPrefix(f, "rendered/site-b/") || strings.HasPrefix(f, "history/site-b/") || f == render.MetadataPath || strings.HasPrefix(f, "rendered/.gitbroker-accepted/"), f)
 	}
 	require.Equal(t, changed.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
+}
+
+var (
+	clusterEnvLines = regexp.MustCompile(`(?m)^ *- name: GITBROKER_CLUSTER[A-Z0-9_]*\n *value: .*\n`)
+	inputsHashLines = regexp.MustCompile(`(?m)^ *gitbroker.dev/inputs-hash: .*\n`)
+	jobNames        = regexp.MustCompile(`job-[a-z0-9-]+\.yaml`)
+)
+
+// withoutCluster is an object without what its broker is told of its cluster.
+func withoutCluster(b []byte) []byte {
+	return inputsHashLines.ReplaceAll(clusterEnvLines.ReplaceAll(b, nil), nil)
 }
 
 func countAccepted(t render.Tree) int {
@@ -193,4 +210,46 @@ func TestTurningClustersOnIsRefusedUntilAllowed(t *testing.T) {
 			t.Fatalf("the one-cluster folder stayed: %s", f)
 		}
 	}
+}
+
+// A cluster's brokers are told its name and labels, and a label's change rolls out that
+// cluster's brokers alone.
+func TestBrokersAreToldTheirCluster(t *testing.T) {
+	tree := clusterFleet()
+	r := render.New()
+	res := r.Render(render.Request{Files: tree})
+	require.Empty(t, res.Errors)
+	var a, b string
+	for f, data := range res.Files {
+		if strings.Contains(f, "/deployment-") {
+			if strings.HasPrefix(f, "rendered/site-a/") {
+				a = string(data)
+			} else if strings.HasPrefix(f, "rendered/site-b/") {
+				b = string(data)
+			}
+		}
+	}
+	require.Contains(t, a, "- name: GITBROKER_CLUSTER\n          value: site-a\n")
+	require.Contains(t, a, "- name: GITBROKER_CLUSTER_LABEL_RING\n          value: canary\n")
+	require.Contains(t, b, "- name: GITBROKER_CLUSTER\n          value: site-b\n")
+	require.NotContains(t, b, "GITBROKER_CLUSTER_LABEL_")
+	for f, data := range renderOK(t, generateFleet(fleetSpec{nodes: 4, configurations: 2, devices: 12, seed: 7})).Files {
+		require.NotContains(t, string(data), "GITBROKER_CLUSTER", f)
+	}
+
+	tree = apply(tree, res)
+	tree["gitbroker.yaml"] = []byte(strings.Replace(twoClusters, "{ring: canary}", "{ring: early}", 1))
+	moved := r.Render(render.Request{Files: tree})
+	require.Empty(t, moved.Errors)
+	require.Equal(t, []string{"site-a"}, moved.Plan.Clusters)
+	rolled := 0
+	for _, f := range moved.Diff {
+		require.False(t, strings.HasPrefix(f, "rendered/site-b/"), f)
+		if strings.Contains(f, "/deployment-") {
+			require.Contains(t, string(moved.Files[f]), "value: early\n")
+			rolled++
+		}
+	}
+	require.Positive(t, rolled)
+	require.Equal(t, moved.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
 }

@@ -18,14 +18,21 @@ func propsJSON(m map[string]string) []byte {
 // what its builder reads: a change elsewhere in the Configuration (discoveryDetails, capacity,
 // another kind's spec) leaves the object, and its file, as they were.
 
-// deploymentHash covers buildDeployment: the PodSpec and the broker properties (the environment).
-func deploymentHash(c *api.ParsedConfiguration) []byte {
+// deploymentHash covers buildDeployment: the PodSpec and the broker properties (the
+// environment), and for one cluster of several what its brokers are told of it (clusterEnv).
+func deploymentHash(c *api.ParsedConfiguration, cluster map[string]string) []byte {
+	if cluster != nil {
+		return specHash("deployment", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties, cluster)
+	}
 	return specHash("deployment", c, c.Spec.BrokerSpec.BrokerPodSpec, c.Spec.BrokerProperties)
 }
 
 // jobHash covers buildJob: the JobSpec, the broker properties and the run policy and runID
-// (the Job's name).
-func jobHash(c *api.ParsedConfiguration) []byte {
+// (the Job's name), and the cluster's environment as deploymentHash.
+func jobHash(c *api.ParsedConfiguration, cluster map[string]string) []byte {
+	if cluster != nil {
+		return specHash("job", c, c.Spec.BrokerSpec.BrokerJobSpec, c.Spec.BrokerProperties, c.Policy.RunPolicy, c.Policy.RunID, cluster)
+	}
 	return specHash("job", c, c.Spec.BrokerSpec.BrokerJobSpec, c.Spec.BrokerProperties, c.Policy.RunPolicy, c.Policy.RunID)
 }
 

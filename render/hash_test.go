@@ -130,10 +130,10 @@ var hashBuilders = []builder{
 
 var hashJobBuilders = []builder{
 	{"Job", func(in *instance) []byte { b, _ := buildJob(in, in.env(), "ih", false).bytes("commit"); return b },
-		func(in *instance) string { return jobKey(in.cfg, instanceJobHash(jobHash(in.cfg), in)) }, 0},
+		func(in *instance) string { return jobKey(in.cfg, instanceJobHash(jobHash(in.cfg, nil), in)) }, 0},
 	{"Job (DRA)", func(in *instance) []byte { b, _ := buildJob(in, in.env(), "ih", true).bytes("commit"); return b },
 		func(in *instance) string {
-			return jobKey(in.cfg, draJobHash(in, instanceJobHash(jobHash(in.cfg), in))) + "/dra"
+			return jobKey(in.cfg, draJobHash(in, instanceJobHash(jobHash(in.cfg, nil), in))) + "/dra"
 		}, 0},
 	{"ResourceClaimTemplate of a Job", func(in *instance) []byte {
 		return buildClaimTemplate(in, api.DRADeviceClassName(in.cfg.Namespace, in.cfg.Name), claimCount(in.cfg), "ih")
@@ -144,13 +144,13 @@ var hashJobBuilders = []builder{
 // Deployment is on edge-a.
 func podBuildInputs(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, deploymentHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, false)
+	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, false, nil)
 }
 
 // podBuildInputsDRA is podBuildInputs in DRA mode.
 func podBuildInputsDRA(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, deploymentHash(cfg), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, true)
+	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, true, nil)
 }
 
 func TestBuildersReadOnlyWhatTheirHashCovers(t *testing.T) {

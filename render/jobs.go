@@ -148,7 +148,7 @@ func (p *pass) desiredJobs() []*desiredJob {
 		if !cfg.IsJobBroker() || p.scoping.scope != nil && !p.scoping.scope[k] {
 			continue
 		}
-		chash := jobHash(cfg)
+		chash := jobHash(cfg, p.clusterEnv())
 		list := p.placement.instances[k]
 		var todo []*instance
 		for _, in := range list {
@@ -173,7 +173,7 @@ func (p *pass) desiredJobs() []*desiredJob {
 	dra := p.dra()
 	parallel(len(want), func(i int) {
 		if d := want[i]; !d.hit {
-			d.bj = buildJob(d.in, d.in.env(), d.ih, dra)
+			d.bj = buildJob(d.in, withClusterEnv(d.in.env(), p.clusterEnv()), d.ih, dra)
 		}
 	})
 	return want
