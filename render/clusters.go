@@ -119,7 +119,6 @@ func withClusterEnv(env []corev1.EnvVar, ce map[string]string) []corev1.EnvVar {
 	return out
 }
 
-
 // renderClusters renders a repository of several clusters.
 func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *Result {
 	// The clusters' passes take the settings parsed here: gitbroker.yaml of a thousand
