@@ -54,10 +54,8 @@ func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
 	seen := map[string]int{}
 	for i, spec := range specs {
 		f := fmt.Sprintf("spec.clusters[%d]", i)
-		if msgs := validation.IsDNS1123Label(spec.Name); len(msgs) > 0 {
-			add(f+".name", "%q is not a valid cluster name (a DNS label: it names rendered/<cluster>/ and the cluster's refs)", spec.Name)
-		} else if reservedClusterName(spec.Name) {
-			add(f+".name", "%q names a folder of the recorder's records (status/%s/); choose another name", spec.Name, spec.Name)
+		if err := CheckClusterName(spec.Name); err != nil {
+			add(f+".name", "%v", err)
 		} else if j, dup := seen[spec.Name]; dup {
 			add(f+".name", "cluster %q is already spec.clusters[%d]", spec.Name, j)
 		}
@@ -194,4 +192,19 @@ func SplitClusterStatusPath(p string) (cluster, inner string, ok bool) {
 		return "", "", false
 	}
 	return cluster, inner, true
+}
+
+// ClusterStatusBranch is the ref the recorder of cluster writes (StatusBranch is a recorder's of
+// a repository of one cluster).
+func ClusterStatusBranch(cluster string) string { return StatusBranch + "/" + cluster }
+
+// CheckClusterName says what is wrong with name as a cluster's name, or nil.
+func CheckClusterName(name string) error {
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return fmt.Errorf("%q is not a valid cluster name (a DNS label: it names rendered/<cluster>/ and the cluster's refs)", name)
+	}
+	if reservedClusterName(name) {
+		return fmt.Errorf("%q names a folder of the recorder's records (status/%s/); choose another name", name, name)
+	}
+	return nil
 }

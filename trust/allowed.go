@@ -17,15 +17,27 @@ const (
 	PrincipalRenderer   = "renderer"
 	PrincipalRecorder   = "recorder"
 	PrincipalNodePrefix = "node:"
+	// PrincipalRecorderPrefix + <cluster> is the recorder of one cluster of several.
+	PrincipalRecorderPrefix = "recorder:"
 )
 
 // NodePrincipal is the principal of the agent of node.
 func NodePrincipal(node string) string { return PrincipalNodePrefix + node }
 
+// RecorderPrincipal is the principal of the recorder of cluster (gitbroker.yaml spec.clusters);
+// "" is the recorder of a repository of one cluster.
+func RecorderPrincipal(cluster string) string {
+	if cluster == "" {
+		return PrincipalRecorder
+	}
+	return PrincipalRecorderPrefix + cluster
+}
+
 // IsPerson reports whether principal names a person rather than one of gitbroker's writers.
 func IsPerson(principal string) bool {
 	return principal != PrincipalRenderer && principal != PrincipalRecorder &&
-		!strings.HasPrefix(principal, PrincipalNodePrefix) && !strings.ContainsAny(principal, "*?!")
+		!strings.HasPrefix(principal, PrincipalNodePrefix) && !strings.HasPrefix(principal, PrincipalRecorderPrefix) &&
+		!strings.ContainsAny(principal, "*?!")
 }
 
 // MaxAllowedSignersSize bounds the file: it is read on every render.

@@ -232,7 +232,10 @@ func Collect(ctx context.Context, s Sources, rendered gitsync.Snapshot) (*Inputs
 	if err := w.nodes(ctx, refs.nodes, refs.oversized, mirrored); err != nil {
 		return nil, err
 	}
-	if err := w.status(ctx, refs.main[StatusBranch], refs.oversized[StatusBranch]); err != nil {
+	if err := w.status(ctx, oneRecorder(), refs.main[StatusBranch], refs.oversized[StatusBranch]); err != nil {
+		return nil, err
+	}
+	if err := w.clusterStatus(ctx, refs); err != nil {
 		return nil, err
 	}
 	in.Newest = newest(in, refs)
@@ -262,7 +265,7 @@ type refsRead struct {
 
 // fetchRefs fetches every ref a render reads, in one request per repository.
 func fetchRefs(ctx context.Context, s Sources) (refsRead, error) {
-	names := []string{s.SourceBranch, StatusBranch}
+	names := []string{s.SourceBranch, StatusBranch, StatusBranch + "/"}
 	if s.Inventory == s.Main {
 		names = append(names, InventoryPrefix)
 	}
@@ -294,8 +297,8 @@ func newest(in *Inputs, refs refsRead) time.Time {
 	t := in.SourceTime
 	for ref, hash := range in.Writers {
 		snap := refs.nodes[ref]
-		if ref == StatusBranch {
-			snap = refs.main[StatusBranch]
+		if ref == StatusBranch || strings.HasPrefix(ref, StatusBranch+"/") {
+			snap = refs.main[ref]
 		}
 		if snap != nil && snap.Commit() == hash && snap.CommitTime().After(t) {
 			t = snap.CommitTime()

@@ -62,6 +62,8 @@ type fixture struct {
 	known map[string][2]render.Tree
 	// limits, when set, bound what the renderer's readers fetch.
 	limits gitsync.Option
+	// allowDeletions renders as --allow-deletions does.
+	allowDeletions bool
 }
 
 var principals = []string{"node:edge-a", "node:edge-b", "recorder", "renderer", "alice@example.com"}
@@ -140,7 +142,7 @@ func (f *fixture) render() *verify.Inputs {
 	f.t.Helper()
 	in := f.collect()
 	res := render.New().Render(render.Request{Files: maps.Clone(in.Inputs), Previous: in.Rendered, SourceCommit: in.Source,
-		Writers: in.Writers, RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted})
+		Writers: in.Writers, RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted, AllowDeletions: f.allowDeletions})
 	require.Nil(f.t, res.Refused)
 	files := maps.Clone(res.Files)
 	maps.Copy(files, in.Inputs)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gitbroker/gitbroker/agent"
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -48,7 +49,7 @@ signed, reviewed commit on the people's branch, like any other change to who may
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.Node, "node", "", "the agent's node: enroll the key as node:<node>")
-	fs.StringVar(&o.Principal, "principal", "", "renderer or recorder (instead of --node)")
+	fs.StringVar(&o.Principal, "principal", "", "renderer, recorder, or recorder:<cluster> for the recorder of one cluster of gitbroker.yaml's spec.clusters (instead of --node)")
 	fs.StringVar(&o.Key, "key", "", "the writer's public key (<signing-key>.pub) or certificate (<signing-key>-cert.pub)")
 	fs.StringVar(&o.Dir, "dir", "", "append the line to this work tree's "+verify.AllowedSignersPath+" instead of only printing it")
 	return cmd
@@ -95,8 +96,13 @@ func (o *enrollOptions) principal() (string, error) {
 		return trust.NodePrincipal(o.Node), nil
 	case o.Principal == trust.PrincipalRenderer || o.Principal == trust.PrincipalRecorder:
 		return o.Principal, nil
+	case strings.HasPrefix(o.Principal, trust.PrincipalRecorderPrefix):
+		if err := api.CheckClusterName(strings.TrimPrefix(o.Principal, trust.PrincipalRecorderPrefix)); err != nil {
+			return "", fmt.Errorf("--principal %q: %v", o.Principal, err)
+		}
+		return o.Principal, nil
 	case o.Principal != "":
-		return "", fmt.Errorf("--principal %q: gitbroker's writers are renderer, recorder and node:<node> (--node); people enroll their own keys by e-mail", o.Principal)
+		return "", fmt.Errorf("--principal %q: gitbroker's writers are renderer, recorder (recorder:<cluster> with spec.clusters) and node:<node> (--node); people enroll their own keys by e-mail", o.Principal)
 	}
 	return "", errors.New("--node or --principal is required: who the key signs as")
 }

@@ -33,6 +33,7 @@ const (
 	flagNamespace     = "namespace"
 	flagBatch         = "batch"
 	flagNodeLossGrace = "node-loss-grace"
+	flagCluster       = "cluster"
 
 	flagLogTailMaxBytes = "log-tail-max-bytes"
 	flagLogRedact       = "log-redact"
@@ -98,6 +99,7 @@ type recordOptions struct {
 	MaxTail     int
 	Redact      []string
 	NodeLoss    time.Duration
+	Cluster     string
 }
 
 func (o *recordOptions) BindFlags(cmd *cobra.Command) {
@@ -115,6 +117,7 @@ func (o *recordOptions) BindFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.AuthorName, cli.FlagAuthorName, "gitbroker-recorder", "Author name of the recorder's commits.")
 	fs.StringVar(&o.AuthorEmail, cli.FlagAuthorEmail, "recorder@gitbroker.dev", "Author email of the recorder's commits.")
 	fs.IntVar(&o.MaxTail, flagLogTailMaxBytes, api.DefaultLogTailBytes, fmt.Sprintf("Keep at most this many bytes of each container's log tail, whatever a Configuration asks (at most %d); 0 keeps no log at all.", api.MaxLogTailBytes))
+	fs.StringVar(&o.Cluster, flagCluster, "", "With gitbroker.yaml spec.clusters: the cluster this recorder watches. It writes status/<cluster>/... on its own ref, "+verify.StatusBranch+"/<cluster>, signed as principal recorder:<cluster>, and the renderer takes that cluster's records from it alone.")
 	fs.StringArrayVar(&o.Redact, flagLogRedact, nil, "A regular expression (RE2) replaced by "+api.RedactedText+" in every log tail and termination message, besides each Configuration's own and the recorder's credentials (repeatable).")
 }
 
@@ -170,24 +173,35 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 			return exitf(exitInvalid, "%v", err)
 		}
 	}
+	ref := verify.StatusBranch
+	if o.Cluster != "" {
+		if err := api.CheckClusterName(o.Cluster); err != nil {
+			return exitf(exitInvalid, "--%s: %v", flagCluster, err)
+		}
+		ref = api.ClusterStatusBranch(o.Cluster)
+	}
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's informers log through klog
-	signing, err := o.Signing.Options(log, trust.PrincipalRecorder, false)
+	signing, err := o.Signing.Options(log, trust.RecorderPrincipal(o.Cluster), false)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
 	}
 	// The recorder writes only its own ref, which its first write creates; --branch names the
 	// people's branch, which it never reads.
 	own := o.Git
-	own.Branch = verify.StatusBranch
+	own.Branch = ref
 	limits := gitsync.WithLimits(gitsync.RecorderMaxFetchBytes, gitsync.RecorderMaxFileSize)
 	opts := append(signing, gitsync.WithLogger(log), gitsync.WithCreateBranch(), limits)
 	if len(signing) > 0 {
-		opts = append(opts, cli.OwnRefOptions(o.Git, verify.StatusBranch, keys, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
+		opts = append(opts, cli.OwnRefOptions(o.Git, ref, keys, append(slices.Clip(signing), gitsync.WithLogger(log), limits)...)...)
 	}
 	repo, err := own.Open(opts...)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
+	}
+	var store gitsync.Store = repo
+	if o.Cluster != "" {
+		store = recorder.ForCluster(repo, o.Cluster)
 	}
 	client, kcfg, err := o.Kube.clientAndConfig()
 	if err != nil {
@@ -216,7 +230,7 @@ func runRecord(cmd *cobra.Command, o *recordOptions) error {
 	reg := prometheus.NewRegistry()
 	r, err := recorder.New(recorder.Options{
 		Client:     client,
-		Store:      repo,
+		Store:      store,
 		Namespaces: o.Namespaces,
 		Batch:      o.Batch,
 		Timeout:    o.Git.PushTimeout + time.Minute,
