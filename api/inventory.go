@@ -354,6 +354,12 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		cs.file = file
 		errs = append(errs, cerrs...)
 		r.Clusters = cs
+		if s.Spec.Flux.FolderSources != nil {
+			// Each folder's branch would have to carry its cluster's name, and the renderer
+			// would have to move them: not built yet, so refused rather than rendered sources
+			// that follow branches nobody moves.
+			errs = append(errs, d.Errorf("spec.flux.folderSources", "not yet with spec.clusters: each cluster's Flux applies its folder from the rendered branch (docs/MANY-CLUSTERS.md)"))
+		}
 	}
 	f := &r.Flux
 	if f.Namespace == "" {

@@ -74,6 +74,11 @@ func TestAdmissionPolicies(t *testing.T) {
 	}, time.Minute, 200*time.Millisecond, "a Kustomization without serviceAccountName is refused")
 	require.ErrorContains(t, create(flux, kustomizations, "flux-system", kustomization("kustomize-controller")), "must apply as gitbroker-applier")
 	require.NoError(t, create(flux, kustomizations, "flux-system", kustomization("gitbroker-applier")))
+	// Only folders of this cluster's part of the rendered branch (the ConfigMap's folder).
+	for _, path := range []string{"./configurations", "./rendered/../status", "./renderedX/default/cam"} {
+		k := strings.Replace(kustomization("gitbroker-applier"), "path: ./rendered/default/cam", "path: "+path, 1)
+		require.ErrorContains(t, create(flux, kustomizations, "flux-system", k), "applies a folder under ./rendered, this cluster's part of the rendered branch", path)
+	}
 	k := kustomization("gitbroker-applier") + "  postBuild:\n    substituteFrom:\n    - kind: Secret\n      name: flux-system\n"
 	require.ErrorContains(t, create(flux, kustomizations, "flux-system", k), "may not set kubeConfig, decryption or postBuild.substituteFrom")
 
@@ -124,6 +129,23 @@ func TestAdmissionPolicies(t *testing.T) {
 	require.ErrorContains(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", "  - cel: {expression: 'device.driver == \"gitbroker.dev\" || true'}\n", "")), `selects device.driver == "gitbroker.dev"`)
 	require.ErrorContains(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", ours, "  extendedResourceName: example.com/gpu\n")), "no config or extendedResourceName")
 	require.NoError(t, create(applier, classes, "", class("cam.plant.gitbroker.dev", ours, "")))
+
+	// With spec.clusters, one cluster's Flux applies its own folder only: another cluster's
+	// brokers are refused, whatever the rendered branch holds.
+	cm, err := cluster.Client.CoreV1().ConfigMaps("flux-system").Get(ctx, "gitbroker-flux-policy", metav1.GetOptions{})
+	require.NoError(t, err)
+	cm.Data["folder"] = "./rendered/site-a"
+	_, err = cluster.Client.CoreV1().ConfigMaps("flux-system").Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	siteB := strings.Replace(kustomization("gitbroker-applier"), "path: ./rendered/default/cam", "path: ./rendered/site-b/default/cam", 1)
+	require.Eventually(t, func() bool {
+		err := create(flux, kustomizations, "flux-system", siteB)
+		return err != nil && strings.Contains(err.Error(), "applies a folder under ./rendered/site-a")
+	}, time.Minute, 200*time.Millisecond, "another cluster's folder is refused")
+	require.NoError(t, create(flux, kustomizations, "flux-system", strings.Replace(siteB, "site-b", "site-a", 1)))
+	ns := "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: gitbroker--namespaces\n  namespace: flux-system\nspec:\n  interval: 10m\n  path: ./rendered/site-a/_namespaces\n  prune: false\n  serviceAccountName: gitbroker-namespaces\n  sourceRef:\n    kind: GitRepository\n    name: gitbroker\n"
+	require.NoError(t, create(flux, kustomizations, "flux-system", ns))
+	require.ErrorContains(t, create(flux, kustomizations, "flux-system", strings.Replace(ns, "site-a/_namespaces", "site-b/_namespaces", 1)), "must apply as gitbroker-applier")
 
 	// An administrator is not held by them.
 	require.NoError(t, create(dynamic.NewForConfigOrDie(cluster.Config), kustomizations, "flux-system", kustomization("")))
