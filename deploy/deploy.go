@@ -71,3 +71,21 @@ func receiverFilter(branch string) string {
 func celQuote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
+
+// ForCluster is deploy/flux's objects for the Flux of one cluster of several (gitbroker.yaml
+// spec.clusters): the root Kustomization applies rendered/<cluster>/flux/ and the admission
+// policy's ConfigMap keeps every rendered Kustomization to rendered/<cluster>/.
+func ForCluster(objs map[string][]byte, cluster string) map[string][]byte {
+	out := make(map[string][]byte, len(objs))
+	for name, data := range objs {
+		text := string(data)
+		switch name {
+		case "rendered.yaml":
+			text = strings.Replace(text, "  path: ./rendered/flux\n", "  path: ./rendered/"+cluster+"/flux\n", 1)
+		case "admission.yaml":
+			text = strings.Replace(text, "  folder: ./rendered\n", "  folder: ./rendered/"+cluster+"\n", 1)
+		}
+		out[name] = []byte(text)
+	}
+	return out
+}

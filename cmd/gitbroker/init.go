@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -28,6 +29,7 @@ const (
 	flagRepoURL       = "repo-url"
 	flagRepoBranch    = "repo-branch"
 	flagInitBranch    = "branch"
+	flagInitCluster   = "cluster"
 )
 
 type initOptions struct {
@@ -37,6 +39,9 @@ type initOptions struct {
 	RepoURL, RepoBranch string
 	// Branch is the people's branch, which the CI files plan pull requests to.
 	Branch string
+	// Cluster, with --flux, writes that cluster's Flux objects alone into an existing
+	// repository of several clusters.
+	Cluster string
 }
 
 func newInitCommand() *cobra.Command {
@@ -92,7 +97,16 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			if strings.HasPrefix(o.Branch, "gitbroker/") || o.Branch == o.RepoBranch {
 				return exitf(exitInvalid, "--%s %s: that is a branch gitbroker's writers own; give the branch people commit Configurations to (main, say)", flagInitBranch, o.Branch)
 			}
-			files, err := o.files()
+			var files render.Tree
+			var err error
+			if o.Cluster != "" {
+				if !o.Flux || o.ArgoCD || o.FolderSources {
+					return exitf(exitInvalid, "--%s goes with --%s alone: it writes one cluster's Flux objects (Argo CD's ApplicationSet covers every cluster)", flagInitCluster, flagFlux)
+				}
+				files, err = o.clusterFiles()
+			} else {
+				files, err = o.files()
+			}
 			if err != nil {
 				return exitf(exitInvalid, "%v", err)
 			}
@@ -105,6 +119,9 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				}
 			}
 			if len(exists) > 0 {
+				if o.Cluster != "" {
+					return exitf(exitInvalid, "%s already holds %v; init writes a cluster's Flux objects only where there are none", o.Dir, exists)
+				}
 				return exitf(exitInvalid, "%s already holds %v; init writes only into a new repository", o.Dir, exists)
 			}
 			if err := writeAll(o.Dir, files); err != nil {
@@ -115,6 +132,10 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			}
 			if _, warning := ciVersion(cli.BuildVersion()); warning != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", warning)
+			}
+			if o.Cluster != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nNext: commit them, signed, for review; then in cluster %s apply them: kubectl apply -k %s\n", o.Cluster, path.Join("clusters", o.Cluster, "flux"))
+				return nil
 			}
 			// init writes files, not a git repository: say what makes it one.
 			next := "\nNext: make it a git repository and push it where the agents, the renderer and Flux or Argo CD can reach it:\n"
@@ -141,6 +162,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
 	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch). init writes files, so the branch is never written here.")
+	cmd.Flags().StringVar(&o.Cluster, flagInitCluster, "", "with --flux, in a repository whose gitbroker.yaml declares spec.clusters: write only this cluster's Flux objects, clusters/<cluster>/flux/, which apply rendered/<cluster>/")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }
@@ -211,6 +233,36 @@ func (o *initOptions) files() (render.Tree, error) {
 	}
 	for p, data := range res.Files {
 		tree[p] = data
+	}
+	return tree, nil
+}
+
+// clusterFiles are the Flux objects of one cluster of a repository of several: deploy/flux's,
+// applying rendered/<cluster>/ alone, under clusters/<cluster>/flux/. The cluster must be one
+// the repository's gitbroker.yaml declares.
+func (o *initOptions) clusterFiles() (render.Tree, error) {
+	data, err := os.ReadFile(filepath.Join(o.Dir, api.SettingsPath))
+	if err != nil {
+		return nil, fmt.Errorf("--%s writes a cluster's objects into a repository of several clusters: %w", flagInitCluster, err)
+	}
+	s, errs := api.ParseSettings(api.SettingsPath, data)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", api.SettingsPath, errs)
+	}
+	if _, ok := s.Clusters.Named(o.Cluster); !ok {
+		var names []string
+		for _, c := range s.Clusters.List {
+			names = append(names, c.Name)
+		}
+		return nil, fmt.Errorf("--%s %s: %s's spec.clusters does not declare it (it declares %s): add it there first, reviewed", flagInitCluster, o.Cluster, api.SettingsPath, strings.Join(append(names, "none")[:max(len(names), 1)], ", "))
+	}
+	objs, err := deploy.Objects("flux", o.RepoURL, o.RepoBranch)
+	if err != nil {
+		return nil, err
+	}
+	tree := render.Tree{}
+	for name, data := range deploy.ForCluster(objs, o.Cluster) {
+		tree[path.Join("clusters", o.Cluster, "flux", name)] = data
 	}
 	return tree, nil
 }

@@ -328,3 +328,43 @@ func TestInitArgoCDIsConsistent(t *testing.T) {
 	}))
 	require.NotZero(t, rendered)
 }
+
+// init --flux --cluster writes one cluster's Flux objects into a repository of several: they
+// apply rendered/<cluster>/ and admit nothing outside it, and render builds that folder.
+func TestInitFluxForOneCluster(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fleet")
+	code, _, stderr := gitbroker(t, "init", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+	settings := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  clusters:\n  - name: site-a\n    labels: {ring: canary}\n    nodes: [\"edge-a*\"]\n  - name: site-b\n    nodes: [\"edge-b*\"]\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gitbroker.yaml"), []byte(settings), 0o644))
+	inv := "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-a1\nspec:\n  configurations:\n  - name: akri-debug-echo\n    devices:\n    - id: dev-1\n      properties:\n        DEBUG_ECHO_DESCRIPTION: foo\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "inventory", "edge-a1.yaml"), []byte(inv), 0o644))
+	code, _, stderr = gitbroker(t, "render", "--dir", dir)
+	require.Equal(t, exitOK, code, stderr)
+
+	code, stdout, stderr := gitbroker(t, "init", "--dir", dir, "--flux", "--cluster", "site-a", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "wrote clusters/site-a/flux/rendered.yaml")
+	require.Contains(t, stderr, "kubectl apply -k clusters/site-a/flux")
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "clusters", "site-a", "flux"))
+	require.NoError(t, err)
+	objs, err := m.AsYaml()
+	require.NoError(t, err)
+	require.Contains(t, string(objs), "path: ./rendered/site-a/flux\n")
+	require.Contains(t, string(objs), "folder: ./rendered/site-a\n")
+	require.NotContains(t, string(objs), "path: ./rendered/flux\n")
+	// The folder it applies exists, with the cluster's Kustomizations pointing inside it.
+	fk, err := os.ReadFile(filepath.Join(dir, "rendered", "site-a", "flux", "default-akri-debug-echo.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(fk), "path: ./rendered/site-a/default/akri-debug-echo\n")
+
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--cluster", "site-x", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--cluster site-x: gitbroker.yaml's spec.clusters does not declare it (it declares site-a, site-b)")
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--cluster", "site-a", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "init writes a cluster's Flux objects only where there are none")
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--argocd", "--cluster", "site-b", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--cluster goes with --flux alone")
+}
