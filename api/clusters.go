@@ -35,6 +35,8 @@ type Clusters struct {
 	file   string
 	// byName indexes List by name.
 	byName map[string]int
+	// rollout is spec.clusterRollout; nil changes every cluster at once.
+	rollout *ClusterRolloutSpec
 }
 
 type clusterGlob struct {
@@ -207,4 +209,63 @@ func CheckClusterName(name string) error {
 		return fmt.Errorf("%q names a folder of the recorder's records (status/%s/); choose another name", name, name)
 	}
 	return nil
+}
+
+// Ring is one ring of a rollout across clusters: the clusters that change together.
+type Ring struct {
+	// Name is the label's value, or "rest" for the clusters no listed value names.
+	Name     string
+	Clusters []string
+}
+
+// Rings orders the clusters in the rings of spec.clusterRollout, first first; without it every
+// cluster is one ring.
+func (cs Clusters) Rings() []Ring {
+	r := cs.rollout
+	if r == nil {
+		var all []string
+		for _, c := range cs.List {
+			all = append(all, c.Name)
+		}
+		return []Ring{{Name: "all", Clusters: all}}
+	}
+	rings := make([]Ring, len(r.Rings)+1)
+	for i, v := range r.Rings {
+		rings[i].Name = v
+	}
+	rings[len(r.Rings)].Name = "rest"
+	for _, c := range cs.List {
+		i := slices.Index(r.Rings, c.Labels[r.Label])
+		if _, labelled := c.Labels[r.Label]; !labelled || i < 0 {
+			i = len(r.Rings)
+		}
+		rings[i].Clusters = append(rings[i].Clusters, c.Name)
+	}
+	return slices.DeleteFunc(rings, func(g Ring) bool { return len(g.Clusters) == 0 })
+}
+
+// Staged reports whether changes roll out cluster by cluster (spec.clusterRollout).
+func (cs Clusters) Staged() bool { return cs.rollout != nil }
+
+// validateClusterRollout validates spec.clusterRollout of d.
+func validateClusterRollout(d *Document, r *ClusterRolloutSpec, clusters bool) ErrorList {
+	var errs ErrorList
+	add := func(field, format string, args ...any) { errs = append(errs, d.Errorf(field, format, args...)) }
+	if !clusters {
+		add("spec.clusterRollout", "needs spec.clusters: it orders clusters")
+	}
+	if msgs := validation.IsQualifiedName(r.Label); len(msgs) > 0 {
+		add("spec.clusterRollout.label", "%q is not a label key: %s", r.Label, strings.Join(msgs, "; "))
+	}
+	if len(r.Rings) == 0 {
+		add("spec.clusterRollout.rings", "required: the label's values, first ring first (a canary ring, say)")
+	}
+	for i, v := range r.Rings {
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 || v == "" {
+			add(fmt.Sprintf("spec.clusterRollout.rings[%d]", i), "%q is not a label value", v)
+		} else if slices.Index(r.Rings, v) < i {
+			add(fmt.Sprintf("spec.clusterRollout.rings[%d]", i), "%q is listed twice", v)
+		}
+	}
+	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -349,17 +350,25 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 		}
 		r.MaxObjectsPerFolder = int(*v)
 	}
+	if len(s.Spec.Clusters) == 0 && s.Spec.ClusterRollout != nil {
+		errs = append(errs, validateClusterRollout(d, s.Spec.ClusterRollout, false)...)
+	}
 	if len(s.Spec.Clusters) > 0 {
 		cs, cerrs := validateClusters(d, s.Spec.Clusters)
 		cs.file = file
 		errs = append(errs, cerrs...)
-		r.Clusters = cs
+		if r := s.Spec.ClusterRollout; r != nil {
+			errs = append(errs, validateClusterRollout(d, r, true)...)
+			rollout := ClusterRolloutSpec{Label: r.Label, Rings: slices.Clone(r.Rings)}
+			cs.rollout = &rollout
+		}
 		if s.Spec.Flux.FolderSources != nil {
 			// Each folder's branch would have to carry its cluster's name, and the renderer
 			// would have to move them: not built yet, so refused rather than rendered sources
 			// that follow branches nobody moves.
 			errs = append(errs, d.Errorf("spec.flux.folderSources", "not yet with spec.clusters: each cluster's Flux applies its folder from the rendered branch (docs/MANY-CLUSTERS.md)"))
 		}
+		r.Clusters = cs
 	}
 	f := &r.Flux
 	if f.Namespace == "" {

@@ -309,6 +309,19 @@ type SettingsSpec struct {
 	// repository"): each node belongs to exactly one, by name, and each cluster renders under
 	// rendered/<cluster>/ for its own Flux or Argo CD. Empty: one cluster, rendered/ itself.
 	Clusters []ClusterSpec `json:"clusters,omitempty"`
+	// ClusterRollout rolls a change of a Pod broker Configuration out cluster by cluster, in
+	// rings by a cluster label: a ring's brokers change once every cluster of the rings before
+	// it has recorded that Configuration's brokers Available with their new spec.
+	ClusterRollout *ClusterRolloutSpec `json:"clusterRollout,omitempty"`
+}
+
+// ClusterRolloutSpec orders the clusters of a rollout in rings.
+type ClusterRolloutSpec struct {
+	// Label is the cluster label whose values name the rings.
+	Label string `json:"label"`
+	// Rings are its values, first ring first; the clusters with another value, or without the
+	// label, are the last ring.
+	Rings []string `json:"rings"`
 }
 
 // ClusterSpec is one cluster of the fleet.

@@ -62,20 +62,20 @@ func (p *pass) warnBrokerSettings(k string, cfg *api.ParsedConfiguration) {
 // renderPodBrokers writes the broker Deployments and instance Services of a Pod broker Configuration
 // and counts the instances that have brokers.
 func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
-	cenv := p.clusterEnv()
-	dhash := deploymentHash(cfg, cenv)
+	ci := p.clusterInputs()
+	dhash := deploymentHash(cfg, ci.env)
 	ishash := serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec)
 	// What each instance's objects are keyed and named by, worked out on every CPU: the
 	// loop after it only looks them up.
 	list := p.placement.instances[k]
 	var todo []*instance
 	for _, in := range list {
-		if in.broker == nil || in.broker.lost != lostKey(in, p.loaded.lost) || in.broker.dra != p.dra() {
+		if in.broker == nil || in.broker.lost != lostKey(in, p.loaded.lost) || in.broker.dra != p.dra() || in.broker.staged != ci.staged {
 			todo = append(todo, in)
 		}
 	}
 	parallel(len(todo), func(i int) {
-		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost, p.dra(), cenv)
+		pi := podInputs(cfg, todo[i], dhash, ishash, p.prev, p.loaded.lost, p.dra(), ci)
 		todo[i].broker = &pi
 	})
 	staged := p.stageRollout(cfg, list)
@@ -100,7 +100,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 				continue
 			}
 			ih := pre.hashes[j]
-			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih, dra, replicas) })
+			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih, dra, replicas, ci.staged) })
 		}
 		withBrokers++
 		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {
@@ -168,6 +168,8 @@ type podBrokerInputs struct {
 	lost string
 	// dra says the inputs are DRA mode's.
 	dra bool
+	// staged says a rollout across clusters stages every broker (clusterInputs).
+	staged bool
 }
 
 // Placement is sticky: of the nodes that report a shared instance, those that held its broker in
@@ -179,13 +181,14 @@ type podBrokerInputs struct {
 // In DRA mode a shared device's brokers are not pinned: one Deployment runs as many Pods as
 // device-plugin mode would place brokers, and the scheduler puts each where it allocates a device
 // (a node that reaches it), moving it when that node is lost.
-func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss, dra bool, cluster map[string]string) podBrokerInputs {
+func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte, prev Tree, lost map[string]*api.NodeLoss, dra bool, ci clusterInputs) podBrokerInputs {
+	cluster, staged := ci.env, cfg.Policy.RolloutMaxChanged != "" || ci.staged
 	if dra && in.shared {
 		replicas := int32(min(len(liveNodes(in, lost)), cfg.Policy.Capacity))
-		pi := podBrokerInputs{nodes: []string{""}, env: withClusterEnv(in.env(), cluster), replicas: replicas, lost: lostKey(in, lost), dra: true}
+		pi := podBrokerInputs{nodes: []string{""}, env: withClusterEnv(in.env(), cluster), replicas: replicas, lost: lostKey(in, lost), dra: true, staged: ci.staged}
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte("dra"), []byte(strconv.Itoa(int(replicas))), []byte(in.deviceID), propsJSON(in.properties))
 		pi.hashes = []string{ih}
-		pi.keys = []string{deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline)}
+		pi.keys = []string{deploymentKey(ih, in.shared, staged, cfg.Policy.RolloutProgressDeadline)}
 		pi.paths = []string{in.folder + "/deployment-" + brokerName(in.name, "", true) + ".yaml"}
 		if cfg.Spec.InstanceServiceSpec != nil {
 			pi.serviceHash = hashHex(16, ishash, []byte(in.name), []byte("instance-service"))
@@ -207,7 +210,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 		nodes = append(holders, others...)[:cfg.Policy.Capacity]
 		sort.Strings(nodes)
 	}
-	pi := podBrokerInputs{nodes: nodes, env: withClusterEnv(in.env(), cluster), lost: lostKey(in, lost), replicas: 1, dra: dra}
+	pi := podBrokerInputs{nodes: nodes, env: withClusterEnv(in.env(), cluster), lost: lostKey(in, lost), replicas: 1, dra: dra, staged: ci.staged}
 	props := propsJSON(in.properties)
 	for _, n := range nodes {
 		ih := hashHex(16, dhash, []byte(in.name), []byte(in.digest), []byte(n), []byte(in.deviceID), props)
@@ -216,7 +219,7 @@ func podInputs(cfg *api.ParsedConfiguration, in *instance, dhash, ishash []byte,
 			ih = hashHex(16, []byte(ih), []byte("dra"))
 		}
 		pi.hashes = append(pi.hashes, ih)
-		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, cfg.Policy.RolloutMaxChanged != "", cfg.Policy.RolloutProgressDeadline))
+		pi.keys = append(pi.keys, deploymentKey(ih, in.shared, staged, cfg.Policy.RolloutProgressDeadline))
 		pi.paths = append(pi.paths, in.folder+"/deployment-"+brokerName(in.name, n, in.shared)+".yaml")
 	}
 	if cfg.Spec.InstanceServiceSpec != nil {

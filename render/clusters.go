@@ -1,7 +1,9 @@
 package render
 
 import (
+	"fmt"
 	"maps"
+	"path"
 	"reflect"
 	"slices"
 	"sort"
@@ -71,6 +73,22 @@ const (
 	ClusterEnvName        = "GITBROKER_CLUSTER"
 	ClusterLabelEnvPrefix = "GITBROKER_CLUSTER_LABEL_"
 )
+
+// clusterInputs is what a broker Deployment of one cluster of several is built with besides its
+// Configuration and instance: what it is told of its cluster, and whether changes roll out
+// cluster by cluster (spec.clusterRollout), which stages every broker so the cluster's recorder
+// records whether it is Available.
+type clusterInputs struct {
+	env    map[string]string
+	staged bool
+}
+
+func (p *pass) clusterInputs() clusterInputs {
+	if p.r.cluster == nil {
+		return clusterInputs{}
+	}
+	return clusterInputs{env: p.clusterEnv(), staged: p.loaded.settings.Clusters.Staged()}
+}
 
 // clusterEnv is what this pass's brokers are told of their cluster; nil for a repository of one
 // cluster, whose brokers are as they always were.
@@ -245,7 +263,35 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	res.Untrusted = append([]string(nil), req.Untrusted...)
 	res.Rejections = append([]Problem(nil), req.Rejections...)
 	var shares []map[string]sharesFile
-	for _, c := range cs.List {
+	// The rings of a rollout across clusters, first first: a ring's changed brokers of a
+	// Configuration wait while a cluster of a ring before it has not settled that
+	// Configuration (unsettled, with why).
+	rings := cs.Rings()
+	unsettled := map[string]string{}
+	if cs.Staged() {
+		for _, g := range rings {
+			plan.Rings = append(plan.Rings, PlanRing{Name: g.Name, Clusters: g.Clusters})
+		}
+	}
+	var order []api.Cluster
+	ringOf := map[string]int{}
+	for i, g := range rings {
+		for _, name := range g.Clusters {
+			c, _ := cs.Named(name)
+			order = append(order, c)
+			ringOf[name] = i
+		}
+	}
+	var ringHolds map[string]string
+	ring := -1
+	for _, c := range order {
+		if ringOf[c.Name] != ring {
+			ring = ringOf[c.Name]
+			ringHolds = nil
+			if ring > 0 && len(unsettled) > 0 {
+				ringHolds = maps.Clone(unsettled)
+			}
+		}
 		sub := Request{
 			Files:            Tree{},
 			SourceCommit:     req.SourceCommit,
@@ -255,6 +301,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			Writers:          writersOf[c.Name],
 			RenderedJobsOnly: req.RenderedJobsOnly,
 			Trust:            req.Trust,
+			holdRollout:      ringHolds,
 		}
 		if req.Writers != nil && sub.Writers == nil {
 			sub.Writers = map[string]string{} // verified, and none of its writers left
@@ -343,6 +390,9 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			res.Held = append(res.Held, "cluster "+c.Name+": "+sr.Refused.Error()+"; its part is kept as it was")
 		}
 		mergePlan(plan, sr.Plan, c.Name, reused)
+		if cs.Staged() {
+			settle(unsettled, c.Name, sr, func(p string) []byte { return req.Files[api.ClusterStatusPath(c.Name, p)] })
+		}
 	}
 	diff = append(diff, stale...)
 	r.writeClusterShares(res.Files, prev, shares)
@@ -514,6 +564,7 @@ func (run *clusterRun) outIn(tree Tree) bool {
 func (run *clusterRun) sameInputs(req Request) bool {
 	last := run.request
 	return sameTree(req.Files, last.Files) && maps.Equal(req.Unreadable, last.Unreadable) &&
+		maps.Equal(req.holdRollout, last.holdRollout) &&
 		maps.Equal(req.Writers, last.Writers) && (req.Writers == nil) == (last.Writers == nil) &&
 		slices.Equal(req.Invalid, last.Invalid) && req.AllowDeletions == last.AllowDeletions &&
 		req.RenderedJobsOnly == last.RenderedJobsOnly && req.Trust == last.Trust
@@ -531,4 +582,58 @@ func sameTree(a, b Tree) bool {
 		}
 	}
 	return true
+}
+
+// settle notes in unsettled the Pod broker Configurations cluster has not settled, with why:
+// those with a broker Deployment its render held, or one its recorder has not recorded
+// Available with the inputs it is rendered with (record reads a record of the cluster's by the
+// path one cluster's recorder gives it).
+func settle(unsettled map[string]string, cluster string, res *Result, record func(p string) []byte) {
+	if res.Plan != nil {
+		for _, cp := range res.Plan.Configurations {
+			for _, in := range cp.Instances {
+				for _, ch := range in.Changes {
+					if ch.Kind == "Deployment" && ch.Action == Held {
+						k := cp.Namespace + "/" + cp.Name
+						if _, ok := unsettled[k]; !ok {
+							unsettled[k] = fmt.Sprintf("cluster %s (an earlier ring) still holds Deployment %s", cluster, ch.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, f := range sortedKeys(res.Files) {
+		if !strings.HasPrefix(path.Base(f), "deployment-") || !strings.HasPrefix(f, RenderedDir) {
+			continue
+		}
+		k := configKeyOf(f)
+		if _, ok := unsettled[k]; ok || k == "" {
+			continue
+		}
+		ns, _, _ := strings.Cut(k, "/")
+		name := strings.TrimSuffix(strings.TrimPrefix(path.Base(f), "deployment-"), ".yaml")
+		hash := inputsHashOf(res.Files[f])
+		rec, errs := api.ParseRolloutFile(api.RolloutPath(ns, name), record(api.RolloutPath(ns, name)))
+		switch {
+		case record(api.RolloutPath(ns, name)) == nil:
+			unsettled[k] = fmt.Sprintf("Deployment %s/%s in cluster %s (an earlier ring) has no record yet (is its recorder, record --cluster %s, running?)", ns, name, cluster, cluster)
+		case len(errs) > 0 || !rec.Spec.Available || rec.Spec.InputsHash != hash:
+			why := "not recorded Available with its new spec"
+			if rec != nil && rec.Spec.Message != "" {
+				why += ": " + rec.Spec.Message
+			}
+			unsettled[k] = fmt.Sprintf("Deployment %s/%s in cluster %s (an earlier ring) is %s", ns, name, cluster, why)
+		}
+	}
+}
+
+// inputsHashOf is a rendered object's gitbroker.dev/inputs-hash, read from its bytes.
+func inputsHashOf(data []byte) string {
+	_, rest, ok := strings.Cut(string(data), api.AnnotationInputsHash+": ")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, "\n")
+	return strings.Trim(v, "\"")
 }

@@ -3,6 +3,7 @@ package render_test
 import (
 	"maps"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -252,4 +253,82 @@ func TestBrokersAreToldTheirCluster(t *testing.T) {
 	}
 	require.Positive(t, rolled)
 	require.Equal(t, moved.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
+}
+
+// availableRecords records, as each cluster's recorder would, every staged broker Deployment of
+// tree Available (or not) with the spec it is rendered with.
+func availableRecords(t *testing.T, tree render.Tree, available func(cluster, deployment string) bool) {
+	t.Helper()
+	for f, data := range tree {
+		rest, ok := strings.CutPrefix(f, "rendered/")
+		if !ok || !strings.Contains(f, "/deployment-") {
+			continue
+		}
+		cluster, inner, _ := strings.Cut(rest, "/")
+		ns, _, _ := strings.Cut(inner, "/")
+		name := strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "deployment-"), ".yaml")
+		require.Contains(t, string(data), "gitbroker.dev/rollout: staged", f)
+		hash := regexp.MustCompile(`gitbroker.dev/inputs-hash: (\S+)`).FindStringSubmatch(string(data))[1]
+		tree["status/"+cluster+"/rollouts/"+ns+"/"+name+".yaml"] = []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: RolloutRecord\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
+			"\nspec:\n  inputsHash: " + hash + "\n  available: " + strconv.FormatBool(available(cluster, name)) + "\n")
+	}
+}
+
+// With spec.clusterRollout a change of a Pod broker Configuration reaches the canary ring first,
+// and the rest only once the canary's brokers are recorded Available with it; a canary that
+// never becomes Available stops the rollout there.
+func TestClusterRolloutGoesRingByRing(t *testing.T) {
+	tree := clusterFleet()
+	tree["gitbroker.yaml"] = []byte(twoClusters + "  clusterRollout:\n    label: ring\n    rings: [canary]\n")
+	r := render.New()
+	first := r.Render(render.Request{Files: tree})
+	require.Empty(t, first.Errors)
+	require.Contains(t, planText(first.Plan), "Cluster rollout rings: canary (site-a), then rest (site-b)\n")
+	tree = apply(tree, first)
+	availableRecords(t, tree, func(string, string) bool { return true })
+	tree = apply(tree, r.Render(render.Request{Files: tree}))
+
+	// A new image: the canary ring rolls out, the rest waits.
+	cfg := string(tree["configurations/cfg-00.yaml"])
+	require.Contains(t, cfg, "onvif-video-broker:latest")
+	tree["configurations/cfg-00.yaml"] = []byte(strings.ReplaceAll(cfg, "onvif-video-broker:latest", "onvif-video-broker:v2"))
+	second := r.Render(render.Request{Files: tree})
+	require.Empty(t, second.Errors)
+	changed := func(res *render.Result, cluster string) (rolled, same int) {
+		for f, data := range res.Files {
+			if strings.HasPrefix(f, "rendered/"+cluster+"/") && strings.Contains(f, "/cfg-00/") && strings.Contains(f, "/deployment-") {
+				if strings.Contains(string(data), ":v2") {
+					rolled++
+				} else {
+					same++
+				}
+			}
+		}
+		return
+	}
+	rolledA, sameA := changed(second, "site-a")
+	rolledB, sameB := changed(second, "site-b")
+	require.Positive(t, rolledA)
+	require.Zero(t, sameA)
+	require.Zero(t, rolledB)
+	require.Positive(t, sameB)
+	require.Contains(t, planText(second.Plan), "cluster rollout: ")
+	require.Contains(t, planText(second.Plan), "in cluster site-a (an earlier ring) is not recorded Available with its new spec")
+	require.Equal(t, second.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
+
+	// The canary's brokers never become Available: the rollout stops there.
+	tree = apply(tree, second)
+	stuck := maps.Clone(tree)
+	availableRecords(t, stuck, func(cluster, _ string) bool { return cluster != "site-a" })
+	held := r.Render(render.Request{Files: stuck})
+	rolledB, _ = changed(held, "site-b")
+	require.Zero(t, rolledB, "the rest waits while the canary is not Available")
+
+	// Recorded Available with the new spec: the rest rolls out.
+	availableRecords(t, tree, func(string, string) bool { return true })
+	third := r.Render(render.Request{Files: tree})
+	rolledB, sameB = changed(third, "site-b")
+	require.Positive(t, rolledB)
+	require.Zero(t, sameB)
+	require.Equal(t, third.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
 }

@@ -99,15 +99,15 @@ type builder struct {
 
 // The keys are worked out as the render works them out: podInputs and instanceJobHash.
 var hashBuilders = []builder{
-	{"Deployment", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", false, 1) },
+	{"Deployment", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", false, 1, false) },
 		func(in *instance) string { return podBuildInputs(in).keys[0] }, 0},
-	{"Deployment (DRA)", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", true, 1) },
+	{"Deployment (DRA)", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", true, 1, false) },
 		func(in *instance) string { return podBuildInputsDRA(in).keys[0] }, 0},
 	{"shared Deployment (DRA)", func(in *instance) []byte {
 		shared := *in
 		shared.shared = true
 		pi := podBuildInputsDRA(&shared)
-		return buildDeployment(&shared, pi.nodes[0], shared.env(), "ih", true, pi.replicas)
+		return buildDeployment(&shared, pi.nodes[0], shared.env(), "ih", true, pi.replicas, false)
 	}, func(in *instance) string {
 		shared := *in
 		shared.shared = true
@@ -144,13 +144,13 @@ var hashJobBuilders = []builder{
 // Deployment is on edge-a.
 func podBuildInputs(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, false, nil)
+	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, false, clusterInputs{})
 }
 
 // podBuildInputsDRA is podBuildInputs in DRA mode.
 func podBuildInputsDRA(in *instance) podBrokerInputs {
 	cfg := in.cfg
-	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, true, nil)
+	return podInputs(cfg, in, deploymentHash(cfg, nil), serviceHash(cfg, "instance-service", cfg.Spec.InstanceServiceSpec), nil, nil, true, clusterInputs{})
 }
 
 func TestBuildersReadOnlyWhatTheirHashCovers(t *testing.T) {

@@ -201,7 +201,7 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 // In DRA mode the Pod claims its device through the instance's ResourceClaimTemplate instead of
 // akri.sh/<instance>; a shared device's Deployment (node "") is not pinned and runs replicas
 // Pods, each allocated a device by the scheduler where one is reachable.
-func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string, dra bool, replicas int32) []byte {
+func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string, dra bool, replicas int32, staged bool) []byte {
 	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
 	applyDevice(ps, env, in.name)
 	if dra {
@@ -217,7 +217,7 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 		spread(ps, in.name)
 	}
 	own := labels // the Deployment's; the template's never carry the rollout label
-	if in.cfg.Policy.RolloutMaxChanged != "" {
+	if in.cfg.Policy.RolloutMaxChanged != "" || staged {
 		own = maps.Clone(labels)
 		own[api.LabelRollout] = api.RolloutStaged
 	}

@@ -42,7 +42,15 @@ type Plan struct {
 	// Clusters are, with spec.clusters, the clusters whose part changes, in the order
 	// gitbroker.yaml lists them.
 	Clusters []string `json:"clusters,omitempty"`
-	Summary  Summary  `json:"summary"`
+	// Rings are, with spec.clusterRollout, the rings changes roll out in, first first.
+	Rings   []PlanRing `json:"rings,omitempty"`
+	Summary Summary    `json:"summary"`
+}
+
+// PlanRing is one ring of a rollout across clusters.
+type PlanRing struct {
+	Name     string   `json:"name"`
+	Clusters []string `json:"clusters"`
 }
 
 // ConfigurationPlan is one Configuration's part of the plan.

@@ -164,6 +164,9 @@ func (p *Plan) WriteText(w io.Writer) {
 	if len(p.Clusters) > 0 {
 		fmt.Fprintf(w, "Clusters changed: %s\n", strings.Join(p.Clusters, ", "))
 	}
+	if len(p.Rings) > 0 {
+		fmt.Fprintf(w, "Cluster rollout rings: %s\n", ringsText(p.Rings))
+	}
 	for _, ch := range p.Namespaces {
 		writeChangeText(w, "", ch)
 	}
@@ -198,6 +201,15 @@ func writeChangeText(w io.Writer, indent string, ch Change) {
 		fmt.Fprintf(w, ": %s", printable(ch.Reason))
 	}
 	fmt.Fprintln(w)
+}
+
+// ringsText is the rings of a rollout across clusters, in order: "canary (site-a), rest (site-b, site-c)".
+func ringsText(rings []PlanRing) string {
+	parts := make([]string, len(rings))
+	for i, r := range rings {
+		parts[i] = r.Name + " (" + strings.Join(r.Clusters, ", ") + ")"
+	}
+	return strings.Join(parts, ", then ")
 }
 
 // clusterSuffix names the cluster of spec.clusters a part of the plan is in; "" without.
@@ -249,6 +261,9 @@ func (p *Plan) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(&head, "**Summary:** %s\n\n", mdText(p.Headline()))
 	if len(p.Clusters) > 0 {
 		fmt.Fprintf(&head, "**Clusters changed:** %s\n\n", mdText(strings.Join(p.Clusters, ", ")))
+	}
+	if len(p.Rings) > 0 {
+		fmt.Fprintf(&head, "**Cluster rollout rings:** %s\n\n", mdText(ringsText(p.Rings)))
 	}
 	if p.Trust != "" {
 		fmt.Fprintf(&head, "**Inputs:** %s\n\n", mdText(p.Trust))

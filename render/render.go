@@ -47,6 +47,10 @@ type Request struct {
 	// Rejections are Untrusted structured (writer, ref, commit, reason), in the same order, for
 	// the plan's JSON; optional.
 	Rejections []Problem
+	// holdRollout, for one cluster of several in a later ring of spec.clusterRollout, are the
+	// Pod broker Configurations whose changed brokers keep their previous render, by key, with
+	// why: a ring before it has not recorded them Available with their new spec.
+	holdRollout map[string]string
 }
 
 // Result is the outcome of a render.

@@ -44,7 +44,8 @@ type stagedBroker struct {
 // recorder's signed records are all it reads.
 func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[string]string {
 	maxChanged := cfg.Policy.RolloutMaxChanged
-	if maxChanged == "" || len(p.prev) == 0 {
+	ringHold := p.req.holdRollout[cfg.Namespace+"/"+cfg.Name]
+	if maxChanged == "" && ringHold == "" || len(p.prev) == 0 {
 		return nil
 	}
 	var changed, unsettled, passed []stagedBroker
@@ -82,9 +83,20 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	// What this Configuration renders next depends on this render's output too, not only on
 	// its inputs: the next pass renders it again, scoped or not.
 	p.output.rolling[cfg.Namespace+"/"+cfg.Name] = true
-	wave, _ := api.RolloutWave(maxChanged, total)
 	hold := map[string]string{}
 	cp := p.plan.config(cfg.Namespace, cfg.Name, "")
+	if ringHold != "" {
+		// A ring before this cluster's has not settled: every changed broker waits.
+		for _, b := range changed {
+			hold[b.path] = "cluster rollout: " + ringHold
+		}
+		p.note(cfg, cp, fmt.Sprintf("cluster rollout: %d changed brokers wait; %s", len(changed), ringHold))
+		return hold
+	}
+	if maxChanged == "" {
+		return nil // the ring may change every broker: no wave within the cluster
+	}
+	wave, _ := api.RolloutWave(maxChanged, total)
 	if len(passed) > 0 {
 		p.note(cfg, cp, fmt.Sprintf("staged rollout: passed over %s not Available within its progress deadline", strings.TrimSuffix(strings.TrimSuffix(brokerList(passed, p.loaded.rollouts, cfg.Namespace), " is"), " are")))
 	}
