@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gitbroker/gitbroker/fixtures"
 	"github.com/gitbroker/gitbroker/render"
 )
 
@@ -331,4 +332,58 @@ func TestClusterRolloutGoesRingByRing(t *testing.T) {
 	require.Positive(t, rolledB)
 	require.Zero(t, sameB)
 	require.Equal(t, third.Files, renderOK(t, tree).Files, "a kept Renderer renders what a fresh one does")
+}
+
+// A node enrolled in one cluster cannot get a broker rendered in another: a device it reports
+// that another cluster's nodes see too (the same shared id) is that cluster's device there, its
+// broker placed and its capacity shared among that cluster's nodes alone, whatever this node
+// says; and what the node reports renders in its own cluster's folder only.
+func TestNodeEnrolledInOneClusterCannotGetABrokerRenderedInAnother(t *testing.T) {
+	settings := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  clusters:\n  - name: site-a\n    nodes: [edge-a]\n  - name: site-b\n    nodes: [edge-b, edge-c]\n"
+	tree := repo(map[string]string{
+		"gitbroker.yaml":          settings,
+		"configurations/cam.yaml": fixtures.PodConfiguration("akri.sh/v0", "cam", 1),
+		// edge-a (site-a) reports site-b's shared camera, and a device of its own.
+		"inventory/edge-a.yaml": inventory("edge-a", entry("cam", "shared:c1", "a1")),
+		"inventory/edge-b.yaml": inventory("edge-b", entry("cam", "shared:c1")),
+		"inventory/edge-c.yaml": inventory("edge-c", entry("cam", "shared:c1")),
+	})
+	res := renderOK(t, tree)
+	for f, data := range res.Files {
+		if strings.HasPrefix(f, "rendered/site-b/") {
+			require.NotContains(t, string(data), "edge-a", "site-b's %s names a node of site-a", f)
+		}
+		if strings.HasPrefix(f, "rendered/site-a/") && strings.Contains(f, "/deployment-") {
+			require.NotContains(t, string(data), "edge-b", f)
+			require.NotContains(t, string(data), "edge-c", f)
+		}
+	}
+	tree = apply(tree, res)
+	// site-b's camera (capacity 1) has its one slot on edge-b, first of its nodes by name; site-a
+	// has a camera of the same id of its own, on edge-a alone.
+	shares := sharesIn(t, tree, "edge-a", "edge-b", "edge-c")
+	require.Len(t, shares["edge-b"], 1)
+	require.Empty(t, shares["edge-c"])
+	require.Len(t, shares["edge-a"], 1)
+	var inB, inA int
+	for f := range res.Files {
+		if strings.Contains(f, "/deployment-") && strings.HasPrefix(f, "rendered/site-b/") {
+			inB++
+		}
+		if strings.Contains(f, "/deployment-") && strings.HasPrefix(f, "rendered/site-a/") {
+			inA++
+		}
+	}
+	require.Equal(t, 1, inB, "one broker for site-b's camera, placed among site-b's nodes")
+	require.Equal(t, 2, inA, "site-a's camera of the same id and edge-a's own device")
+
+	// Without edge-a, site-b renders the same bytes: nothing of edge-a's report reaches it.
+	without := maps.Clone(tree)
+	delete(without, "inventory/edge-a.yaml")
+	alone := render.Render(render.Request{Files: without, AllowDeletions: true})
+	for f, data := range res.Files {
+		if strings.HasPrefix(f, "rendered/site-b/") || strings.HasPrefix(f, "history/site-b/") {
+			require.Equal(t, string(data), string(alone.Files[f]), f)
+		}
+	}
 }
