@@ -8,6 +8,7 @@ package deploy
 import (
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"regexp"
 	"strings"
@@ -88,4 +89,54 @@ func ForCluster(objs map[string][]byte, cluster string) map[string][]byte {
 		out[name] = []byte(text)
 	}
 	return out
+}
+
+// ClusterLabel labels the Argo CD cluster Secrets of the clusters of gitbroker.yaml's
+// spec.clusters (value "true"), each named as its gitbroker cluster: ForClusters' ApplicationSet
+// makes an Application for each of them.
+const ClusterLabel = "gitbroker.dev/cluster"
+
+// ForClusters is deploy/argocd's ApplicationSet and AppProject for a repository of several
+// clusters: Argo CD's cluster generator makes one Application per cluster it knows with the
+// label ClusterLabel, named as its gitbroker cluster, applying rendered/<cluster>/ to it; the
+// project admits namespace (the example's) in each of clusters.
+func ForClusters(objs map[string][]byte, clusters []string, namespace string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	set, ok := objs["applicationset.yaml"]
+	if !ok {
+		return nil, fmt.Errorf("deploy/argocd has no applicationset.yaml")
+	}
+	text := string(set)
+	gen := regexp.MustCompile(`(?s)\n  generators:\n.*?\n  template:\n`)
+	if !gen.MatchString(text) {
+		return nil, fmt.Errorf("deploy/argocd/applicationset.yaml: no generators to replace")
+	}
+	text = gen.ReplaceAllLiteralString(text, "\n  generators:\n  # Argo CD's clusters labelled "+ClusterLabel+": \"true\", each named as its cluster in\n  # gitbroker.yaml's spec.clusters.\n  - clusters:\n      selector:\n        matchLabels:\n          "+ClusterLabel+": \"true\"\n  template:\n")
+	for old, new := range map[string]string{
+		"      name: 'gitbroker-{{index .path.segments 1}}-{{index .path.segments 2}}'\n":                   "      name: 'gitbroker-{{.name}}'\n",
+		"        akri.sh/configuration: '{{index .path.segments 2}}'\n":                                     "        " + ClusterLabel + ": '{{.name}}'\n",
+		"        path: '{{.path.path}}'\n":                                                                  "        path: 'rendered/{{.name}}'\n",
+		"        server: https://kubernetes.default.svc\n        namespace: '{{index .path.segments 1}}'\n": "        name: '{{.name}}'\n        namespace: default\n",
+	} {
+		if !strings.Contains(text, old) {
+			return nil, fmt.Errorf("deploy/argocd/applicationset.yaml: no %q to replace", strings.TrimSpace(old))
+		}
+		text = strings.Replace(text, old, new, 1)
+	}
+	out["applicationset.yaml"] = []byte(text)
+	project, ok := objs["appproject.yaml"]
+	if !ok {
+		return nil, fmt.Errorf("deploy/argocd has no appproject.yaml")
+	}
+	dest := regexp.MustCompile(`(?m)^  destinations:\n  - server: https://kubernetes.default.svc\n    namespace: .*\n`)
+	if !dest.Match(project) {
+		return nil, fmt.Errorf("deploy/argocd/appproject.yaml: no destinations to replace")
+	}
+	var b strings.Builder
+	b.WriteString("  destinations:\n")
+	for _, c := range clusters {
+		fmt.Fprintf(&b, "  - name: %s\n    namespace: %s\n", quote(c), quote(namespace))
+	}
+	out["appproject.yaml"] = dest.ReplaceAllLiteral(project, []byte(b.String()))
+	return out, nil
 }

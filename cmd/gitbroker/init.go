@@ -30,6 +30,7 @@ const (
 	flagRepoBranch    = "repo-branch"
 	flagInitBranch    = "branch"
 	flagInitCluster   = "cluster"
+	flagInitClusters  = "clusters"
 )
 
 type initOptions struct {
@@ -42,6 +43,9 @@ type initOptions struct {
 	// Cluster, with --flux, writes that cluster's Flux objects alone into an existing
 	// repository of several clusters.
 	Cluster string
+	// Clusters, with --argocd, writes Argo CD's objects for every cluster of an existing
+	// repository of several clusters.
+	Clusters bool
 }
 
 func newInitCommand() *cobra.Command {
@@ -99,12 +103,18 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			}
 			var files render.Tree
 			var err error
-			if o.Cluster != "" {
-				if !o.Flux || o.ArgoCD || o.FolderSources {
-					return exitf(exitInvalid, "--%s goes with --%s alone: it writes one cluster's Flux objects (Argo CD's ApplicationSet covers every cluster)", flagInitCluster, flagFlux)
+			switch {
+			case o.Cluster != "":
+				if !o.Flux || o.ArgoCD || o.FolderSources || o.Clusters {
+					return exitf(exitInvalid, "--%s goes with --%s alone: it writes one cluster's Flux objects (with Argo CD, --%s --%s writes one ApplicationSet for every cluster)", flagInitCluster, flagFlux, flagArgoCD, flagInitClusters)
 				}
 				files, err = o.clusterFiles()
-			} else {
+			case o.Clusters:
+				if !o.ArgoCD || o.Flux {
+					return exitf(exitInvalid, "--%s goes with --%s alone: one ApplicationSet for every cluster (with Flux, --%s --%s NAME per cluster)", flagInitClusters, flagArgoCD, flagFlux, flagInitCluster)
+				}
+				files, err = o.argoClusterFiles()
+			default:
 				files, err = o.files()
 			}
 			if err != nil {
@@ -119,7 +129,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				}
 			}
 			if len(exists) > 0 {
-				if o.Cluster != "" {
+				if o.Cluster != "" || o.Clusters {
 					return exitf(exitInvalid, "%s already holds %v; init writes a cluster's Flux objects only where there are none", o.Dir, exists)
 				}
 				return exitf(exitInvalid, "%s already holds %v; init writes only into a new repository", o.Dir, exists)
@@ -135,6 +145,10 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			}
 			if o.Cluster != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nNext: commit them, signed, for review; then in cluster %s apply them: kubectl apply -k %s\n", o.Cluster, path.Join("clusters", o.Cluster, "flux"))
+				return nil
+			}
+			if o.Clusters {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nNext: register each cluster with Argo CD under its name in gitbroker.yaml and label its cluster Secret %s=true; set signatureKeys in argocd/appproject.yaml to the renderer's OpenPGP key id and add the broker namespaces to its destinations; then apply argocd/ where Argo CD runs (docs/MANY-CLUSTERS.md)\n", deploy.ClusterLabel)
 				return nil
 			}
 			// init writes files, not a git repository: say what makes it one.
@@ -163,6 +177,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
 	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch). init writes files, so the branch is never written here.")
 	cmd.Flags().StringVar(&o.Cluster, flagInitCluster, "", "with --flux, in a repository whose gitbroker.yaml declares spec.clusters: write only this cluster's Flux objects, clusters/<cluster>/flux/, which apply rendered/<cluster>/")
+	cmd.Flags().BoolVar(&o.Clusters, flagInitClusters, false, "with --argocd, in a repository whose gitbroker.yaml declares spec.clusters: write argocd/ for every cluster: an ApplicationSet making one Application per cluster (Argo CD's cluster generator, by name) and its AppProject")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
 }
@@ -237,21 +252,59 @@ func (o *initOptions) files() (render.Tree, error) {
 	return tree, nil
 }
 
+// repoClusters reads the clusters of the repository's gitbroker.yaml.
+func (o *initOptions) repoClusters(flag string) (api.Clusters, error) {
+	data, err := os.ReadFile(filepath.Join(o.Dir, api.SettingsPath))
+	if err != nil {
+		return api.Clusters{}, fmt.Errorf("--%s writes into a repository of several clusters: %w", flag, err)
+	}
+	s, errs := api.ParseSettings(api.SettingsPath, data)
+	if len(errs) > 0 {
+		return api.Clusters{}, fmt.Errorf("%s: %w", api.SettingsPath, errs)
+	}
+	if !s.Clusters.Enabled() {
+		return api.Clusters{}, fmt.Errorf("--%s: %s declares no spec.clusters", flag, api.SettingsPath)
+	}
+	return s.Clusters, nil
+}
+
+// argoClusterFiles are Argo CD's objects for every cluster of a repository of several: the
+// ApplicationSet (one Application per cluster, rendered/<cluster>/) and the AppProject.
+func (o *initOptions) argoClusterFiles() (render.Tree, error) {
+	cs, err := o.repoClusters(flagInitClusters)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range cs.List {
+		names = append(names, c.Name)
+	}
+	objs, err := deploy.Objects("argocd", o.RepoURL, o.RepoBranch)
+	if err != nil {
+		return nil, err
+	}
+	objs, err = deploy.ForClusters(objs, names, api.DefaultNamespace)
+	if err != nil {
+		return nil, err
+	}
+	tree := render.Tree{}
+	for name, data := range objs {
+		tree["argocd/"+name] = data
+	}
+	return tree, nil
+}
+
 // clusterFiles are the Flux objects of one cluster of a repository of several: deploy/flux's,
 // applying rendered/<cluster>/ alone, under clusters/<cluster>/flux/. The cluster must be one
 // the repository's gitbroker.yaml declares.
 func (o *initOptions) clusterFiles() (render.Tree, error) {
-	data, err := os.ReadFile(filepath.Join(o.Dir, api.SettingsPath))
+	cs, err := o.repoClusters(flagInitCluster)
 	if err != nil {
-		return nil, fmt.Errorf("--%s writes a cluster's objects into a repository of several clusters: %w", flagInitCluster, err)
+		return nil, err
 	}
-	s, errs := api.ParseSettings(api.SettingsPath, data)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", api.SettingsPath, errs)
-	}
-	if _, ok := s.Clusters.Named(o.Cluster); !ok {
+	if _, ok := cs.Named(o.Cluster); !ok {
 		var names []string
-		for _, c := range s.Clusters.List {
+		for _, c := range cs.List {
 			names = append(names, c.Name)
 		}
 		return nil, fmt.Errorf("--%s %s: %s's spec.clusters does not declare it (it declares %s): add it there first, reviewed", flagInitCluster, o.Cluster, api.SettingsPath, strings.Join(append(names, "none")[:max(len(names), 1)], ", "))

@@ -367,4 +367,43 @@ func TestInitFluxForOneCluster(t *testing.T) {
 	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--argocd", "--cluster", "site-b", "--repo-url", "https://git.example.org/plant/edge.git")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--cluster goes with --flux alone")
+
+	// Argo CD: one ApplicationSet makes an Application per cluster, by name, applying its folder.
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--argocd", "--clusters", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "label its cluster Secret gitbroker.dev/cluster=true")
+	set, err := os.ReadFile(filepath.Join(dir, "argocd", "applicationset.yaml"))
+	require.NoError(t, err)
+	var appSet struct {
+		Spec struct {
+			Generators []struct {
+				Clusters struct {
+					Selector struct{ MatchLabels map[string]string } `json:"selector"`
+				} `json:"clusters"`
+			} `json:"generators"`
+			Template struct {
+				Metadata struct{ Name string } `json:"metadata"`
+				Spec     struct {
+					Source      struct{ RepoURL, TargetRevision, Path string } `json:"source"`
+					Destination struct{ Name, Namespace, Server string }       `json:"destination"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(set, &appSet))
+	require.Len(t, appSet.Spec.Generators, 1)
+	require.Equal(t, map[string]string{"gitbroker.dev/cluster": "true"}, appSet.Spec.Generators[0].Clusters.Selector.MatchLabels)
+	tmpl := appSet.Spec.Template
+	require.Equal(t, "gitbroker-{{.name}}", tmpl.Metadata.Name)
+	require.Equal(t, "rendered/{{.name}}", tmpl.Spec.Source.Path)
+	require.Equal(t, "https://git.example.org/plant/edge.git", tmpl.Spec.Source.RepoURL)
+	require.Equal(t, "gitbroker/rendered", tmpl.Spec.Source.TargetRevision)
+	require.Equal(t, "{{.name}}", tmpl.Spec.Destination.Name)
+	require.Empty(t, tmpl.Spec.Destination.Server)
+	project, err := os.ReadFile(filepath.Join(dir, "argocd", "appproject.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(project), "  destinations:\n  - name: \"site-a\"\n    namespace: \"default\"\n  - name: \"site-b\"\n    namespace: \"default\"\n")
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--clusters", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "--clusters goes with --argocd alone")
 }
