@@ -40,7 +40,12 @@ func TestEnroll(t *testing.T) {
 	require.Contains(t, stderr, "is a private key")
 	code, _, stderr = gitbroker(t, "enroll", "--principal", "alice", "--key", key+".pub")
 	require.Equal(t, exitInvalid, code)
-	require.Contains(t, stderr, "renderer, recorder and node:<node>")
+	require.Contains(t, stderr, "renderer, recorder (recorder:<cluster> with spec.clusters) and node:<node>")
+	code, _, _ = gitbroker(t, "enroll", "--principal", "recorder:site-a", "--key", key+".pub", "--dir", dir)
+	require.Equal(t, exitOK, code, "the recorder of one cluster of several")
+	code, _, stderr = gitbroker(t, "enroll", "--principal", "recorder:Site_A", "--key", key+".pub", "--dir", dir)
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "is not a valid cluster name")
 	code, _, stderr = gitbroker(t, "enroll", "--node", "Edge_A", "--key", key+".pub")
 	require.Equal(t, exitInvalid, code, stderr)
 
