@@ -387,3 +387,51 @@ func TestNodeEnrolledInOneClusterCannotGetABrokerRenderedInAnother(t *testing.T)
 		}
 	}
 }
+
+// A cluster's Job outcomes come from its recorder's records (status/<cluster>/), retire its Jobs
+// to history/<cluster>/, and history lists them with their cluster; a record under another
+// cluster's folder retires nothing here.
+func TestClusterJobsRetireFromTheirRecords(t *testing.T) {
+	tree := clusterFleet()
+	tree = apply(tree, renderOK(t, tree))
+	var job, inst, device string
+	for f, data := range tree {
+		if strings.HasPrefix(f, "rendered/site-b/default/cfg-01/") && strings.Contains(f, "/job-") {
+			job = strings.TrimSuffix(f[strings.LastIndex(f, "/")+1:], ".yaml")
+			inst = regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(string(data))[1]
+			device = regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(string(data))[1]
+			break
+		}
+	}
+	require.NotEmpty(t, job)
+	job = strings.TrimPrefix(job, "job-")
+	rec := record("default", job, "cfg-01", inst, device, "Succeeded")
+
+	// Recorded by site-a's recorder: site-b's Job is not site-a's to retire.
+	wrong := maps.Clone(tree)
+	wrong["status/site-a/jobs/default/"+job+".yaml"] = []byte(rec)
+	res := render.Render(render.Request{Files: wrong, RenderedJobsOnly: true})
+	for f := range res.Files {
+		require.False(t, strings.HasPrefix(f, "history/"), "nothing retired: %s", f)
+	}
+
+	tree["status/site-b/jobs/default/"+job+".yaml"] = []byte(rec)
+	res = render.Render(render.Request{Files: tree, RenderedJobsOnly: true})
+	require.Empty(t, res.Errors)
+	var retired []string
+	for f := range res.Files {
+		if strings.HasPrefix(f, "history/") {
+			retired = append(retired, f)
+		}
+	}
+	require.Len(t, retired, 1)
+	require.True(t, strings.HasPrefix(retired[0], "history/site-b/jobs/default/cfg-01/"), retired[0])
+	runs, errs := render.Runs(apply(tree, res), render.RunFilter{})
+	require.Empty(t, errs)
+	require.Len(t, runs, 1)
+	require.Equal(t, "site-b", runs[0].Cluster)
+	require.Equal(t, "cfg-01", runs[0].Configuration)
+	var b strings.Builder
+	render.WriteRuns(&b, runs, 0)
+	require.Contains(t, b.String(), " in cluster site-b\n")
+}

@@ -21,6 +21,8 @@ import (
 // Run is one finished Job as a person reviewing a device reads it: where its record is and what
 // it says.
 type Run struct {
+	// Cluster is, with spec.clusters, the cluster the Job ran in.
+	Cluster       string `json:"cluster,omitempty"`
 	Namespace     string `json:"namespace"`
 	Configuration string `json:"configuration"`
 	Instance      string `json:"instance"`
@@ -74,45 +76,66 @@ func (f RunFilter) match(r *api.JobRecord) bool {
 func Runs(tree Tree, f RunFilter) ([]Run, []error) {
 	var out []Run
 	var errs []error
+	// With spec.clusters each cluster's part is under its own folder (clusters.go): a path is
+	// read as one cluster's, and its cluster kept with the run.
+	settings, _ := api.ParseSettings(api.SettingsPath, tree[api.SettingsPath])
+	inner := func(p string) (cluster, in string) {
+		if c, in, ok := api.SplitClusterStatusPath(p); ok {
+			return c, in
+		}
+		for _, dir := range []string{RenderedDir, HistoryDir} {
+			if rest, ok := strings.CutPrefix(p, dir); ok {
+				if c, rest, ok := strings.Cut(rest, "/"); ok {
+					if _, ok := settings.Clusters.Named(c); ok {
+						return c, dir + rest
+					}
+				}
+			}
+		}
+		return "", p
+	}
 	seen := map[string]bool{}
 	for _, p := range tree.Paths() {
-		if !strings.HasPrefix(p, "history/jobs/") {
+		cluster, in := inner(p)
+		if !strings.HasPrefix(in, "history/jobs/") {
 			continue
 		}
-		e, err := parseHistory(p, tree[p])
+		e, err := parseHistory(in, tree[p])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 			continue
 		}
-		seen[e.record.Namespace+"/"+e.record.Name] = true
+		seen[cluster+"/"+e.record.Namespace+"/"+e.record.Name] = true
 		if f.match(e.record) {
-			run := Run{Namespace: e.namespace, Configuration: e.config, Instance: e.instance, Job: e.job, Path: p, Record: e.record}
+			run := Run{Cluster: cluster, Namespace: e.namespace, Configuration: e.config, Instance: e.instance, Job: e.job, Path: p, Record: e.record}
 			run.describe(e.manifest)
 			out = append(out, run)
 		}
 	}
-	rendered := map[string]string{} // namespace/job -> its file under rendered/
+	rendered := map[string]string{} // cluster/namespace/job -> its file under rendered/
 	for _, p := range tree.Paths() {
-		if name, ok := strings.CutPrefix(path.Base(p), "job-"); ok && strings.HasPrefix(p, RenderedDir) {
-			if ref, ok := parseObjectPath(p); ok {
-				rendered[ref.namespace+"/"+strings.TrimSuffix(name, ".yaml")] = p
+		cluster, in := inner(p)
+		if name, ok := strings.CutPrefix(path.Base(in), "job-"); ok && strings.HasPrefix(in, RenderedDir) {
+			if ref, ok := parseObjectPath(in); ok {
+				rendered[cluster+"/"+ref.namespace+"/"+strings.TrimSuffix(name, ".yaml")] = p
 			}
 		}
 	}
 	for _, p := range tree.Paths() {
-		if !isRecordPath(p) {
+		cluster, in := inner(p)
+		if !isRecordPath(in) {
 			continue
 		}
-		rec, perrs := api.ParseJobRecordFile(p, tree[p])
+		rec, perrs := api.ParseJobRecordFile(in, tree[p])
 		if len(perrs) > 0 {
 			errs = append(errs, perrs)
 			continue
 		}
-		if seen[rec.Namespace+"/"+rec.Name] || !f.match(rec.JobRecord) {
+		if seen[cluster+"/"+rec.Namespace+"/"+rec.Name] || !f.match(rec.JobRecord) {
 			continue
 		}
-		run := Run{Namespace: rec.Namespace, Configuration: rec.Spec.Configuration, Instance: rec.Spec.Instance, Job: rec.Name, Path: p, Record: rec.JobRecord}
-		if f, ok := rendered[rec.Namespace+"/"+rec.Name]; ok {
+		run := Run{Cluster: cluster, Namespace: rec.Namespace, Configuration: rec.Spec.Configuration, Instance: rec.Spec.Instance, Job: rec.Name, Path: p, Record: rec.JobRecord}
+		if f, ok := rendered[cluster+"/"+rec.Namespace+"/"+rec.Name]; ok {
 			var job batchv1.Job
 			if err := yaml.Unmarshal(tree[f], &job); err == nil {
 				run.describe(&job)
@@ -182,7 +205,7 @@ func WriteRuns(w io.Writer, runs []Run, lines int) {
 			fmt.Fprintln(w)
 		}
 		r := run.Record
-		fmt.Fprintf(w, "%s/%s  %s  %s\n", printable(run.Namespace), printable(run.Job), r.Spec.Outcome, runTimes(r))
+		fmt.Fprintf(w, "%s/%s  %s  %s%s\n", printable(run.Namespace), printable(run.Job), r.Spec.Outcome, runTimes(r), printable(clusterSuffix(run.Cluster)))
 		fmt.Fprintf(w, "  configuration %s, instance %s, device %s\n", printable(run.Configuration), printable(run.Instance), printable(r.Spec.DeviceID))
 		fmt.Fprintf(w, "  record %s\n", printable(run.Path))
 		if len(run.Images) > 0 {
