@@ -62,7 +62,12 @@ func validateClusters(d *Document, specs []ClusterSpec) (Clusters, ErrorList) {
 			add(f+".name", "cluster %q is already spec.clusters[%d]", spec.Name, j)
 		}
 		seen[spec.Name] = i
+		envs := map[string]string{}
 		for _, k := range slices.Sorted(maps.Keys(spec.Labels)) {
+			if other, ok := envs[ClusterLabelEnv(k)]; ok {
+				add(f+".labels."+k, "labels %s and %s are both %s in the brokers' environment; rename one", other, k, ClusterLabelEnv(k))
+			}
+			envs[ClusterLabelEnv(k)] = k
 			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
 				add(f+".labels."+k, "%q is not a label key: %s", k, strings.Join(msgs, "; "))
 			} else if msgs := validation.IsValidLabelValue(spec.Labels[k]); len(msgs) > 0 {
@@ -268,4 +273,19 @@ func validateClusterRollout(d *Document, r *ClusterRolloutSpec, clusters bool) E
 		}
 	}
 	return errs
+}
+
+// ClusterLabelEnv is the environment variable that tells the brokers of a cluster its label
+// key's value: GITBROKER_CLUSTER_LABEL_ and the key upper-cased, with every character that is
+// neither a letter nor a digit an underscore.
+func ClusterLabelEnv(key string) string {
+	return "GITBROKER_CLUSTER_LABEL_" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, key)
 }

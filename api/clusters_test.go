@@ -67,6 +67,7 @@ func TestClusterSettingsErrors(t *testing.T) {
 		"{region: eu}", "{\"region/\": eu}",
 		"[edge-shared]", "[\"edge-[\", \"a/b\"]",
 		"nodes: [\"store-7-*\", edge-shared]", "nodes: []",
+		"{ring: canary, region: eu}", "{ring: canary, region: eu, re.gion: x1, re_gion: y1}",
 	).Replace(clustersSettings)
 	_, errs := api.ParseSettings("gitbroker.yaml", []byte(bad))
 	var got []string
@@ -74,6 +75,7 @@ func TestClusterSettingsErrors(t *testing.T) {
 		got = append(got, e.Error())
 	}
 	require.Equal(t, []string{
+		`gitbroker.yaml:6: spec.clusters[0].labels.re_gion: labels re.gion and re_gion are both GITBROKER_CLUSTER_LABEL_RE_GION in the brokers' environment; rename one`,
 		`gitbroker.yaml:8: spec.clusters[1].name: "Plant_B" is not a valid cluster name (a DNS label: it names rendered/<cluster>/ and the cluster's refs)`,
 		`gitbroker.yaml:9: spec.clusters[1].labels.region/: "region/" is not a label key: ` + labelKeyError(t, "region/"),
 		`gitbroker.yaml:12: spec.clusters[2].nodes: required: the names or globs of the cluster's nodes`,

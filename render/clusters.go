@@ -66,13 +66,9 @@ func (r *Renderer) clusterRenderer(c api.Cluster) *Renderer {
 }
 
 // ClusterEnvName is the variable that tells the brokers of one cluster of several its name, and
-// ClusterLabelEnvPrefix + <KEY> its label <key> (upper-cased, every character but a letter or a
-// digit an underscore): a Configuration's broker reads where it runs (a site's endpoint, say)
-// without templating in the YAML people write.
-const (
-	ClusterEnvName        = "GITBROKER_CLUSTER"
-	ClusterLabelEnvPrefix = "GITBROKER_CLUSTER_LABEL_"
-)
+// api.ClusterLabelEnv(<key>) its label <key>: a Configuration's broker reads where it runs (a
+// site's endpoint, say) without templating in the YAML people write.
+const ClusterEnvName = "GITBROKER_CLUSTER"
 
 // clusterInputs is what a broker Deployment of one cluster of several is built with besides its
 // Configuration and instance: what it is told of its cluster, and whether changes roll out
@@ -99,23 +95,9 @@ func (p *pass) clusterEnv() map[string]string {
 	}
 	env := map[string]string{ClusterEnvName: c.Name}
 	for k, v := range c.Labels {
-		env[ClusterLabelEnvPrefix+envName(k)] = v
+		env[api.ClusterLabelEnv(k)] = v // no two keys give one name: gitbroker.yaml refuses it
 	}
 	return env
-}
-
-// envName is a label key as an environment variable's name: upper case, with every character
-// that is neither a letter nor a digit an underscore.
-func envName(key string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z':
-			return r - 'a' + 'A'
-		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			return r
-		}
-		return '_'
-	}, key)
 }
 
 // withClusterEnv adds the cluster's variables to a broker's environment; they win over any of
