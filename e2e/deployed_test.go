@@ -85,7 +85,7 @@ func deployGitbroker(t *testing.T, gitURL string, components ...string) (*deploy
 	})
 	deploying(t, dir, "kubectl apply -f deploy/namespace.yaml")   // step 2
 	deploying(t, dir, `--from-literal=allowed_signers="renderer`) // step 3
-	deploying(t, dir, "create secret generic gitbroker-$w-git")   // step 4
+	deploying(t, dir, "--from-literal=username=git")              // step 4
 	deploying(t, dir, "--from-file=flux-receiver-token=")         // step 4
 	port, err := freePort()
 	require.NoError(t, err)
