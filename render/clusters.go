@@ -411,14 +411,15 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	return res
 }
 
-// switchedLayout says why a render that turns spec.clusters on over a one-cluster rendered/
-// is refused: every broker moves to rendered/<cluster>/, and the one-cluster folders, which a
-// Flux or Argo CD may still apply, go. stale are the previous files outside every cluster's
+// switchedLayout says why a render that removes a whole folder no declared cluster renders is
+// refused, whatever the deletion budget: turning spec.clusters on over a one-cluster rendered/
+// (every broker moves to rendered/<cluster>/, and the folders a Flux or Argo CD may still apply
+// go), or a cluster taken out of spec.clusters (all its brokers go). stale are the previous files outside every cluster's
 // folder.
 func switchedLayout(stale []string) string {
 	for _, f := range stale {
 		if _, ok := parseObjectPath(f); ok {
-			return "spec.clusters moves every broker from rendered/<namespace>/ to rendered/<cluster>/<namespace>/ (" + f + " goes): point each cluster's Flux or Argo CD at its folder, then render with --allow-deletions"
+			return "the render removes the brokers of a folder no declared cluster renders (" + f + " goes): turning spec.clusters on moves every broker from rendered/<namespace>/ to rendered/<cluster>/<namespace>/, and a cluster taken out of spec.clusters loses its brokers; point each cluster's Flux or Argo CD at its folder, then render with --allow-deletions"
 		}
 	}
 	return ""

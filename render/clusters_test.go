@@ -205,6 +205,14 @@ func TestTurningClustersOnIsRefusedUntilAllowed(t *testing.T) {
 	require.NotNil(t, res.Refused)
 	require.Contains(t, res.Refused.Reason, "point each cluster's Flux or Argo CD at its folder")
 	require.Empty(t, res.Diff)
+
+	// So is taking a cluster out of spec.clusters: its brokers would all go.
+	two := apply(clusterFleet(), renderOK(t, clusterFleet()))
+	two["gitbroker.yaml"] = []byte(strings.Replace(twoClusters, "  - name: site-b\n    nodes: [node-0002, node-0003]\n", "", 1))
+	dropped := render.Render(render.Request{Files: two})
+	require.NotNil(t, dropped.Refused)
+	require.Contains(t, dropped.Refused.Reason, "a cluster taken out of spec.clusters loses its brokers")
+	require.Contains(t, dropped.Refused.Reason, "rendered/site-b/")
 	res = render.Render(render.Request{Files: tree, AllowDeletions: true})
 	require.Nil(t, res.Refused)
 	for f := range res.Files {
