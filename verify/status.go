@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
@@ -56,7 +57,7 @@ func (w *writers) clusterStatus(ctx context.Context, refs refsRead) error {
 			}
 		}
 		for ref, tip := range w.meta.Writers {
-			if len(ref) > len(StatusBranch) && ref[:len(StatusBranch)+1] == StatusBranch+"/" {
+			if strings.HasPrefix(ref, StatusBranch+"/") {
 				w.in.Writers[ref] = tip
 			}
 		}
