@@ -74,13 +74,16 @@ func celQuote(s string) string {
 }
 
 // ForCluster is deploy/flux's objects for the Flux of one cluster of several (gitbroker.yaml
-// spec.clusters): the root Kustomization applies rendered/<cluster>/flux/ and the admission
-// policy's ConfigMap keeps every rendered Kustomization to rendered/<cluster>/.
+// spec.clusters): the GitRepository's artifact holds rendered/<cluster>/ alone (a site does not
+// download every other site's brokers), the root Kustomization applies rendered/<cluster>/flux/
+// and the admission policy's ConfigMap keeps every rendered Kustomization to rendered/<cluster>/.
 func ForCluster(objs map[string][]byte, cluster string) map[string][]byte {
 	out := make(map[string][]byte, len(objs))
 	for name, data := range objs {
 		text := string(data)
 		switch name {
+		case "gitrepository.yaml":
+			text = strings.Replace(text, "    !/rendered/\n", "    !/rendered/\n    /rendered/*\n    !/rendered/"+cluster+"/\n", 1)
 		case "rendered.yaml":
 			text = strings.Replace(text, "  path: ./rendered/flux\n", "  path: ./rendered/"+cluster+"/flux\n", 1)
 		case "admission.yaml":

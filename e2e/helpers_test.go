@@ -170,6 +170,12 @@ func waitFluxApplied(t *testing.T, srv *gitsynctest.Server) {
 // the Kustomizations of namespace ns.
 func waitFluxAppliedIn(t *testing.T, srv *gitsynctest.Server, ns string) {
 	t.Helper()
+	waitFluxAppliedOn(t, cluster, srv, ns)
+}
+
+// waitFluxAppliedOn is waitFluxAppliedIn for the Flux of cluster c.
+func waitFluxAppliedOn(t *testing.T, c *Cluster, srv *gitsynctest.Server, ns string) {
+	t.Helper()
 	ctx := context.Background()
 	srv = srv.On(verify.RenderedBranch)
 	eventually(t, 4*time.Minute, "Flux to apply the rendered branch's head", func() (bool, string) {
@@ -178,7 +184,7 @@ func waitFluxAppliedIn(t *testing.T, srv *gitsynctest.Server, ns string) {
 			return false, "nothing rendered yet"
 		}
 		rev := verify.RenderedBranch + "@sha1:" + head
-		repo, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Get(ctx, "gitbroker", metav1.GetOptions{})
+		repo, err := c.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).Get(ctx, "gitbroker", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -186,7 +192,7 @@ func waitFluxAppliedIn(t *testing.T, srv *gitsynctest.Server, ns string) {
 		if got != rev {
 			return false, fmt.Sprintf("GitRepository at %q, head %s", got, head[:12])
 		}
-		ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		ks, err := c.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -226,6 +232,12 @@ func applyFlux(t testing.TB, ns, url, rendererPub string, brokerNamespaces ...st
 // (deploy/flux-folder-sources), each passed to edit, when it is not nil, before it is applied.
 func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*unstructured.Unstructured), brokerNamespaces ...string) {
 	t.Helper()
+	applyFluxTo(t, cluster, dir, ns, url, rendererPub, edit, brokerNamespaces...)
+}
+
+// applyFluxTo is applyFluxFrom in cluster c.
+func applyFluxTo(t testing.TB, c *Cluster, dir, ns, url, rendererPub string, edit func(*unstructured.Unstructured), brokerNamespaces ...string) {
+	t.Helper()
 	ctx := context.Background()
 	pub, err := os.ReadFile(rendererPub)
 	require.NoError(t, err)
@@ -234,8 +246,8 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*un
 		ObjectMeta: metav1.ObjectMeta{Name: "gitbroker-renderer-verify", Namespace: ns},
 		Data:       map[string][]byte{"renderer.sshpub": pub},
 	}
-	if _, err = cluster.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		_, err = cluster.Client.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+	if _, err = c.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = c.Client.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
 	}
 	require.NoError(t, err)
 	for _, obj := range build(t, dir) {
@@ -243,8 +255,8 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*un
 			// The admission policies' binding reads its parameters from flux-system whatever
 			// namespace a test runs Flux in, and denies everything while they are missing: a
 			// copy stays there, as a user's deploy/flux puts it.
-			require.NoError(t, cluster.CreateNamespace(ctx, obj.GetNamespace()))
-			require.NoError(t, cluster.ApplyObject(ctx, obj.DeepCopy()))
+			require.NoError(t, c.CreateNamespace(ctx, obj.GetNamespace()))
+			require.NoError(t, c.ApplyObject(ctx, obj.DeepCopy()))
 		}
 		if obj.GetNamespace() != "" {
 			obj.SetNamespace(ns)
@@ -263,7 +275,7 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*un
 		if edit != nil {
 			edit(obj)
 		}
-		require.NoError(t, cluster.ApplyObject(ctx, obj))
+		require.NoError(t, c.ApplyObject(ctx, obj))
 	}
 	data, err := os.ReadFile("../deploy/applier/rolebinding.yaml")
 	require.NoError(t, err)
@@ -276,7 +288,7 @@ func applyFluxFrom(t testing.TB, dir, ns, url, rendererPub string, edit func(*un
 			if obj.GetName() == "gitbroker-applier" {
 				retarget(obj, ns)
 			}
-			require.NoError(t, cluster.ApplyObject(ctx, obj))
+			require.NoError(t, c.ApplyObject(ctx, obj))
 		}
 	}
 }

@@ -352,6 +352,7 @@ func TestInitFluxForOneCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(objs), "path: ./rendered/site-a/flux\n")
 	require.Contains(t, string(objs), "folder: ./rendered/site-a\n")
+	require.Contains(t, string(objs), "  ignore: |\n    /*\n    !/rendered/\n    /rendered/*\n    !/rendered/site-a/\n")
 	require.NotContains(t, string(objs), "path: ./rendered/flux\n")
 	// The folder it applies exists, with the cluster's Kustomizations pointing inside it.
 	fk, err := os.ReadFile(filepath.Join(dir, "rendered", "site-a", "flux", "default-akri-debug-echo.yaml"))

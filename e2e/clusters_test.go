@@ -1,0 +1,337 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
+	"github.com/gitbroker/gitbroker/verify"
+)
+
+// The two sites of TestManyClusters: plant-a is the canary ring, in the suite's cluster; store-7
+// is a cluster of its own, with its own API server and Flux.
+const (
+	canarySite   = "plant-a"
+	laterSite    = "store-7"
+	sitesBrokers = "sites"
+	sitesFlux    = "flux-sites"
+)
+
+const sitesSettings = `apiVersion: gitbroker.dev/v1alpha1
+kind: Settings
+spec:
+  defaultNamespace: ` + sitesBrokers + `
+  flux:
+    namespace: ` + sitesFlux + `
+    retryInterval: 5s
+  clusters:
+  - name: ` + canarySite + `
+    labels: {ring: canary, region: eu}
+    nodes: ["` + canarySite + `-*"]
+  - name: ` + laterSite + `
+    labels: {region: us}
+    nodes: ["` + laterSite + `-*"]
+  clusterRollout:
+    label: ring
+    rings: [canary]
+`
+
+// siteCamera is a Pod broker for every cluster; release names what it runs, and extra is added
+// to its container (a change that leaves it Pending, say).
+func siteCamera(release, extra string) string {
+	return `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: cam
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["cam-1"]
+  brokerProperties:
+    RELEASE: "` + release + `"
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: "nginx:stable-alpine"
+` + extra
+}
+
+// euScale is a Pod broker for the clusters labelled region=eu alone.
+const euScale = `apiVersion: akri.sh/v0
+kind: Configuration
+metadata:
+  name: scale
+  annotations:
+    gitbroker.dev/clusters: region=eu
+spec:
+  discoveryHandler:
+    name: debugEcho
+    discoveryDetails: |+
+      descriptions: ["scale-1"]
+  brokerSpec:
+    brokerPodSpec:
+      containers:
+      - name: broker
+        image: "busybox:1.36"
+`
+
+// TestManyClusters runs one repository for two clusters, each with its own API server and its
+// own Flux, set up as docs/MANY-CLUSTERS.md's "Adding a site" says: each site's Flux objects
+// from `init --flux --cluster`, each site's recorder with `record --cluster` and its own key,
+// one renderer, an agent on each site's node. Each Flux applies its own folder alone; a
+// Configuration selecting one site's label reaches that site alone; and a change rolls out
+// canary first: a canary whose broker is not Available stops it there, and once the canary is
+// recorded Available with the fix, the fix reaches the other site.
+func TestManyClusters(t *testing.T) {
+	ctx := context.Background()
+	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	store, err := StartCluster(start, cluster.bin, filepath.Join(cluster.Dir, laterSite))
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(store.Stop)
+	sites := map[string]*Cluster{canarySite: cluster, laterSite: store}
+	nodeOf := map[string]string{canarySite: canarySite + "-1", laterSite: laterSite + "-1"}
+
+	srv := gitsynctest.NewServer(t, "main", map[string]string{
+		"gitbroker.yaml":            sitesSettings,
+		"configurations/cam.yaml":   siteCamera("r1", ""),
+		"configurations/scale.yaml": euScale,
+	})
+	// Every writer and a person get a key; a person's signed commit enrolls them: each site's
+	// recorder as recorder:<site>.
+	keyDir := t.TempDir()
+	keys := map[string]string{}
+	var allowed strings.Builder
+	principals := []string{"renderer", "alice@example.com"}
+	for site, node := range nodeOf {
+		principals = append(principals, trust.RecorderPrincipal(site), trust.NodePrincipal(node))
+	}
+	for _, p := range principals {
+		f := filepath.Join(keyDir, strings.ReplaceAll(p, ":", "-"), "signing-key")
+		k, _, err := trust.LoadOrCreateSigner(f, p)
+		require.NoError(t, err)
+		keys[p] = f
+		allowed.WriteString(k.AllowedSignersLine(p) + "\n")
+	}
+	person := keys["alice@example.com"]
+	srv.CommitSigned(person, map[string]string{".gitbroker/allowed_signers": allowed.String()}, nil, "enroll the writers")
+	rendererKey := filepath.Join(keyDir, "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(rendererKey, []byte(allowed.String()), 0o644))
+
+	// Each site's Flux objects, as the guide writes them, reviewed onto main.
+	work := t.TempDir()
+	out, err := exec.Command("git", "clone", "-q", "--branch", "main", srv.URL(), work).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	fluxFiles := map[string]string{}
+	for site := range sites {
+		out, err := exec.Command(gitbroker, "init", "--dir", work, "--flux", "--cluster", site, "--repo-url", srv.URL()).CombinedOutput()
+		require.NoError(t, err, "init --flux --cluster %s: %s", site, out)
+		files, err := filepath.Glob(filepath.Join(work, "clusters", site, "flux", "*"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			fluxFiles[filepath.ToSlash(strings.TrimPrefix(f, work+"/"))] = string(data)
+		}
+	}
+	srv.CommitSigned(person, fluxFiles, nil, "Flux for "+canarySite+" and "+laterSite)
+
+	// In each cluster: its node, deploy/'s ServiceAccounts and RBAC, the broker namespace, and
+	// its recorder, with a kubeconfig of that cluster alone.
+	for site, c := range sites {
+		require.NoError(t, c.AddNode(ctx, nodeOf[site]))
+		for _, ns := range []string{sitesBrokers, fleetSystem, sitesFlux} {
+			require.NoError(t, c.CreateNamespace(ctx, ns))
+		}
+		for _, obj := range build(t, "../deploy") {
+			switch obj.GetKind() {
+			case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+				require.NoError(t, c.ApplyObject(ctx, obj))
+			}
+		}
+		kubeconfig, err := c.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-recorder")
+		require.NoError(t, err)
+		startGitbroker(t, "recorder-"+site, "recorder started", "record", "--cluster", site,
+			"--git", srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms",
+			"--signing-key", keys[trust.RecorderPrincipal(site)], "--renderer-key", rendererKey,
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		node := nodeOf[site]
+		avail := filepath.Join(t.TempDir(), "availability")
+		require.NoError(t, os.WriteFile(avail, nil, 0o644)) // Akri's debugEcho: devices online
+		startGitbroker(t, "agent-"+node, "agent started", "agent", "--allow-debug-echo",
+			"--git", srv.URL(), "--branch", "main", "--node", node, "--signing-key", keys[trust.NodePrincipal(node)], "--renderer-key", rendererKey,
+			"--interval", agentInterval.String(), "--debug-echo-shared=false", "--debug-echo-availability-file", avail,
+			"--discovery-handlers-dir", "", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	}
+	renderer := startGitbroker(t, "renderer-sites", "renderer started", "render",
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", keys["renderer"],
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+
+	rendered := srv.On(verify.RenderedBranch)
+	eventually(t, 2*time.Minute, "each site's folder rendered with its brokers", func() (bool, string) {
+		for site := range sites {
+			if !hasFileUnder(rendered, "rendered/"+site+"/"+sitesBrokers+"/cam/") {
+				return false, "no cam brokers under rendered/" + site
+			}
+		}
+		return true, ""
+	})
+	// The suite's cluster shares flux-system's admission parameters with the other tests: they
+	// get deploy/flux's back when this test ends.
+	t.Cleanup(func() {
+		for _, obj := range build(t, "../deploy/flux") {
+			if obj.GetKind() == "ConfigMap" && obj.GetName() == "gitbroker-flux-policy" {
+				require.NoError(t, cluster.ApplyObject(context.Background(), obj))
+			}
+		}
+	})
+	for site, c := range sites {
+		applyFluxTo(t, c, filepath.Join(work, "clusters", site, "flux"), sitesFlux, srv.URL(), keys["renderer"]+".pub", nil, sitesBrokers)
+	}
+
+	// Each Flux applies its own site's brokers, and nothing of the other's; the Configuration
+	// selecting region=eu reaches plant-a alone.
+	for site, c := range sites {
+		waitFluxAppliedOn(t, c, srv, sitesFlux)
+		eventually(t, 2*time.Minute, site+"'s brokers running on its node", func() (bool, string) {
+			got := siteBrokers(t, c)
+			want := map[string]string{"cam": nodeOf[site]}
+			if site == canarySite {
+				want["scale"] = nodeOf[site]
+			}
+			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("%v, want %v", got, want)
+		})
+	}
+	require.False(t, hasFileUnder(rendered, "rendered/"+laterSite+"/"+sitesBrokers+"/scale/"), "scale selects region=eu: nothing of it is rendered for %s", laterSite)
+	for site, c := range sites {
+		ks, err := c.Dynamic.Resource(kustomizationGVR).Namespace(sitesFlux).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, k := range ks.Items {
+			p, _, _ := unstructured.NestedString(k.Object, "spec", "path")
+			require.True(t, strings.HasPrefix(p, "./rendered/"+site+"/"), "%s's Kustomization %s applies %s", site, k.GetName(), p)
+		}
+	}
+	waitRecordedAvailable(t, srv, sites, "r1")
+
+	// A bad change: the canary's new broker cannot be scheduled, so it is never Available. The
+	// canary takes it; store-7 keeps r1 while the renderer renders on.
+	srv.CommitSigned(person, map[string]string{"configurations/cam.yaml": siteCamera("r2", `        resources:
+          requests:
+            memory: 100Ti
+`)}, nil, "cam: release r2")
+	eventually(t, 2*time.Minute, "the canary to run r2", func() (bool, string) {
+		d := camDeployment(t, cluster)
+		return d != nil && releaseOf(*d) == "r2", "not yet"
+	})
+	renders := renderer.metric(t, "gitbroker_renderer_renders_total")
+	eventually(t, 2*time.Minute, "ten renders more while the canary is not Available", func() (bool, string) {
+		n := renderer.metric(t, "gitbroker_renderer_renders_total")
+		return n >= renders+10, fmt.Sprint(n-renders, " renders")
+	})
+	for _, site := range []string{canarySite, laterSite} {
+		waitFluxAppliedOn(t, sites[site], srv, sitesFlux)
+	}
+	d := camDeployment(t, cluster)
+	require.Zero(t, d.Status.AvailableReplicas, "the canary's r2 broker cannot be scheduled")
+	d = camDeployment(t, store)
+	require.Equal(t, "r1", releaseOf(*d), "%s must keep r1 while the canary is not Available", laterSite)
+	require.EqualValues(t, 1, d.Status.AvailableReplicas)
+	// The plan says why: the rings, and the canary's broker the rest waits for.
+	plan, _ := exec.Command(gitbroker, "plan", "--git", srv.URL(), "--branch", "main").CombinedOutput()
+	require.Contains(t, string(plan), "Cluster rollout rings: canary ("+canarySite+"), then rest ("+laterSite+")")
+	require.Contains(t, string(plan), "in cluster "+canarySite+" (an earlier ring) is ", "%s", plan)
+
+	// The fix goes canary first too: store-7 takes r3 only after plant-a's recorder has recorded
+	// its r3 broker Available.
+	srv.CommitSigned(person, map[string]string{"configurations/cam.yaml": siteCamera("r3", "")}, nil, "cam: release r3, which fits")
+	waitRecordedAvailable(t, srv, sites, "r3")
+	// The renders, oldest first: the first that gives each site r3.
+	first := map[string]int{}
+	log := rendered.Log()
+	for i := len(log) - 1; i >= 0; i-- {
+		for site := range sites {
+			if _, seen := first[site]; seen {
+				continue
+			}
+			out, _ := exec.Command("git", "-C", srv.Bare(), "grep", "-l", "-F", `value: r3`, log[i].Hash, "--", "rendered/"+site+"/"+sitesBrokers+"/cam/").Output()
+			if len(out) > 0 {
+				first[site] = len(log) - i
+			}
+		}
+	}
+	t.Logf("r3 first rendered for %s at render %d, for %s at render %d (from the oldest kept)", canarySite, first[canarySite], laterSite, first[laterSite])
+	require.Less(t, first[canarySite], first[laterSite], "the canary takes the fix before the rest")
+}
+
+// hasFileUnder reports whether branch srv has a file under dir.
+func hasFileUnder(srv *gitsynctest.Server, dir string) bool {
+	for _, f := range srv.Files() {
+		if strings.HasPrefix(f, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// siteBrokers maps the Configuration of each broker Deployment in cluster c's broker namespace
+// to the node it is pinned to.
+func siteBrokers(t *testing.T, c *Cluster) map[string]string {
+	t.Helper()
+	list, err := c.Client.AppsV1().Deployments(sitesBrokers).List(context.Background(), metav1.ListOptions{LabelSelector: managed})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, d := range list.Items {
+		got[d.Labels[api.LabelConfiguration]] = strings.Join(pinnedNodes(&corev1.Pod{Spec: d.Spec.Template.Spec}), ",")
+	}
+	return got
+}
+
+// camDeployment is cluster c's cam broker, or nil.
+func camDeployment(t *testing.T, c *Cluster) *appsv1.Deployment {
+	t.Helper()
+	list, err := c.Client.AppsV1().Deployments(sitesBrokers).List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelConfiguration + "=cam"})
+	require.NoError(t, err)
+	if len(list.Items) != 1 {
+		return nil
+	}
+	return &list.Items[0]
+}
+
+// waitRecordedAvailable waits for each site's cam broker to run release and be recorded
+// Available by that site's recorder, on its own ref.
+func waitRecordedAvailable(t *testing.T, srv *gitsynctest.Server, sites map[string]*Cluster, release string) {
+	t.Helper()
+	for site, c := range sites {
+		eventually(t, 3*time.Minute, site+"'s cam broker recorded Available at "+release, func() (bool, string) {
+			d := camDeployment(t, c)
+			if d == nil {
+				return false, "no cam Deployment"
+			}
+			if releaseOf(*d) != release {
+				return false, "runs " + releaseOf(*d)
+			}
+			rec, ok := srv.On(api.ClusterStatusBranch(site)).File(api.ClusterStatusPath(site, api.RolloutPath(sitesBrokers, d.Name)))
+			hash := d.Annotations[api.AnnotationInputsHash]
+			return ok && hash != "" && strings.Contains(rec, "available: true") && strings.Contains(rec, "inputsHash: "+hash), rec
+		})
+	}
+}
