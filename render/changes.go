@@ -80,7 +80,7 @@ func (p *pass) planFluxKustomization(f string) {
 		data = p.prev[f]
 	}
 	h := p.head(f, data)
-	parts := strings.Split(strings.TrimPrefix(path.Clean(h.Spec.Path), RenderedDir), "/")
+	parts := strings.Split(strings.TrimPrefix(p.ownFolder(h.Spec.Path), RenderedDir), "/")
 	if len(parts) >= 2 {
 		ns, cfg = parts[0], parts[1]
 	}

@@ -396,6 +396,32 @@ func TestNodeEnrolledInOneClusterCannotGetABrokerRenderedInAnother(t *testing.T)
 	}
 }
 
+// An invalid Configuration keeps, in every cluster, everything it rendered before: its
+// folders and the Flux Kustomizations that apply them, which Flux would otherwise prune with
+// its brokers.
+func TestInvalidConfigurationKeepsEachClustersPart(t *testing.T) {
+	tree := clusterFleet()
+	before := renderOK(t, tree)
+	tree = apply(tree, before)
+	cfg := string(tree["configurations/cfg-00.yaml"])
+	require.Contains(t, cfg, "image:")
+	tree["configurations/cfg-00.yaml"] = []byte(strings.Replace(cfg, "image:", "imagee:", 1))
+	res := render.Render(render.Request{Files: tree})
+	require.Nil(t, res.Refused)
+	require.NotEmpty(t, res.Errors)
+	kept := 0
+	for f, b := range before.Files {
+		if strings.Contains(f, "/default/cfg-00/") || strings.Contains(f, "/flux/default-cfg-00") {
+			require.Equal(t, string(b), string(res.Files[f]), "kept: %s", f)
+			kept++
+		}
+	}
+	require.Positive(t, kept)
+	for _, f := range res.Diff {
+		require.NotContains(t, f, "cfg-00", "nothing of the invalid Configuration changes")
+	}
+}
+
 // A cluster's Job outcomes come from its recorder's records (status/<cluster>/), retire its Jobs
 // to history/<cluster>/, and history lists them with their cluster; a record under another
 // cluster's folder retires nothing here.

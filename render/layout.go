@@ -40,7 +40,7 @@ func (p *pass) copyFrozenConfigurations() {
 		if strings.HasPrefix(f, FolderSourcesDir) {
 			folder = h.Metadata.Annotations[AnnotationFolder]
 		}
-		rel := strings.TrimPrefix(path.Clean(folder), RenderedDir)
+		rel := strings.TrimPrefix(p.ownFolder(folder), RenderedDir)
 		parts := strings.Split(rel, "/")
 		if len(parts) >= 2 && p.loaded.frozenConfigs[parts[0]+"/"+parts[1]] {
 			p.output.files[f] = p.prev[f]
@@ -298,4 +298,16 @@ func (p *pass) applied(dir string) string {
 		return dir
 	}
 	return clusterDir(RenderedDir, p.r.cluster.Name) + strings.TrimPrefix(dir, RenderedDir)
+}
+
+// ownFolder is applied undone: the folder of this render's output that a Flux object's path
+// or folder annotation (as applied wrote it, with or without "./") names.
+func (p *pass) ownFolder(applied string) string {
+	dir := path.Clean(applied)
+	if p.r.cluster != nil {
+		if rest, ok := strings.CutPrefix(dir+"/", clusterDir(RenderedDir, p.r.cluster.Name)); ok {
+			return path.Clean(RenderedDir + rest)
+		}
+	}
+	return dir
 }
