@@ -205,6 +205,15 @@ func SplitClusterStatusPath(p string) (cluster, inner string, ok bool) {
 // a repository of one cluster).
 func ClusterStatusBranch(cluster string) string { return StatusBranch + "/" + cluster }
 
+// ClusterFolderBranchPrefix is where the folder sources' branches of cluster live
+// (spec.flux.folderSources): ClusterFolderBranchPrefix(cluster)+"flux" shows
+// rendered/<cluster>/flux/, and +<Kustomization name> each of its rendered folders. Under
+// FolderBranchPrefix, and never a one-cluster folder's branch: those are named after a
+// Kustomization, which starts with "gitbroker-", or are FluxFolderBranch.
+func ClusterFolderBranchPrefix(cluster string) string {
+	return FolderBranchPrefix + "clusters/" + cluster + "/"
+}
+
 // CheckClusterName says what is wrong with name as a cluster's name, or nil.
 func CheckClusterName(name string) error {
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {

@@ -362,12 +362,6 @@ func ParseSettings(file string, data []byte) (ResolvedSettings, ErrorList) {
 			rollout := ClusterRolloutSpec{Label: r.Label, Rings: slices.Clone(r.Rings)}
 			cs.rollout = &rollout
 		}
-		if s.Spec.Flux.FolderSources != nil {
-			// Each folder's branch would have to carry its cluster's name, and the renderer
-			// would have to move them: not built yet, so refused rather than rendered sources
-			// that follow branches nobody moves.
-			errs = append(errs, d.Errorf("spec.flux.folderSources", "not yet with spec.clusters: each cluster's Flux applies its folder from the rendered branch (docs/MANY-CLUSTERS.md)"))
-		}
 		r.Clusters = cs
 	}
 	f := &r.Flux

@@ -75,6 +75,9 @@ func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configurati
 	}
 	var g gitRepository
 	g.APIVersion, g.Kind = "source.toolkit.fluxcd.io/v1", "GitRepository"
+	// Where Flux finds the folder: for one cluster of several, under rendered/<cluster>/, on a
+	// branch under the cluster's prefix.
+	folder = p.applied(folder)
 	g.Metadata = metav1.ObjectMeta{Name: fk.Metadata.Name, Namespace: fk.Metadata.Namespace,
 		Labels:      map[string]string{api.LabelManagedBy: api.ManagedByGitbroker},
 		Annotations: map[string]string{AnnotationFolder: folder}}
@@ -84,6 +87,9 @@ func (p *pass) folderSource(fk *fluxKustomization, fileName, folder, configurati
 	g.Spec.URL, g.Spec.SecretRef = fs.URL, fs.SecretRef
 	g.Spec.Interval = durationOr(fs.Interval, time.Minute)
 	g.Spec.Ref.Branch = FolderBranch(fk.Metadata.Name)
+	if c := p.r.cluster; c != nil {
+		g.Spec.Ref.Branch = api.ClusterFolderBranchPrefix(c.Name) + strings.TrimPrefix(g.Spec.Ref.Branch, api.FolderBranchPrefix)
+	}
 	g.Spec.Verify.Mode, g.Spec.Verify.SecretRef = "HEAD", *fs.VerifySecretRef
 	g.Spec.Ignore = folderIgnore(folder)
 	p.output.files[FolderSourcesDir+fileName+".yaml"] = yamlcodec.Marshal(g)
@@ -132,26 +138,41 @@ func AcceptedCompanions(files Tree) map[string]string {
 
 // Companions lists the branches of the folder sources a rendered tree holds, each with the
 // folder it shows, and with them api.FluxFolderBranch for rendered/flux: what the renderer
-// moves with its commit (gitsync.Change.Companions).
+// moves with its commit (gitsync.Change.Companions). In a repository of several clusters each
+// cluster's sources are in rendered/<cluster>/flux/sources/, on branches under
+// api.ClusterFolderBranchPrefix(cluster), and its rendered/<cluster>/flux/ has a branch there
+// too; a source is listed only when its branch and its folder are its own cluster's.
 func Companions(files Tree) map[string]string {
 	out := map[string]string{}
-	defer func() {
-		if len(out) > 0 {
-			out[api.FluxFolderBranch] = RenderedDir + "flux"
-		}
-	}()
 	for f, data := range files {
-		if !strings.HasPrefix(f, FolderSourcesDir) || !strings.HasSuffix(f, ".yaml") {
+		rest, ok := strings.CutPrefix(f, RenderedDir)
+		if !ok || !strings.HasSuffix(f, ".yaml") {
 			continue
+		}
+		var cluster string
+		if !strings.HasPrefix(rest, "flux/sources/") {
+			c, inner, nested := strings.Cut(rest, "/")
+			if !nested || !strings.HasPrefix(inner, "flux/sources/") || api.CheckClusterName(c) != nil {
+				continue
+			}
+			cluster = c
 		}
 		var g gitRepository
 		js, err := yamlcodec.ToJSON(data)
 		if err != nil || json.Unmarshal(js, &g) != nil {
 			continue
 		}
+		branches, dir, fluxBranch := api.FolderBranchPrefix, RenderedDir, api.FluxFolderBranch
+		if cluster != "" {
+			branches, dir = api.ClusterFolderBranchPrefix(cluster), clusterDir(RenderedDir, cluster)
+			fluxBranch = branches + "flux"
+		} else if strings.HasPrefix(g.Spec.Ref.Branch, api.FolderBranchPrefix+"clusters/") {
+			continue // a cluster's branch named by a one-cluster source
+		}
 		branch, folder := g.Spec.Ref.Branch, g.Metadata.Annotations[AnnotationFolder]
-		if strings.HasPrefix(branch, api.FolderBranchPrefix) && strings.HasPrefix(folder+"/", RenderedDir) {
+		if strings.HasPrefix(branch, branches) && strings.HasPrefix(folder+"/", dir) {
 			out[branch] = folder
+			out[fluxBranch] = dir + "flux"
 		}
 	}
 	return out

@@ -151,3 +151,75 @@ func TestFolderSourcesSettingsAreValidated(t *testing.T) {
 		require.NotContains(t, res.Errors[0].Error(), "secret@")
 	}
 }
+
+// With spec.clusters each cluster's folders get sources of their own: in
+// rendered/<cluster>/flux/sources/, showing rendered/<cluster>/..., on branches under
+// gitbroker/folders/clusters/<cluster>/, with the cluster's rendered/<cluster>/flux/ on one more.
+func TestFolderSourcesPerCluster(t *testing.T) {
+	tree := repo(map[string]string{
+		"gitbroker.yaml": folderSourcesSettings + `  clusters:
+  - name: site-a
+    nodes: [edge-a]
+  - name: site-b
+    nodes: [edge-b]
+`,
+		"configurations/cam.yaml": podConfig,
+		"inventory/edge-a.yaml":   inventory("edge-a", entry("cam", "c1")),
+		"inventory/edge-b.yaml":   inventory("edge-b", entry("cam", "c2")),
+	})
+	res := renderOK(t, tree)
+	for _, c := range []string{"site-a", "site-b"} {
+		var g struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+			Spec struct {
+				Ignore string `json:"ignore"`
+				Ref    struct {
+					Branch string `json:"branch"`
+				} `json:"ref"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal(res.Files["rendered/"+c+"/flux/sources/default-cam.yaml"], &g))
+		require.Equal(t, "rendered/"+c+"/default/cam", g.Metadata.Annotations["gitbroker.dev/folder"])
+		require.Equal(t, "gitbroker/folders/clusters/"+c+"/gitbroker-default-cam", g.Spec.Ref.Branch)
+		require.Equal(t, "/*\n!/rendered/\n/rendered/*\n!/rendered/"+c+"/\n/rendered/"+c+"/*\n!/rendered/"+c+"/default/\n/rendered/"+c+"/default/*\n!/rendered/"+c+"/default/cam/\n", g.Spec.Ignore)
+	}
+	companions := map[string]string{}
+	for _, c := range []string{"site-a", "site-b"} {
+		for branch, folder := range map[string]string{
+			"gitbroker-default-cam": "default/cam",
+			"gitbroker--namespaces": "_namespaces",
+			"flux":                  "flux",
+		} {
+			companions["gitbroker/folders/clusters/"+c+"/"+branch] = "rendered/" + c + "/" + folder
+		}
+	}
+	require.Equal(t, companions, render.Companions(res.Files))
+
+	// An invalid Configuration keeps, in each cluster, its folder, its Kustomization and its
+	// source.
+	tree = apply(tree, res)
+	tree["configurations/cam.yaml"] = []byte(strings.Replace(podConfig, "image:", "imagee:", 1))
+	invalid := render.Render(render.Request{Files: tree})
+	require.NotEmpty(t, invalid.Errors)
+	for f, b := range res.Files {
+		if strings.Contains(f, "/flux/") || strings.Contains(f, "/default/cam/") {
+			require.Equal(t, string(b), string(invalid.Files[f]), "kept: %s", f)
+		}
+	}
+	require.Equal(t, companions, render.Companions(invalid.Files))
+
+	// A source in one cluster's folder naming another cluster's branch, or a one-cluster
+	// source naming a cluster's, is no companion.
+	forged := render.Tree{}
+	for f, b := range res.Files {
+		forged[f] = b
+	}
+	forged["rendered/site-a/flux/sources/default-cam.yaml"] = []byte(strings.ReplaceAll(string(res.Files["rendered/site-a/flux/sources/default-cam.yaml"]), "clusters/site-a/", "clusters/site-b/"))
+	forged["rendered/flux/sources/x.yaml"] = res.Files["rendered/site-b/flux/sources/default-cam.yaml"]
+	got := render.Companions(forged)
+	require.NotContains(t, got, "gitbroker/folders/clusters/site-a/gitbroker-default-cam")
+	require.Equal(t, "rendered/site-b/default/cam", got["gitbroker/folders/clusters/site-b/gitbroker-default-cam"])
+	require.NotContains(t, got, "gitbroker/folders/flux")
+}
