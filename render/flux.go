@@ -136,6 +136,30 @@ func AcceptedCompanions(files Tree) map[string]string {
 	return out
 }
 
+// IsFolderSourcePath reports whether p is in the folder sources' folder of the rendered
+// branch: rendered/flux/sources/, or rendered/<cluster>/flux/sources/ with spec.clusters.
+func IsFolderSourcePath(p string) bool {
+	_, ok := folderSourceOf(p)
+	return ok
+}
+
+// folderSourceOf tells whether p is under a folder sources' folder, and whose: "" for the
+// repository of one cluster, or the cluster's name.
+func folderSourceOf(p string) (cluster string, ok bool) {
+	rest, ok := strings.CutPrefix(p, RenderedDir)
+	if !ok {
+		return "", false
+	}
+	if strings.HasPrefix(rest, "flux/sources/") {
+		return "", true
+	}
+	c, inner, nested := strings.Cut(rest, "/")
+	if !nested || !strings.HasPrefix(inner, "flux/sources/") || api.CheckClusterName(c) != nil {
+		return "", false
+	}
+	return c, true
+}
+
 // Companions lists the branches of the folder sources a rendered tree holds, each with the
 // folder it shows, and with them api.FluxFolderBranch for rendered/flux: what the renderer
 // moves with its commit (gitsync.Change.Companions). In a repository of several clusters each
@@ -145,17 +169,9 @@ func AcceptedCompanions(files Tree) map[string]string {
 func Companions(files Tree) map[string]string {
 	out := map[string]string{}
 	for f, data := range files {
-		rest, ok := strings.CutPrefix(f, RenderedDir)
+		cluster, ok := folderSourceOf(f)
 		if !ok || !strings.HasSuffix(f, ".yaml") {
 			continue
-		}
-		var cluster string
-		if !strings.HasPrefix(rest, "flux/sources/") {
-			c, inner, nested := strings.Cut(rest, "/")
-			if !nested || !strings.HasPrefix(inner, "flux/sources/") || api.CheckClusterName(c) != nil {
-				continue
-			}
-			cluster = c
 		}
 		var g gitRepository
 		js, err := yamlcodec.ToJSON(data)

@@ -266,10 +266,11 @@ func (r *Renderer) publish(ctx context.Context, in *verify.Inputs, rendered rend
 
 // companions are render.Companions of a render's files and of its previous files. A render on
 // top of the last one (its previous files are the very map the last one returned) whose diff
-// leaves rendered/flux/sources/ alone has the last one's: no pass over a fleet's files.
+// leaves the folder sources alone (rendered/flux/sources/, and each cluster's) has the last
+// one's: no pass over a fleet's files.
 func (r *Renderer) companions(result *render.Result) (now, before map[string]string) {
 	same := r.lastCompanions.of != nil && r.lastCompanions.of == reflect.ValueOf(result.Previous).UnsafePointer()
-	if same && !slices.ContainsFunc(result.Diff, func(p string) bool { return strings.HasPrefix(p, render.FolderSourcesDir) }) {
+	if same && !slices.ContainsFunc(result.Diff, render.IsFolderSourcePath) {
 		now, before = r.lastCompanions.value, r.lastCompanions.value
 	} else {
 		now, before = render.Companions(result.Files), render.Companions(result.Previous)

@@ -188,3 +188,60 @@ func TestKeptRendererCommitsEdits(t *testing.T) {
 	holds()
 	fresh()
 }
+
+// With spec.clusters and spec.flux.folderSources, a kept renderer moves each cluster's folder
+// branches with its commits: on the render that first gives a cluster brokers (after one that
+// rendered nothing), and when one cluster's folder changes, that folder's branch alone.
+func TestKeptRendererMovesEachClustersFolderBranches(t *testing.T) {
+	srv := demoServer(t)
+	ctx := context.Background()
+	settings, _ := srv.File(api.SettingsPath)
+	settings += "  flux:\n    folderSources: {url: \"https://git.example.com/fleet/edge.git\"}\n" +
+		"  clusters:\n  - name: site-a\n    nodes: [edge-a]\n  - name: site-b\n    nodes: [\"edge-[b-z]\"]\n"
+	if !strings.Contains(settings, "spec:") {
+		settings = "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n" + settings
+	}
+	// First nothing to render: the nodes' refs come later.
+	nodes := map[string]string{}
+	for _, n := range []string{"edge-a", "edge-b"} {
+		ref := srv.On(verify.InventoryBranch(n))
+		inv, ok := ref.File(api.InventoryPath(n))
+		require.True(t, ok)
+		nodes[n] = inv
+		gitsynctest.Git(t, srv.Bare(), "update-ref", "-d", "refs/heads/"+verify.InventoryBranch(n))
+	}
+	srv.Commit(map[string]string{api.SettingsPath: settings}, nil, "two clusters, a source per folder")
+	r := unsigned(t, srv.URL())
+	_, err := r.Once(ctx)
+	require.NoError(t, err)
+	for n, inv := range nodes {
+		srv.On(verify.InventoryBranch(n)).Commit(map[string]string{api.InventoryPath(n): inv}, nil, "inventory: "+n)
+	}
+	out, err := r.Once(ctx)
+	require.NoError(t, err)
+	companions := render.Companions(out.Result.Files)
+	for _, c := range []string{"site-a", "site-b"} {
+		require.Contains(t, companions, api.ClusterFolderBranchPrefix(c)+"flux")
+	}
+	for b, folder := range companions {
+		require.NotEmpty(t, srv.On(b).Head(), "%s, showing %s, exists", b, folder)
+	}
+	tips := map[string]string{}
+	for b := range companions {
+		tips[b] = srv.On(b).Head()
+	}
+
+	// A device of edge-b: one of site-b's folder branches moves, nothing of site-a's.
+	nodeCommit(t, srv, "edge-b", "foo0", "foo9")
+	out, err = r.Once(ctx)
+	require.NoError(t, err)
+	var moved []string
+	for _, b := range out.Push.CompanionBranches {
+		if strings.HasPrefix(b, api.FolderBranchPrefix) {
+			moved = append(moved, b)
+		}
+	}
+	require.Len(t, moved, 1, "%v", out.Push.CompanionBranches)
+	require.True(t, strings.HasPrefix(moved[0], api.ClusterFolderBranchPrefix("site-b")), moved[0])
+	require.NotEqual(t, tips[moved[0]], srv.On(moved[0]).Head())
+}
