@@ -12,6 +12,8 @@ import (
 	"io/fs"
 	"regexp"
 	"strings"
+
+	"github.com/gitbroker/gitbroker/api"
 )
 
 //go:embed flux/*.yaml flux-folder-sources/*.yaml argocd/*.yaml
@@ -92,6 +94,42 @@ func ForCluster(objs map[string][]byte, cluster string) map[string][]byte {
 		out[name] = []byte(text)
 	}
 	return out
+}
+
+// ForClusterFolderSources is deploy/flux-folder-sources's overlay for the Flux of one cluster of
+// several, over ForCluster's deploy/flux (its "../flux" is the cluster's flux/ folder beside
+// it): the root's source follows the cluster's rendered/<cluster>/flux/ branch, the sources'
+// Kustomization applies rendered/<cluster>/flux/sources/, and the Receiver matches the cluster's
+// branches (api.ClusterFolderBranchPrefix).
+func ForClusterFolderSources(objs map[string][]byte, cluster string) (map[string][]byte, error) {
+	prefix := api.ClusterFolderBranchPrefix(cluster)
+	edits := map[string][][2]string{
+		"kustomization.yaml": {
+			{"      value: gitbroker/folders/flux\n", "      value: " + prefix + "flux\n"},
+			{"        !/rendered/\n        /rendered/*\n        !/rendered/flux/\n",
+				"        !/rendered/\n        /rendered/*\n        !/rendered/" + cluster + "/\n        /rendered/" + cluster + "/*\n        !/rendered/" + cluster + "/flux/\n"},
+			{"b == 'gitbroker/folders/flux') : req.branches.exists(b, b == 'gitbroker/folders/' + res.metadata.name)",
+				"b == " + celQuote(prefix+"flux") + ") : req.branches.exists(b, b == " + celQuote(prefix) + " + res.metadata.name)"},
+		},
+		"sources.yaml": {{"  path: ./rendered/flux/sources\n", "  path: ./rendered/" + cluster + "/flux/sources\n"}},
+	}
+	out := make(map[string][]byte, len(objs))
+	for name, data := range objs {
+		text := string(data)
+		for _, e := range edits[name] {
+			if !strings.Contains(text, e[0]) {
+				return nil, fmt.Errorf("deploy/flux-folder-sources/%s: no %q to replace", name, strings.TrimSpace(e[0]))
+			}
+			text = strings.Replace(text, e[0], e[1], 1)
+		}
+		out[name] = []byte(text)
+	}
+	for name := range edits {
+		if _, ok := objs[name]; !ok {
+			return nil, fmt.Errorf("deploy/flux-folder-sources has no %s", name)
+		}
+	}
+	return out, nil
 }
 
 // ClusterLabel labels the Argo CD cluster Secrets of the clusters of gitbroker.yaml's

@@ -24,23 +24,26 @@ import (
 	"github.com/gitbroker/gitbroker/verify"
 )
 
-// The two sites of TestManyClusters: plant-a is the canary ring, in the suite's cluster; store-7
-// is a cluster of its own, with its own API server and Flux.
+// The two sites of TestManyClusters: plant-a is the canary ring, store-7 the rest; each is a
+// cluster of its own, with its own API server and Flux.
 const (
 	canarySite   = "plant-a"
 	laterSite    = "store-7"
 	sitesBrokers = "sites"
-	sitesFlux    = "flux-sites"
 )
 
-const sitesSettings = `apiVersion: gitbroker.dev/v1alpha1
+// sitesSettings is the repository's gitbroker.yaml; with folderSources (the repository's URL),
+// spec.flux.folderSources.
+func sitesSettings(folderSources string) string {
+	flux := "  flux:\n    retryInterval: 5s\n"
+	if folderSources != "" {
+		flux += "    folderSources:\n      url: " + folderSources + "\n      interval: 2s\n"
+	}
+	return `apiVersion: gitbroker.dev/v1alpha1
 kind: Settings
 spec:
   defaultNamespace: ` + sitesBrokers + `
-  flux:
-    namespace: ` + sitesFlux + `
-    retryInterval: 5s
-  clusters:
+` + flux + `  clusters:
   - name: ` + canarySite + `
     labels: {ring: canary, region: eu}
     nodes: ["` + canarySite + `-*"]
@@ -51,6 +54,7 @@ spec:
     label: ring
     rings: [canary]
 `
+}
 
 // siteCamera is a Pod broker for every cluster; release names what it runs, and extra is added
 // to its container (a change that leaves it Pending, say).
@@ -96,25 +100,39 @@ spec:
 // TestManyClusters runs one repository for two clusters, each with its own API server and its
 // own Flux, set up as docs/MANY-CLUSTERS.md's "Adding a site" says: each site's Flux objects
 // from `init --flux --cluster`, each site's recorder with `record --cluster` and its own key,
-// one renderer, an agent on each site's node. Each Flux applies its own folder alone; a
-// Configuration selecting one site's label reaches that site alone; and a change rolls out
-// canary first: a canary whose broker is not Available stops it there, and once the canary is
-// recorded Available with the fix, the fix reaches the other site.
+// one renderer, an agent on each site's node. Each Flux applies its own folder alone (its
+// admission policy's folder); a Configuration selecting one site's label reaches that site
+// alone; and a change rolls out canary first: a canary whose broker is not Available stops it
+// there, and once the canary is recorded Available with the fix, the fix reaches the other
+// site. It runs with Flux applying the rendered branch, and with a source per folder.
 func TestManyClusters(t *testing.T) {
+	t.Run("rendered branch", func(t *testing.T) { manyClusters(t, false) })
+	t.Run("folder sources", func(t *testing.T) { manyClusters(t, true) })
+}
+
+func manyClusters(t *testing.T, folderSources bool) {
 	ctx := context.Background()
-	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	store, err := StartCluster(start, cluster.bin, filepath.Join(cluster.Dir, laterSite))
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(store.Stop)
-	sites := map[string]*Cluster{canarySite: cluster, laterSite: store}
+	// Each run's processes log to files of their own (startGitbroker reads their addresses there).
+	logName := strings.ReplaceAll(t.Name(), "/", "-")
+	sites := map[string]*Cluster{}
+	for _, site := range []string{canarySite, laterSite} {
+		start, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		c, err := StartCluster(start, cluster.bin, filepath.Join(cluster.Dir, logName+"-"+site))
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(c.Stop)
+		sites[site] = c
+	}
 	nodeOf := map[string]string{canarySite: canarySite + "-1", laterSite: laterSite + "-1"}
 
 	srv := gitsynctest.NewServer(t, "main", map[string]string{
-		"gitbroker.yaml":            sitesSettings,
 		"configurations/cam.yaml":   siteCamera("r1", ""),
 		"configurations/scale.yaml": euScale,
 	})
+	settings := sitesSettings("")
+	if folderSources {
+		settings = sitesSettings(srv.URL())
+	}
 	// Every writer and a person get a key; a person's signed commit enrolls them: each site's
 	// recorder as recorder:<site>.
 	keyDir := t.TempDir()
@@ -132,7 +150,7 @@ func TestManyClusters(t *testing.T) {
 		allowed.WriteString(k.AllowedSignersLine(p) + "\n")
 	}
 	person := keys["alice@example.com"]
-	srv.CommitSigned(person, map[string]string{".gitbroker/allowed_signers": allowed.String()}, nil, "enroll the writers")
+	srv.CommitSigned(person, map[string]string{".gitbroker/allowed_signers": allowed.String(), "gitbroker.yaml": settings}, nil, "two sites, and their writers enrolled")
 	rendererKey := filepath.Join(keyDir, "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(rendererKey, []byte(allowed.String()), 0o644))
 
@@ -142,9 +160,13 @@ func TestManyClusters(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	fluxFiles := map[string]string{}
 	for site := range sites {
-		out, err := exec.Command(gitbroker, "init", "--dir", work, "--flux", "--cluster", site, "--repo-url", srv.URL()).CombinedOutput()
+		args := []string{"init", "--dir", work, "--flux", "--cluster", site, "--repo-url", srv.URL()}
+		if folderSources {
+			args = append(args, "--folder-sources")
+		}
+		out, err := exec.Command(gitbroker, args...).CombinedOutput()
 		require.NoError(t, err, "init --flux --cluster %s: %s", site, out)
-		files, err := filepath.Glob(filepath.Join(work, "clusters", site, "flux", "*"))
+		files, err := filepath.Glob(filepath.Join(work, "clusters", site, "*", "*"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files)
 		for _, f := range files {
@@ -159,7 +181,7 @@ func TestManyClusters(t *testing.T) {
 	// its recorder, with a kubeconfig of that cluster alone.
 	for site, c := range sites {
 		require.NoError(t, c.AddNode(ctx, nodeOf[site]))
-		for _, ns := range []string{sitesBrokers, fleetSystem, sitesFlux} {
+		for _, ns := range []string{sitesBrokers, fleetSystem} {
 			require.NoError(t, c.CreateNamespace(ctx, ns))
 		}
 		for _, obj := range build(t, "../deploy") {
@@ -170,19 +192,19 @@ func TestManyClusters(t *testing.T) {
 		}
 		kubeconfig, err := c.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-recorder")
 		require.NoError(t, err)
-		startGitbroker(t, "recorder-"+site, "recorder started", "record", "--cluster", site,
+		startGitbroker(t, logName+"-recorder-"+site, "recorder started", "record", "--cluster", site,
 			"--git", srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms",
 			"--signing-key", keys[trust.RecorderPrincipal(site)], "--renderer-key", rendererKey,
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 		node := nodeOf[site]
 		avail := filepath.Join(t.TempDir(), "availability")
 		require.NoError(t, os.WriteFile(avail, nil, 0o644)) // Akri's debugEcho: devices online
-		startGitbroker(t, "agent-"+node, "agent started", "agent", "--allow-debug-echo",
+		startGitbroker(t, logName+"-agent-"+node, "agent started", "agent", "--allow-debug-echo",
 			"--git", srv.URL(), "--branch", "main", "--node", node, "--signing-key", keys[trust.NodePrincipal(node)], "--renderer-key", rendererKey,
 			"--interval", agentInterval.String(), "--debug-echo-shared=false", "--debug-echo-availability-file", avail,
 			"--discovery-handlers-dir", "", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	}
-	renderer := startGitbroker(t, "renderer-sites", "renderer started", "render",
+	renderer := startGitbroker(t, logName+"-renderer", "renderer started", "render",
 		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", keys["renderer"],
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 
@@ -195,23 +217,18 @@ func TestManyClusters(t *testing.T) {
 		}
 		return true, ""
 	})
-	// The suite's cluster shares flux-system's admission parameters with the other tests: they
-	// get deploy/flux's back when this test ends.
-	t.Cleanup(func() {
-		for _, obj := range build(t, "../deploy/flux") {
-			if obj.GetKind() == "ConfigMap" && obj.GetName() == "gitbroker-flux-policy" {
-				require.NoError(t, cluster.ApplyObject(context.Background(), obj))
-			}
-		}
-	})
+	overlay := "flux"
+	if folderSources {
+		overlay = "flux-folder-sources"
+	}
 	for site, c := range sites {
-		applyFluxTo(t, c, filepath.Join(work, "clusters", site, "flux"), sitesFlux, srv.URL(), keys["renderer"]+".pub", nil, sitesBrokers)
+		applyFluxTo(t, c, filepath.Join(work, "clusters", site, overlay), FluxNamespace, srv.URL(), keys["renderer"]+".pub", nil, sitesBrokers)
 	}
 
 	// Each Flux applies its own site's brokers, and nothing of the other's; the Configuration
 	// selecting region=eu reaches plant-a alone.
 	for site, c := range sites {
-		waitFluxAppliedOn(t, c, srv, sitesFlux)
+		waitSourcesAppliedOn(t, c, srv, FluxNamespace, 4*time.Minute)
 		eventually(t, 2*time.Minute, site+"'s brokers running on its node", func() (bool, string) {
 			got := siteBrokers(t, c)
 			want := map[string]string{"cam": nodeOf[site]}
@@ -223,11 +240,22 @@ func TestManyClusters(t *testing.T) {
 	}
 	require.False(t, hasFileUnder(rendered, "rendered/"+laterSite+"/"+sitesBrokers+"/scale/"), "scale selects region=eu: nothing of it is rendered for %s", laterSite)
 	for site, c := range sites {
-		ks, err := c.Dynamic.Resource(kustomizationGVR).Namespace(sitesFlux).List(ctx, metav1.ListOptions{})
+		ks, err := c.Dynamic.Resource(kustomizationGVR).Namespace(FluxNamespace).List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		for _, k := range ks.Items {
 			p, _, _ := unstructured.NestedString(k.Object, "spec", "path")
 			require.True(t, strings.HasPrefix(p, "./rendered/"+site+"/"), "%s's Kustomization %s applies %s", site, k.GetName(), p)
+			source, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "name")
+			repo, err := c.Dynamic.Resource(gitRepositoryGVR).Namespace(FluxNamespace).Get(ctx, source, metav1.GetOptions{})
+			require.NoError(t, err)
+			branch, _, _ := unstructured.NestedString(repo.Object, "spec", "ref", "branch")
+			if folderSources {
+				// Each folder from a source of its own, on the site's branches.
+				require.True(t, strings.HasPrefix(branch, api.ClusterFolderBranchPrefix(site)), "%s's Kustomization %s builds from %s", site, k.GetName(), branch)
+				require.Equal(t, k.GetName() == "gitbroker" || k.GetName() == "gitbroker-sources", source == "gitbroker", k.GetName())
+			} else {
+				require.Equal(t, verify.RenderedBranch, branch)
+			}
 		}
 	}
 	waitRecordedAvailable(t, srv, sites, "r1")
@@ -239,7 +267,7 @@ func TestManyClusters(t *testing.T) {
             memory: 100Ti
 `)}, nil, "cam: release r2")
 	eventually(t, 2*time.Minute, "the canary to run r2", func() (bool, string) {
-		d := camDeployment(t, cluster)
+		d := camDeployment(t, sites[canarySite])
 		return d != nil && releaseOf(*d) == "r2", "not yet"
 	})
 	renders := renderer.metric(t, "gitbroker_renderer_renders_total")
@@ -248,11 +276,11 @@ func TestManyClusters(t *testing.T) {
 		return n >= renders+10, fmt.Sprint(n-renders, " renders")
 	})
 	for _, site := range []string{canarySite, laterSite} {
-		waitFluxAppliedOn(t, sites[site], srv, sitesFlux)
+		waitSourcesAppliedOn(t, sites[site], srv, FluxNamespace, 4*time.Minute)
 	}
-	d := camDeployment(t, cluster)
+	d := camDeployment(t, sites[canarySite])
 	require.Zero(t, d.Status.AvailableReplicas, "the canary's r2 broker cannot be scheduled")
-	d = camDeployment(t, store)
+	d = camDeployment(t, sites[laterSite])
 	require.Equal(t, "r1", releaseOf(*d), "%s must keep r1 while the canary is not Available", laterSite)
 	require.EqualValues(t, 1, d.Status.AvailableReplicas)
 	// The plan says why: the rings, and the canary's broker the rest waits for.

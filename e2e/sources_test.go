@@ -274,8 +274,14 @@ func waitSourcesApplied(t testing.TB, srv *gitsynctest.Server, ns string) {
 
 func waitSourcesAppliedWithin(t testing.TB, srv *gitsynctest.Server, ns string, timeout time.Duration) {
 	t.Helper()
+	waitSourcesAppliedOn(t, cluster, srv, ns, timeout)
+}
+
+// waitSourcesAppliedOn is waitSourcesAppliedWithin for the Flux of cluster c.
+func waitSourcesAppliedOn(t testing.TB, c *Cluster, srv *gitsynctest.Server, ns string, timeout time.Duration) {
+	t.Helper()
 	eventually(t, timeout, "every Kustomization to apply its source's head", func() (bool, string) {
-		applied, all, state := sourcesApplied(srv, ns)
+		applied, all, state := sourcesAppliedOn(c, srv, ns)
 		return all >= 2 && applied == all, state
 	})
 }
@@ -285,12 +291,17 @@ func waitSourcesAppliedWithin(t testing.TB, srv *gitsynctest.Server, ns string, 
 // Two lists and one git process, whatever the number of Kustomizations: the bench polls it
 // during the rollout it measures, on the cores the cluster runs on.
 func sourcesApplied(srv *gitsynctest.Server, ns string) (applied, all int, state string) {
+	return sourcesAppliedOn(cluster, srv, ns)
+}
+
+// sourcesAppliedOn is sourcesApplied for the Flux of cluster c.
+func sourcesAppliedOn(c *Cluster, srv *gitsynctest.Server, ns string) (applied, all int, state string) {
 	ctx := context.Background()
-	ks, err := cluster.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	ks, err := c.Dynamic.Resource(kustomizationGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, 0, err.Error()
 	}
-	repos, err := cluster.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	repos, err := c.Dynamic.Resource(gitRepositoryGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, 0, err.Error()
 	}

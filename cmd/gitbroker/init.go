@@ -105,7 +105,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 			var err error
 			switch {
 			case o.Cluster != "":
-				if !o.Flux || o.ArgoCD || o.FolderSources || o.Clusters {
+				if !o.Flux || o.ArgoCD || o.Clusters {
 					return exitf(exitInvalid, "--%s goes with --%s alone: it writes one cluster's Flux objects (with Argo CD, --%s --%s writes one ApplicationSet for every cluster)", flagInitCluster, flagFlux, flagArgoCD, flagInitClusters)
 				}
 				files, err = o.clusterFiles()
@@ -144,7 +144,11 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", warning)
 			}
 			if o.Cluster != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "\nNext: commit them, signed, for review; then in cluster %s apply them: kubectl apply -k %s\n", o.Cluster, path.Join("clusters", o.Cluster, "flux"))
+				folder := "flux"
+				if o.FolderSources {
+					folder = "flux-folder-sources" // over flux/: apply the overlay alone
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nNext: commit them, signed, for review; then in cluster %s apply them: kubectl apply -k %s\n", o.Cluster, path.Join("clusters", o.Cluster, folder))
 				return nil
 			}
 			if o.Clusters {
@@ -176,7 +180,7 @@ Init never overwrites: it refuses a folder that already holds any file it would 
 	cmd.Flags().BoolVar(&o.ArgoCD, flagArgoCD, false, "add argocd/: the Argo CD ApplicationSet and Application for this repository")
 	cmd.Flags().StringVar(&o.RepoURL, flagRepoURL, "", "the repository's URL, as Flux or Argo CD will fetch it from the cluster: https://, ssh://, or git's user@host:path (written as ssh://); required with --flux or --argocd")
 	cmd.Flags().StringVar(&o.Branch, flagInitBranch, "main", "the people's branch, where Configurations are committed and reviewed: the GitHub workflow plans pull requests to it and checks on pushes to it (GitLab's pipeline follows the project's default branch). init writes files, so the branch is never written here.")
-	cmd.Flags().StringVar(&o.Cluster, flagInitCluster, "", "with --flux, in a repository whose gitbroker.yaml declares spec.clusters: write only this cluster's Flux objects, clusters/<cluster>/flux/, which apply rendered/<cluster>/")
+	cmd.Flags().StringVar(&o.Cluster, flagInitCluster, "", "with --flux, in a repository whose gitbroker.yaml declares spec.clusters: write only this cluster's Flux objects, clusters/<cluster>/flux/, which apply rendered/<cluster>/ (with --folder-sources, and clusters/<cluster>/flux-folder-sources/, when gitbroker.yaml sets spec.flux.folderSources)")
 	cmd.Flags().BoolVar(&o.Clusters, flagInitClusters, false, "with --argocd, in a repository whose gitbroker.yaml declares spec.clusters: write argocd/ for every cluster: an ApplicationSet making one Application per cluster (Argo CD's cluster generator, by name) and its AppProject")
 	cmd.Flags().StringVar(&o.RepoBranch, flagRepoBranch, verify.RenderedBranch, "the branch Flux or Argo CD applies: the renderer's own (render --rendered-branch)")
 	return cmd
@@ -252,26 +256,27 @@ func (o *initOptions) files() (render.Tree, error) {
 	return tree, nil
 }
 
-// repoClusters reads the clusters of the repository's gitbroker.yaml.
-func (o *initOptions) repoClusters(flag string) (api.Clusters, error) {
+// repoSettings reads the settings of a repository of several clusters, for flag.
+func (o *initOptions) repoSettings(flag string) (api.ResolvedSettings, error) {
 	data, err := os.ReadFile(filepath.Join(o.Dir, api.SettingsPath))
 	if err != nil {
-		return api.Clusters{}, fmt.Errorf("--%s writes into a repository of several clusters: %w", flag, err)
+		return api.ResolvedSettings{}, fmt.Errorf("--%s writes into a repository of several clusters: %w", flag, err)
 	}
 	s, errs := api.ParseSettings(api.SettingsPath, data)
 	if len(errs) > 0 {
-		return api.Clusters{}, fmt.Errorf("%s: %w", api.SettingsPath, errs)
+		return api.ResolvedSettings{}, fmt.Errorf("%s: %w", api.SettingsPath, errs)
 	}
 	if !s.Clusters.Enabled() {
-		return api.Clusters{}, fmt.Errorf("--%s: %s declares no spec.clusters", flag, api.SettingsPath)
+		return api.ResolvedSettings{}, fmt.Errorf("--%s: %s declares no spec.clusters", flag, api.SettingsPath)
 	}
-	return s.Clusters, nil
+	return s, nil
 }
 
 // argoClusterFiles are Argo CD's objects for every cluster of a repository of several: the
 // ApplicationSet (one Application per cluster, rendered/<cluster>/) and the AppProject.
 func (o *initOptions) argoClusterFiles() (render.Tree, error) {
-	cs, err := o.repoClusters(flagInitClusters)
+	s, err := o.repoSettings(flagInitClusters)
+	cs := s.Clusters
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +303,8 @@ func (o *initOptions) argoClusterFiles() (render.Tree, error) {
 // applying rendered/<cluster>/ alone, under clusters/<cluster>/flux/. The cluster must be one
 // the repository's gitbroker.yaml declares.
 func (o *initOptions) clusterFiles() (render.Tree, error) {
-	cs, err := o.repoClusters(flagInitCluster)
+	s, err := o.repoSettings(flagInitCluster)
+	cs := s.Clusters
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +322,25 @@ func (o *initOptions) clusterFiles() (render.Tree, error) {
 	tree := render.Tree{}
 	for name, data := range deploy.ForCluster(objs, o.Cluster) {
 		tree[path.Join("clusters", o.Cluster, "flux", name)] = data
+	}
+	if !o.FolderSources {
+		return tree, nil
+	}
+	// The overlay follows the branches the renderer moves only when gitbroker.yaml asks for
+	// them: without the setting it would wait for branches that never come.
+	if s.Flux.FolderSources == nil {
+		return nil, fmt.Errorf("--%s --%s %s: %s sets no spec.flux.folderSources, so the renderer moves no folder branches for this overlay to follow; set it first, reviewed (docs/MANY-CLUSTERS.md)", flagFolderSources, flagInitCluster, o.Cluster, api.SettingsPath)
+	}
+	objs, err = deploy.Objects("flux-folder-sources", o.RepoURL, o.RepoBranch)
+	if err != nil {
+		return nil, err
+	}
+	objs, err = deploy.ForClusterFolderSources(objs, o.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range objs {
+		tree[path.Join("clusters", o.Cluster, "flux-folder-sources", name)] = data
 	}
 	return tree, nil
 }

@@ -359,6 +359,34 @@ func TestInitFluxForOneCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(fk), "path: ./rendered/site-a/default/akri-debug-echo\n")
 
+	// Folder sources: refused until gitbroker.yaml asks for them, then an overlay over the
+	// cluster's flux/ that follows the cluster's branches.
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "clusters")))
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--folder-sources", "--cluster", "site-a", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitInvalid, code)
+	require.Contains(t, stderr, "gitbroker.yaml sets no spec.flux.folderSources")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gitbroker.yaml"), []byte(strings.Replace(settings, "spec:\n", "spec:\n  flux:\n    folderSources: {url: \"https://git.example.org/plant/edge.git\"}\n", 1)), 0o644))
+	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--folder-sources", "--cluster", "site-a", "--repo-url", "https://git.example.org/plant/edge.git")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "kubectl apply -k clusters/site-a/flux-folder-sources")
+	m, err = krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "clusters", "site-a", "flux-folder-sources"))
+	require.NoError(t, err)
+	objs, err = m.AsYaml()
+	require.NoError(t, err)
+	for _, want := range []string{
+		"    branch: gitbroker/folders/clusters/site-a/flux\n",
+		"  ignore: |-\n    /*\n    !/rendered/\n    /rendered/*\n    !/rendered/site-a/\n    /rendered/site-a/*\n    !/rendered/site-a/flux/\n",
+		"  path: ./rendered/site-a/flux/sources\n",
+		"  path: ./rendered/site-a/flux\n",
+		"folder: ./rendered/site-a\n",
+	} {
+		require.Contains(t, string(objs), want)
+	}
+	overlay, err := os.ReadFile(filepath.Join(dir, "clusters", "site-a", "flux-folder-sources", "kustomization.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(overlay), `b == 'gitbroker/folders/clusters/site-a/flux') : req.branches.exists(b, b == 'gitbroker/folders/clusters/site-a/' + res.metadata.name)`)
+	require.NotContains(t, string(objs), "gitbroker/folders/flux")
+
 	code, _, stderr = gitbroker(t, "init", "--dir", dir, "--flux", "--cluster", "site-x", "--repo-url", "https://git.example.org/plant/edge.git")
 	require.Equal(t, exitInvalid, code)
 	require.Contains(t, stderr, "--cluster site-x: gitbroker.yaml's spec.clusters does not declare it (it declares site-a, site-b)")
