@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,11 +16,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/deploy"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -362,4 +366,131 @@ func waitRecordedAvailable(t *testing.T, srv *gitsynctest.Server, sites map[stri
 			return ok && hash != "" && strings.Contains(rec, "available: true") && strings.Contains(rec, "inputsHash: "+hash), rec
 		})
 	}
+}
+
+// TestManyClustersWithArgoCD runs one repository for two clusters from one Argo CD, set up as
+// docs/MANY-CLUSTERS.md says: `init --argocd --clusters` writes the ApplicationSet (Argo CD's
+// cluster generator, one Application per cluster, by name) and the AppProject; Argo CD knows
+// each site under its name in gitbroker.yaml, labelled gitbroker.dev/cluster=true: plant-a is
+// the cluster Argo CD runs in, store-7 a cluster of its own that Argo CD reaches with a
+// ServiceAccount's token. Each site gets its own brokers, and the Configuration selecting
+// region=eu reaches plant-a alone.
+func TestManyClustersWithArgoCD(t *testing.T) {
+	ctx := context.Background()
+	hub, argo, keys, rendererKey, keyID := startArgoCluster(t, "argocd-sites")
+	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	store, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(cluster.Dir, "argocd-"+laterSite))
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(store.Stop)
+	sites := map[string]*Cluster{canarySite: hub, laterSite: store}
+	nodeOf := map[string]string{canarySite: canarySite + "-1", laterSite: laterSite + "-1"}
+
+	settings := strings.Replace(sitesSettings(""), "  flux:\n", "  flux:\n    namespaces: false\n", 1)
+	srv := gitsynctest.NewServer(t, "main", map[string]string{
+		"gitbroker.yaml":            settings,
+		"configurations/cam.yaml":   siteCamera("r1", ""),
+		"configurations/scale.yaml": euScale,
+	})
+	work := t.TempDir()
+	out, err := exec.Command("git", "clone", "-q", "--branch", "main", srv.URL(), work).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(gitbroker, "init", "--dir", work, "--argocd", "--clusters", "--repo-url", srv.URL()).CombinedOutput()
+	require.NoError(t, err, "init --argocd --clusters: %s", out)
+
+	// In each site: its node, and the broker namespace (spec.flux.namespaces: false).
+	for site, c := range sites {
+		require.NoError(t, c.AddNode(ctx, nodeOf[site]))
+		require.NoError(t, c.CreateNamespace(ctx, sitesBrokers))
+	}
+	// Argo CD's clusters, as `argocd cluster add <context> --name <site> --label
+	// gitbroker.dev/cluster=true` registers them: a Secret each, store-7's with the token of a
+	// ServiceAccount bound to cluster-admin there (argocd-manager, as the CLI makes it).
+	_, err = store.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "argocd-manager"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, store.Apply(ctx, []byte(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: argocd-manager
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+- {kind: ServiceAccount, name: argocd-manager, namespace: kube-system}
+`)))
+	expiry := int64(3600)
+	token, err := store.Client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "argocd-manager", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ca, err := os.ReadFile(store.pki.CACert)
+	require.NoError(t, err)
+	remote, err := json.Marshal(map[string]any{"bearerToken": token.Status.Token, "tlsClientConfig": map[string]any{"caData": base64.StdEncoding.EncodeToString(ca)}})
+	require.NoError(t, err)
+	for site, secret := range map[string]map[string]string{
+		canarySite: {"server": "https://kubernetes.default.svc", "config": `{"tlsClientConfig":{"insecure":false}}`},
+		laterSite:  {"server": store.Config.Host, "config": string(remote)},
+	} {
+		secret["name"] = site
+		_, err := hub.Client.CoreV1().Secrets(ArgoNamespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-" + site, Labels: map[string]string{
+				"argocd.argoproj.io/secret-type": "cluster", deploy.ClusterLabel: "true"}},
+			StringData: secret,
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	// The agents report, the renderer renders (signing with its OpenPGP key, which the
+	// AppProject requires).
+	for site, node := range nodeOf {
+		avail := filepath.Join(keys, "availability-"+site)
+		require.NoError(t, os.WriteFile(avail, nil, 0o644))
+		out, err := exec.Command(gitbroker, "agent", "--allow-debug-echo", "--git", srv.URL(), "--node", node, "--once", "--debug-echo-shared=false",
+			"--grace-period", "0s", "--local-grace-period", "0s", "--discovery-handlers-dir", "", "--debug-echo-availability-file", avail).CombinedOutput()
+		require.NoError(t, err, "agent %s: %s", node, out)
+	}
+	out, err = exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey).CombinedOutput()
+	require.NoError(t, err, "render: %s", out)
+
+	// argocd/ as init wrote it, with what the guide says to fill in: the broker namespace in
+	// each site's destinations, and the renderer's key id.
+	for _, f := range []string{"appproject.yaml", "applicationset.yaml"} {
+		data, err := os.ReadFile(filepath.Join(work, "argocd", f))
+		require.NoError(t, err)
+		objs, err := Objects(data)
+		require.NoError(t, err)
+		for _, obj := range objs {
+			if obj.GetKind() == "AppProject" {
+				dests, _, _ := unstructured.NestedSlice(obj.Object, "spec", "destinations")
+				for site := range sites {
+					dests = append(dests, map[string]any{"name": site, "namespace": sitesBrokers})
+				}
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, dests, "spec", "destinations"))
+				require.NoError(t, unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"keyID": keyID}}, "spec", "signatureKeys"))
+			}
+			require.NoError(t, hub.ApplyObject(ctx, obj))
+		}
+	}
+
+	head := srv.On(verify.RenderedBranch).Head()
+	for site, c := range sites {
+		eventually(t, 3*time.Minute, "Application gitbroker-"+site+" synced at "+head[:7]+" and Healthy", func() (bool, string) {
+			require.NoError(t, argo.Alive())
+			a, err := hub.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(ctx, "gitbroker-"+site, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
+			st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
+			h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
+			op, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "phase")
+			msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
+			cond, _, _ := unstructured.NestedSlice(a.Object, "status", "conditions")
+			return rev == head && st == "Synced" && h == "Healthy", fmt.Sprintf("revision %.7s, %s, %s, last sync %s: %s %v", rev, st, h, op, msg, cond)
+		})
+		want := map[string]string{"cam": nodeOf[site]}
+		if site == canarySite {
+			want["scale"] = nodeOf[site]
+		}
+		require.Equal(t, want, siteBrokers(t, c), "%s's brokers", site)
+	}
+	list, err := hub.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 2, "one Application per cluster")
 }
