@@ -23,6 +23,7 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/deploy"
+	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
@@ -181,8 +182,16 @@ func manyClusters(t *testing.T, folderSources bool) {
 	}
 	srv.CommitSigned(person, fluxFiles, nil, "Flux for "+canarySite+" and "+laterSite)
 
+	// Each site's recorder, with a kubeconfig of that cluster alone.
+	kubeconfigs, recorders := map[string]string{}, map[string]*gbProcess{}
+	startRecorder := func(site, run string) {
+		recorders[site] = startGitbroker(t, logName+"-recorder-"+site+run, "recorder started", "record", "--cluster", site,
+			"--git", srv.URL(), "--branch", "main", "--kubeconfig", kubeconfigs[site], "--batch", "500ms",
+			"--signing-key", keys[trust.RecorderPrincipal(site)], "--renderer-key", rendererKey,
+			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	}
 	// In each cluster: its node, deploy/'s ServiceAccounts and RBAC, the broker namespace, and
-	// its recorder, with a kubeconfig of that cluster alone.
+	// its recorder.
 	for site, c := range sites {
 		require.NoError(t, c.AddNode(ctx, nodeOf[site]))
 		for _, ns := range []string{sitesBrokers, fleetSystem} {
@@ -196,10 +205,8 @@ func manyClusters(t *testing.T, folderSources bool) {
 		}
 		kubeconfig, err := c.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-recorder")
 		require.NoError(t, err)
-		startGitbroker(t, logName+"-recorder-"+site, "recorder started", "record", "--cluster", site,
-			"--git", srv.URL(), "--branch", "main", "--kubeconfig", kubeconfig, "--batch", "500ms",
-			"--signing-key", keys[trust.RecorderPrincipal(site)], "--renderer-key", rendererKey,
-			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+		kubeconfigs[site] = kubeconfig
+		startRecorder(site, "")
 		node := nodeOf[site]
 		avail := filepath.Join(t.TempDir(), "availability")
 		require.NoError(t, os.WriteFile(avail, nil, 0o644)) // Akri's debugEcho: devices online
@@ -264,6 +271,20 @@ func manyClusters(t *testing.T, folderSources bool) {
 	}
 	waitRecordedAvailable(t, srv, sites, "r1")
 
+	// The canary's ref is deleted while its recorder is down (a careless force-push, or an
+	// attacker's). The renderer keeps the records it verified; the recorder, restarted with
+	// nothing in memory, recovers by itself: its new line starts on the tip the renderer
+	// accepted, and what follows needs its records.
+	recorders[canarySite].Stop(30 * time.Second)
+	oldLine, err := exec.Command("git", "-C", srv.Bare(), "log", "--format=%H", api.ClusterStatusBranch(canarySite)).Output()
+	require.NoError(t, err)
+	srv.SetRef(api.ClusterStatusBranch(canarySite), "")
+	startRecorder(canarySite, "-restarted")
+	eventually(t, time.Minute, "the restarted recorder's new line", func() (bool, string) {
+		head := srv.On(api.ClusterStatusBranch(canarySite)).Head()
+		return head != "", "no ref yet"
+	})
+
 	// A bad change: the canary's new broker cannot be scheduled, so it is never Available. The
 	// canary takes it; store-7 keeps r1 while the renderer renders on.
 	srv.CommitSigned(person, map[string]string{"configurations/cam.yaml": siteCamera("r2", `        resources:
@@ -296,6 +317,11 @@ func manyClusters(t *testing.T, folderSources bool) {
 	// its r3 broker Available.
 	srv.CommitSigned(person, map[string]string{"configurations/cam.yaml": siteCamera("r3", "")}, nil, "cam: release r3, which fits")
 	waitRecordedAvailable(t, srv, sites, "r3")
+	out, err = exec.Command("git", "-C", srv.Bare(), "log", "--max-parents=0", "--format=%(trailers:key="+gitsync.TrailerReplaces+",valueonly)", api.ClusterStatusBranch(canarySite)).Output()
+	require.NoError(t, err)
+	replaces := strings.TrimSpace(string(out))
+	require.NotEmpty(t, replaces, "the restarted recorder's new line names the tip the renderer accepted")
+	require.Contains(t, strings.Fields(string(oldLine)), replaces, "a commit of the deleted line")
 	// The renders, oldest first: the first that gives each site r3.
 	first := map[string]int{}
 	log := rendered.Log()
