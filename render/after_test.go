@@ -85,3 +85,26 @@ func TestFolderInInventoryIsAnError(t *testing.T) {
 	}, got)
 	require.True(t, render.Equal(before, res.Files.Owned()), "edge-d keeps its broker; nothing of site-b is read")
 }
+
+// With spec.clusters, after: naming a Configuration that does not select a cluster the waiting
+// one selects would hold its Pods for ever in that cluster: an error at the after: line there,
+// while the clusters both select render it.
+func TestAfterAcrossClusters(t *testing.T) {
+	reader := strings.Replace(podConfig, "  name: cam\n", "  name: reader\n  annotations:\n    gitbroker.dev/after: fw\n", 1)
+	fw := strings.Replace(jobConfig("fw", ""), "  name: fw\n", "  name: fw\n  annotations:\n    gitbroker.dev/clusters: ring=canary\n", 1)
+	require.Contains(t, fw, "gitbroker.dev/clusters")
+	tree := repo(map[string]string{
+		"gitbroker.yaml":             "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  clusters:\n  - name: site-a\n    labels: {ring: canary}\n    nodes: [edge-a]\n  - name: site-b\n    nodes: [edge-b]\n",
+		"configurations/reader.yaml": reader,
+		"configurations/fw.yaml":     fw,
+		"inventory/edge-a.yaml":      inventory("edge-a", entry("reader", "c1"), entry("fw", "c1")),
+		"inventory/edge-b.yaml":      inventory("edge-b", entry("reader", "c2"), entry("fw", "c2")),
+	})
+	res := render.Render(render.Request{Files: tree})
+	require.Len(t, res.Errors, 1, res.Errors.Error())
+	require.Equal(t, "configurations/reader.yaml", res.Errors[0].File)
+	require.Equal(t, "metadata.annotations."+api.AnnotationAfter, res.Errors[0].Field)
+	require.Contains(t, res.Errors[0].Message, "Configuration fw does not select cluster site-b")
+	require.NotEmpty(t, filesUnder(res.Files, "rendered/site-a/default/fw/", ""), "site-a runs fw")
+	require.Empty(t, filesUnder(res.Files, "rendered/site-b/default/", ""), "nothing waits for ever in site-b")
+}

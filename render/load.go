@@ -209,6 +209,9 @@ func (p *pass) checkAfter(l *loaded, set *configSet) {
 				set.errs[f] = append(set.errs[f], c.Doc.Errorf(field, "no Configuration %s is defined (in namespace %s: %s); its broker Pods would wait for ever", c.Policy.After, c.Namespace, namesIn(known, c.Namespace)))
 			case ok && len(set.definers[target]) == 1 && !a.IsJobBroker():
 				set.errs[f] = append(set.errs[f], c.Doc.Errorf(field, "Configuration %s has no brokerJobSpec; after: waits for a Job of it to succeed on the device, so its broker Pods would wait for ever", c.Policy.After))
+			case ok && p.r.cluster != nil && p.r.cluster.Selects(c.Policy.Clusters()) && !p.r.cluster.Selects(a.Policy.Clusters()):
+				// A Job of the other runs only in the clusters it selects.
+				set.errs[f] = append(set.errs[f], c.Doc.Errorf(field, "Configuration %s does not select cluster %s, which this one does; after: waits for a Job of it to succeed on the device, so its broker Pods would wait for ever there", c.Policy.After, p.r.cluster.Name))
 			}
 		}
 	}
