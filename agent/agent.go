@@ -120,7 +120,9 @@ type Agent struct {
 	// instanceDigests are the publication's instance digests that are not Akri's 3-byte ones,
 	// by Configuration key (digestsOf).
 	instanceDigests map[string]map[api.DeviceKey]string
-	noHandler       map[string]bool
+	// cluster is the node's cluster in the published gitbroker.yaml's spec.clusters, or "".
+	cluster   string
+	noHandler map[string]bool
 	// shares are the slots of the shared instances this node may offer (Options.Shares), and
 	// sharesErr the error their last read gave, logged once.
 	shares    map[string]int
@@ -319,7 +321,7 @@ func (a *Agent) Sync(ctx context.Context) (Outcome, error) {
 		a.ready.Store(false)
 		return Outcome{NotEnrolled: enrolErr}, err
 	}
-	if digests, err := readInstanceDigests(src); err != nil {
+	if digests, err := readInstanceDigests(src, a.cluster); err != nil {
 		a.opts.Log.Error(err, "naming instances by Akri's digests alone")
 		a.instanceDigests = nil
 	} else {
@@ -399,6 +401,11 @@ func (a *Agent) configurations(head gitsync.Snapshot) (map[string]*api.ParsedCon
 		s, errs := api.ParseSettings(api.SettingsPath, b)
 		if len(errs) == 0 {
 			defaultNS = s.DefaultNamespace
+			// With spec.clusters, the node's cluster: its longer instance digests are its own.
+			a.cluster = ""
+			if of := s.Clusters.Of(a.opts.Node); len(of) == 1 {
+				a.cluster = of[0]
+			}
 			delete(a.reported, api.SettingsPath)
 		} else if a.report(api.SettingsPath, errs) {
 			a.opts.Log.Error(errs, "invalid settings; using the default namespace", "file", api.SettingsPath)

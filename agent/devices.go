@@ -114,8 +114,9 @@ func (a *Agent) digestsOf(config string, keys []api.DeviceKey) map[api.DeviceKey
 }
 
 // readInstanceDigests reads api.InstanceDigestsPath from the Configurations' source: by
-// Configuration, the device keys whose instance digests are not Akri's 3-byte ones.
-func readInstanceDigests(src gitsync.Snapshot) (map[string]map[api.DeviceKey]string, error) {
+// Configuration, the device keys whose instance digests are not Akri's 3-byte ones in cluster
+// (the node's, with gitbroker.yaml spec.clusters; entries of other clusters are theirs).
+func readInstanceDigests(src gitsync.Snapshot, cluster string) (map[string]map[api.DeviceKey]string, error) {
 	data, err := src.ReadFile(api.InstanceDigestsPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -136,6 +137,9 @@ func readInstanceDigests(src gitsync.Snapshot) (map[string]map[api.DeviceKey]str
 		for _, d := range l {
 			if len(d.Digest) != 12 && len(d.Digest) != 32 || strings.Trim(d.Digest, "0123456789abcdef") != "" {
 				return nil, fmt.Errorf("%s: %s: device %q: digest %q is not 12 or 32 lower-case hex characters", api.InstanceDigestsPath, cfg, d.Device, d.Digest)
+			}
+			if d.Cluster != "" && d.Cluster != cluster {
+				continue
 			}
 			m[d.Key()] = d.Digest
 		}

@@ -116,6 +116,11 @@ type InstanceDigest struct {
 	// Node is the node of an unshared device; empty for a shared one.
 	Node   string `json:"node,omitempty"`
 	Digest string `json:"digest"`
+	// Cluster, with gitbroker.yaml spec.clusters, is the cluster whose render gave the digest:
+	// the agents of its nodes alone name the device so. A shared device's id may be seen in
+	// several clusters (a camera's private address, at every site) and collide in one of them
+	// only; the others name it by Akri's digest.
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // Key is the device key of d.

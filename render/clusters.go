@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"path"
@@ -496,30 +497,32 @@ func (r *Renderer) writeClustersMetadata(res *Result, req Request, prevMeta Meta
 		return
 	}
 	m := Metadata{APIVersion: api.APIVersion, Kind: "RenderMetadata", SourceCommit: req.SourceCommit, InputsDigest: res.InputsDigest, Writers: writers}
-	// The devices whose instances use a longer digest, from every cluster, for the agents.
+	// The devices whose instances use a longer digest, from every cluster, each with its
+	// cluster, for the agents of that cluster's nodes.
 	for _, c := range sortedKeys(r.clusters) {
 		cm := ParseMetadata(res.Files[clusterDir(RenderedDir, c)+strings.TrimPrefix(MetadataPath, RenderedDir)])
 		for k, ds := range cm.InstanceDigests {
 			if m.InstanceDigests == nil {
 				m.InstanceDigests = map[string][]InstanceDigest{}
 			}
-			m.InstanceDigests[k] = mergeInstanceDigests(m.InstanceDigests[k], ds)
+			m.InstanceDigests[k] = mergeInstanceDigests(m.InstanceDigests[k], ds, c)
 		}
 	}
 	res.Files[MetadataPath] = yamlcodec.Marshal(m)
 	wroteMetadata(res.Files[MetadataPath], m)
 }
 
-// mergeInstanceDigests is the union of two lists of one Configuration's longer digests, sorted
-// by device.
-func mergeInstanceDigests(a, b []InstanceDigest) []InstanceDigest {
+// mergeInstanceDigests adds cluster's list of one Configuration's longer digests to a, each
+// entry naming cluster, sorted by device, node and cluster.
+func mergeInstanceDigests(a, b []InstanceDigest, cluster string) []InstanceDigest {
 	out := slices.Clone(a)
 	for _, d := range b {
-		if !slices.Contains(out, d) {
-			out = append(out, d)
-		}
+		d.Cluster = cluster
+		out = append(out, d)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	slices.SortFunc(out, func(x, y InstanceDigest) int {
+		return cmp.Or(strings.Compare(x.Device, y.Device), strings.Compare(x.Node, y.Node), strings.Compare(x.Cluster, y.Cluster))
+	})
 	return out
 }
 

@@ -413,6 +413,55 @@ func TestFailClosedDigestCollisionRenamesNothing(t *testing.T) {
 	require.Contains(t, s.renderedFile(newcomer[0]), "akri.sh/"+long+": \"1\"")
 }
 
+// With spec.clusters, a shared device's id may be seen in several clusters (a camera's private
+// address, at every site) and collide in one of them only. The longer digests that cluster
+// gives are its own: another cluster renders the device by Akri's digest, and its nodes' agents
+// serve that name, not the colliding cluster's (their brokers would otherwise ask for a
+// resource no device plugin serves).
+func TestDigestCollisionInOneClusterRenamesNothingInAnother(t *testing.T) {
+	s := newSignedLoop(t)
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{api.SettingsPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n" +
+		"  clusters:\n  - name: site-a\n    nodes: [edge-a]\n  - name: site-b\n    nodes: [edge-b]\n"}, nil, "two sites")
+	s.renderer.AllowDeletions = true // the one-cluster layout of the first render moves under the clusters'
+	s.renderTrust()
+	s.renderer.AllowDeletions = false
+	a, b := collidingIDs()
+	s.nodes["edge-a"].set("default/akri-debug-echo", "shared:"+a, "shared:"+b)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+a)
+	plugin := &pluginSink{}
+	store, _ := s.refs.agent("edge-b", gitsync.WithSigner(s.keys["node:edge-b"]), gitsync.WithOwnHistory())
+	edgeB, err := agent.New(agent.Options{Node: "edge-b", Store: store, Configurations: s.refs.published(s.allowed),
+		Handlers: agent.Builtin{"debugEcho": s.nodes["edge-b"]}, Log: logr.Discard(), Devices: plugin})
+	require.NoError(t, err)
+	s.agents["edge-b"] = edgeB
+	s.discover()
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Errors)
+
+	// site-a gives the colliding pair longer digests; site-b names a by Akri's.
+	siteA := s.podsOn("edge-a")
+	require.Len(t, siteA, 2, s.plan(out))
+	for _, p := range siteA {
+		require.True(t, strings.HasPrefix(p, "rendered/site-a/"), p)
+		require.Len(t, strings.TrimSuffix(strings.TrimPrefix(path.Base(p), "deployment-edge-a-"), ".yaml"), len("akri-debug-echo-")+12, p)
+	}
+	siteB := s.podsOn("edge-b")
+	require.Len(t, siteB, 1)
+	short := strings.TrimSuffix(strings.TrimPrefix(path.Base(siteB[0]), "deployment-edge-b-"), ".yaml")
+	require.Equal(t, "akri-debug-echo-"+api.AkriDigest(api.DeviceKey{ID: a, Shared: true}, 3), short)
+	meta := render.ParseMetadata([]byte(s.renderedFile(render.MetadataPath)))
+	require.Len(t, meta.InstanceDigests["default/akri-debug-echo"], 2)
+	for _, d := range meta.InstanceDigests["default/akri-debug-echo"] {
+		require.Equal(t, "site-a", d.Cluster, "%+v", d)
+	}
+
+	// edge-b's agent, having read the publication with site-a's digests, serves site-b's name.
+	_, err = edgeB.Sync(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{short}, plugin.names())
+	require.Contains(t, s.renderedFile(siteB[0]), "akri.sh/"+short+": \"1\"")
+}
+
 // Finding 10: a one-shot render after gitbroker/rendered was deleted started from nothing: it
 // accepted a replayed older node commit, forgot every JobRecord and queued a Succeeded Job
 // again. A renderer that published before refuses to start over; the render daemon, which
