@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
@@ -52,18 +51,7 @@ func TestArgoCDDRA(t *testing.T) {
 	applyArgoCD(t, c, srv.URL(), ns, keyID)
 
 	head := srv.On(verify.RenderedBranch).Head()
-	eventually(t, 3*time.Minute, "Application lookout synced at "+head[:7]+" and Healthy", func() (bool, string) {
-		require.NoError(t, argo.Alive())
-		a, err := c.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(ctx, "gitbroker-"+ns+"-lookout", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
-		st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
-		h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
-		msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
-		return rev == head && st == "Synced" && h == "Healthy", fmt.Sprintf("revision %.7s, %s, %s: %s", rev, st, h, msg)
-	})
+	waitApplicationSynced(t, c, argo, "gitbroker-"+ns+"-lookout", head, "Healthy")
 	inst := instance("lookout", "lookout-cam", "")
 	slice, err := c.Client.ResourceV1().ResourceSlices().Get(ctx, api.DRAResourceSliceName(ns, inst), metav1.GetOptions{})
 	require.NoError(t, err)

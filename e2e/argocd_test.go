@@ -139,6 +139,26 @@ func startArgoCluster(t *testing.T, dir string) (*Cluster, *ArgoCD, string, stri
 	return c, argo, keys, rendererKey, renderer.KeyID()
 }
 
+// waitApplicationSynced waits until Argo CD's Application name in cluster c has synced the
+// rendered head and reports Synced with health.
+func waitApplicationSynced(t *testing.T, c *Cluster, argo *ArgoCD, name, head, health string) {
+	t.Helper()
+	eventually(t, 3*time.Minute, "Application "+name+" synced at "+head[:7]+" and "+health, func() (bool, string) {
+		require.NoError(t, argo.Alive())
+		a, err := c.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
+		st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
+		h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
+		op, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "phase")
+		msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
+		cond, _, _ := unstructured.NestedSlice(a.Object, "status", "conditions")
+		return rev == head && st == "Synced" && h == health, fmt.Sprintf("revision %.7s, %s, %s, last sync %s: %s %v", rev, st, h, op, msg, cond)
+	})
+}
+
 // applyArgoCD applies deploy/argocd as a user does, pointed at url, the AppProject admitting the
 // broker namespace ns and only commits keyID signed, the ApplicationSet polling often.
 func applyArgoCD(t *testing.T, c *Cluster, url, ns, keyID string) {
@@ -215,20 +235,7 @@ func TestArgoCD(t *testing.T) {
 	// Synced with the given health.
 	synced := func(t *testing.T, cfg, health string) {
 		t.Helper()
-		head := rendered.Head()
-		eventually(t, 3*time.Minute, "Application "+cfg+" synced at "+head[:7]+" and "+health, func() (bool, string) {
-			require.NoError(t, argo.Alive())
-			a := app(cfg)
-			if a == nil {
-				return false, "no Application yet"
-			}
-			rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
-			st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
-			h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
-			op, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "phase")
-			msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
-			return rev == head && st == "Synced" && h == health, fmt.Sprintf("revision %.7s, %s, %s, last sync %s: %s", rev, st, h, op, msg)
-		})
+		waitApplicationSynced(t, cluster, argo, "gitbroker-"+argoBrokers+"-"+cfg, rendered.Head(), health)
 	}
 	pods := func(cfg string) map[string]types.UID {
 		list, err := cluster.Client.CoreV1().Pods(argoBrokers).List(ctx, metav1.ListOptions{LabelSelector: managed + ",akri.sh/configuration=" + cfg})

@@ -496,20 +496,7 @@ subjects:
 
 	head := srv.On(verify.RenderedBranch).Head()
 	for site, c := range sites {
-		eventually(t, 3*time.Minute, "Application gitbroker-"+site+" synced at "+head[:7]+" and Healthy", func() (bool, string) {
-			require.NoError(t, argo.Alive())
-			a, err := hub.Dynamic.Resource(applicationGVR).Namespace(ArgoNamespace).Get(ctx, "gitbroker-"+site, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			rev, _, _ := unstructured.NestedString(a.Object, "status", "sync", "revision")
-			st, _, _ := unstructured.NestedString(a.Object, "status", "sync", "status")
-			h, _, _ := unstructured.NestedString(a.Object, "status", "health", "status")
-			op, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "phase")
-			msg, _, _ := unstructured.NestedString(a.Object, "status", "operationState", "message")
-			cond, _, _ := unstructured.NestedSlice(a.Object, "status", "conditions")
-			return rev == head && st == "Synced" && h == "Healthy", fmt.Sprintf("revision %.7s, %s, %s, last sync %s: %s %v", rev, st, h, op, msg, cond)
-		})
+		waitApplicationSynced(t, hub, argo, "gitbroker-"+site, head, "Healthy")
 		want := map[string]string{"cam": nodeOf[site]}
 		if site == canarySite {
 			want["scale"] = nodeOf[site]
