@@ -25,6 +25,7 @@ import (
 	"github.com/gitbroker/gitbroker/deploy"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
@@ -117,12 +118,15 @@ func TestManyClusters(t *testing.T) {
 
 func manyClusters(t *testing.T, folderSources bool) {
 	ctx := context.Background()
-	// Each run's processes log to files of their own (startGitbroker reads their addresses there).
-	logName := strings.ReplaceAll(t.Name(), "/", "-")
+	// Each run's clusters and processes have folders and logs of their own (startGitbroker reads
+	// a process's addresses from its log), also under go test -count.
+	runDir, err := os.MkdirTemp(cluster.Dir, strings.ReplaceAll(t.Name(), "/", "-")+"-")
+	require.NoError(t, err)
+	logName := filepath.Base(runDir)
 	sites := map[string]*Cluster{}
 	for _, site := range []string{canarySite, laterSite} {
 		start, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		c, err := StartCluster(start, cluster.bin, filepath.Join(cluster.Dir, logName+"-"+site))
+		c, err := StartCluster(start, cluster.bin, filepath.Join(runDir, site))
 		cancel()
 		require.NoError(t, err)
 		t.Cleanup(c.Stop)
@@ -272,12 +276,18 @@ func manyClusters(t *testing.T, folderSources bool) {
 	waitRecordedAvailable(t, srv, sites, "r1")
 
 	// The canary's ref is deleted while its recorder is down (a careless force-push, or an
-	// attacker's). The renderer keeps the records it verified; the recorder, restarted with
-	// nothing in memory, recovers by itself: its new line starts on the tip the renderer
-	// accepted, and what follows needs its records.
+	// attacker's), once the renderer has taken its last commit. The renderer keeps the records
+	// it verified; the recorder, restarted with nothing in memory, recovers by itself: its new
+	// line names the commit the renderer accepted, and what follows needs its records.
 	recorders[canarySite].Stop(30 * time.Second)
-	oldLine, err := exec.Command("git", "-C", srv.Bare(), "log", "--format=%H", api.ClusterStatusBranch(canarySite)).Output()
-	require.NoError(t, err)
+	statusRef := api.ClusterStatusBranch(canarySite)
+	var accepted string
+	eventually(t, time.Minute, "the renderer to accept the canary recorder's last commit", func() (bool, string) {
+		meta, _ := rendered.File(render.MetadataPath)
+		accepted = render.ParseMetadata([]byte(meta)).Writers[statusRef]
+		tip := srv.On(statusRef).Head()
+		return accepted == tip, fmt.Sprintf("accepted %.12s, tip %.12s", accepted, tip)
+	})
 	srv.SetRef(api.ClusterStatusBranch(canarySite), "")
 	startRecorder(canarySite, "-restarted")
 	eventually(t, time.Minute, "the restarted recorder's new line", func() (bool, string) {
@@ -319,9 +329,7 @@ func manyClusters(t *testing.T, folderSources bool) {
 	waitRecordedAvailable(t, srv, sites, "r3")
 	out, err = exec.Command("git", "-C", srv.Bare(), "log", "--max-parents=0", "--format=%(trailers:key="+gitsync.TrailerReplaces+",valueonly)", api.ClusterStatusBranch(canarySite)).Output()
 	require.NoError(t, err)
-	replaces := strings.TrimSpace(string(out))
-	require.NotEmpty(t, replaces, "the restarted recorder's new line names the tip the renderer accepted")
-	require.Contains(t, strings.Fields(string(oldLine)), replaces, "a commit of the deleted line")
+	require.Equal(t, accepted, strings.TrimSpace(string(out)), "the restarted recorder's new line names the tip the renderer accepted")
 	// The renders, oldest first: the first that gives each site r3.
 	first := map[string]int{}
 	log := rendered.Log()
@@ -403,9 +411,11 @@ func waitRecordedAvailable(t *testing.T, srv *gitsynctest.Server, sites map[stri
 // region=eu reaches plant-a alone.
 func TestManyClustersWithArgoCD(t *testing.T) {
 	ctx := context.Background()
-	hub, argo, keys, rendererKey, keyID := startArgoCluster(t, "argocd-sites")
+	runDir, err := os.MkdirTemp(cluster.Dir, "argocd-sites-") // its own, also under go test -count
+	require.NoError(t, err)
+	hub, argo, keys, rendererKey, keyID := startArgoCluster(t, filepath.Join(filepath.Base(runDir), canarySite))
 	start, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	store, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(cluster.Dir, "argocd-"+laterSite))
+	store, err := StartClusterWithoutFlux(start, cluster.bin, filepath.Join(runDir, laterSite))
 	cancel()
 	require.NoError(t, err)
 	t.Cleanup(store.Stop)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -79,16 +80,33 @@ func (p *process) Stop(grace time.Duration) {
 	}
 }
 
-// freePort finds a free TCP port on loopback. Another process could take
-// it before it is used; on this single-user machine that does not happen.
+// freePort finds a free TCP port on loopback, never one it gave before. Another program could
+// take it before it is used; on this single-user machine that does not happen.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// A port given out is not given again: the process it went to may bind it only later
+		// (source-controller's artifact server binds after it reports ready), and the kernel
+		// would hand the free port to the next caller, a second cluster's etcd, say.
+		if !givenPorts.m[port] {
+			givenPorts.m[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// givenPorts are the ports freePort gave out.
+var givenPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
 
 // addr is 127.0.0.1:port.
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
