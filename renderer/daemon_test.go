@@ -101,6 +101,8 @@ func TestDaemonRendersOnAPushWebhook(t *testing.T) {
 	require.Equal(t, []string{"refs/heads/" + verify.RenderedBranch}, g.Refs)
 	require.GreaterOrEqual(t, testutil.ToFloat64(f.d.Metrics.wakes.WithLabelValues("notification")), 1.0)
 	// The renderer's own pushes came back as webhooks and were ignored, waking nothing more.
+	// (The node's render is counted once it has also published: after the rendered head moves.)
+	f.waitRenders(t, 2)
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(f.hook.Counter(notify.ResultIgnored)) >= 2
 	}, 10*time.Second, 20*time.Millisecond)
