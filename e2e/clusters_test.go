@@ -144,24 +144,15 @@ func manyClusters(t *testing.T, folderSources bool) {
 	}
 	// Every writer and a person get a key; a person's signed commit enrolls them: each site's
 	// recorder as recorder:<site>.
-	keyDir := t.TempDir()
-	keys := map[string]string{}
-	var allowed strings.Builder
 	principals := []string{"renderer", "alice@example.com"}
 	for site, node := range nodeOf {
 		principals = append(principals, trust.RecorderPrincipal(site), trust.NodePrincipal(node))
 	}
-	for _, p := range principals {
-		f := filepath.Join(keyDir, strings.ReplaceAll(p, ":", "-"), "signing-key")
-		k, _, err := trust.LoadOrCreateSigner(f, p)
-		require.NoError(t, err)
-		keys[p] = f
-		allowed.WriteString(k.AllowedSignersLine(p) + "\n")
-	}
+	keys, allowed := writerKeys(t, principals)
 	person := keys["alice@example.com"]
-	srv.CommitSigned(person, map[string]string{".gitbroker/allowed_signers": allowed.String(), "gitbroker.yaml": settings}, nil, "two sites, and their writers enrolled")
-	rendererKey := filepath.Join(keyDir, "renderer.allowed_signers")
-	require.NoError(t, os.WriteFile(rendererKey, []byte(allowed.String()), 0o644))
+	srv.CommitSigned(person, map[string]string{".gitbroker/allowed_signers": allowed, "gitbroker.yaml": settings}, nil, "two sites, and their writers enrolled")
+	rendererKey := filepath.Join(t.TempDir(), "renderer.allowed_signers")
+	require.NoError(t, os.WriteFile(rendererKey, []byte(allowed), 0o644))
 
 	// Each site's Flux objects, as the guide writes them, reviewed onto main.
 	work := t.TempDir()
@@ -201,12 +192,7 @@ func manyClusters(t *testing.T, folderSources bool) {
 		for _, ns := range []string{sitesBrokers, fleetSystem} {
 			require.NoError(t, c.CreateNamespace(ctx, ns))
 		}
-		for _, obj := range build(t, "../deploy") {
-			switch obj.GetKind() {
-			case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
-				require.NoError(t, c.ApplyObject(ctx, obj))
-			}
-		}
+		applyWritersRBAC(t, c)
 		kubeconfig, err := c.ServiceAccountKubeconfig(ctx, fleetSystem, "gitbroker-recorder")
 		require.NoError(t, err)
 		kubeconfigs[site] = kubeconfig

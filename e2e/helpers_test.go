@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -302,4 +304,33 @@ func retarget(obj *unstructured.Unstructured, ns string) {
 		}
 	}
 	_ = unstructured.SetNestedSlice(obj.Object, subjects, "subjects")
+}
+
+// applyWritersRBAC applies deploy/'s ServiceAccounts and RBAC in cluster c, so the renderer and
+// the recorder run there with the permissions a user gives them.
+func applyWritersRBAC(t testing.TB, c *Cluster) {
+	t.Helper()
+	for _, obj := range build(t, "../deploy") {
+		switch obj.GetKind() {
+		case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+			require.NoError(t, c.ApplyObject(context.Background(), obj))
+		}
+	}
+}
+
+// writerKeys makes a signing key for each principal in a folder of the test's: their files by
+// principal, and the allowed_signers lines that enroll them all.
+func writerKeys(t testing.TB, principals []string) (map[string]string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	keys := map[string]string{}
+	var allowed strings.Builder
+	for _, p := range principals {
+		f := filepath.Join(dir, strings.ReplaceAll(p, ":", "-"), "signing-key")
+		k, _, err := trust.LoadOrCreateSigner(f, p)
+		require.NoError(t, err)
+		keys[p] = f
+		allowed.WriteString(k.AllowedSignersLine(p) + "\n")
+	}
+	return keys, allowed.String()
 }

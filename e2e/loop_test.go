@@ -507,12 +507,7 @@ func startLoop(t *testing.T) *loop {
 	}
 	// The renderer and the recorder run as their ServiceAccounts, with the
 	// RBAC in deploy/: the permissions they are given are the ones tested.
-	for _, obj := range build(t, "../deploy") {
-		switch obj.GetKind() {
-		case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
-			require.NoError(t, cluster.ApplyObject(ctx, obj))
-		}
-	}
+	applyWritersRBAC(t, cluster)
 
 	require.NoError(t, cluster.SetContainerLog("flashing 4.2.0 onto plc-1", "password=hunter2 accepted", "done"))
 
@@ -530,17 +525,10 @@ func startLoop(t *testing.T) *loop {
 	files["gitbroker.yaml"] = string(settings)
 	l := &loop{t: t, srv: gitsynctest.NewServer(t, "main", files), avail: map[string]string{}, keys: map[string]string{}}
 	// Every writer and a person get a key; a person's signed commit enrolls them all.
-	keys := t.TempDir()
-	for _, p := range append([]string{"renderer", "recorder", "alice@example.com"}, nodePrincipals(nodes)...) {
-		f := filepath.Join(keys, strings.ReplaceAll(p, ":", "-"), "signing-key")
-		k, _, err := trust.LoadOrCreateSigner(f, p)
-		require.NoError(t, err)
-		l.keys[p] = f
-		l.allowed += k.AllowedSignersLine(p) + "\n"
-	}
+	l.keys, l.allowed = writerKeys(t, append([]string{"renderer", "recorder", "alice@example.com"}, nodePrincipals(nodes)...))
 	l.commit(map[string]string{".gitbroker/allowed_signers": l.allowed}, nil, "enroll the writers")
 	// The agents pin the renderer's key, as deploy/ does: allowed_signers names it as renderer.
-	rendererKey := filepath.Join(keys, "renderer.allowed_signers")
+	rendererKey := filepath.Join(t.TempDir(), "renderer.allowed_signers")
 	require.NoError(t, os.WriteFile(rendererKey, []byte(l.allowed), 0o644))
 	l.rendererKey = rendererKey
 

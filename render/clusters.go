@@ -415,8 +415,8 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 // switchedLayout says why a render that removes a whole folder no declared cluster renders is
 // refused, whatever the deletion budget: turning spec.clusters on over a one-cluster rendered/
 // (every broker moves to rendered/<cluster>/, and the folders a Flux or Argo CD may still apply
-// go), or a cluster taken out of spec.clusters (all its brokers go). stale are the previous files outside every cluster's
-// folder.
+// go), or a cluster taken out of spec.clusters (all its brokers go). stale are the previous
+// files outside every cluster's folder.
 func switchedLayout(stale []string) string {
 	for _, f := range stale {
 		if _, ok := parseObjectPath(f); ok {

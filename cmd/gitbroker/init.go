@@ -276,10 +276,10 @@ func (o *initOptions) repoSettings(flag string) (api.ResolvedSettings, error) {
 // ApplicationSet (one Application per cluster, rendered/<cluster>/) and the AppProject.
 func (o *initOptions) argoClusterFiles() (render.Tree, error) {
 	s, err := o.repoSettings(flagInitClusters)
-	cs := s.Clusters
 	if err != nil {
 		return nil, err
 	}
+	cs := s.Clusters
 	var names []string
 	for _, c := range cs.List {
 		names = append(names, c.Name)
@@ -304,10 +304,10 @@ func (o *initOptions) argoClusterFiles() (render.Tree, error) {
 // the repository's gitbroker.yaml declares.
 func (o *initOptions) clusterFiles() (render.Tree, error) {
 	s, err := o.repoSettings(flagInitCluster)
-	cs := s.Clusters
 	if err != nil {
 		return nil, err
 	}
+	cs := s.Clusters
 	if _, ok := cs.Named(o.Cluster); !ok {
 		var names []string
 		for _, c := range cs.List {
