@@ -225,6 +225,10 @@ func (r *Recorder) Run(ctx context.Context) error {
 	r.opts.Log.Info("watching broker Jobs", "selector", Selector, "namespaces", r.opts.Namespaces)
 	var repair <-chan time.Time
 	if _, ok := r.opts.Store.(restorer); ok && r.opts.Repair > 0 {
+		// A recorder that starts (a restart, a new Pod) puts its ref back first: with nothing
+		// to record, a commit someone planted while it was down would otherwise stay on top
+		// until the first tick, and every render meanwhile would refuse the status ref.
+		r.Restore(ctx)
 		t := time.NewTicker(r.opts.Repair)
 		defer t.Stop()
 		repair = t.C

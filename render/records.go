@@ -32,7 +32,7 @@ func (p *pass) loadRecords(l *loaded) {
 			continue
 		}
 		k := parsed.rec.Namespace + "/" + parsed.rec.Name
-		if p.req.RenderedJobsOnly && rendered == nil {
+		if rendered == nil {
 			rendered = p.renderedJobs()
 			l.rendered = rendered
 		}
@@ -40,9 +40,15 @@ func (p *pass) loadRecords(l *loaded) {
 			l.ignoredRecords = append(l.ignoredRecords, recordProblem(f, fmt.Sprintf("the Job %s was never rendered here; the record is ignored", k)))
 			continue
 		}
-		if p.req.RenderedJobsOnly {
-			if why := p.recordMismatch(l, parsed.rec.JobRecord); why != "" {
-				l.ignoredRecords = append(l.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
+		// A work tree's record of a Job it never rendered is taken as written (its files are
+		// the people's); one of a Job it rendered must agree with that Job, in every form.
+		if rendered[k] > 0 {
+			if field, why := p.recordMismatch(l, parsed.rec.JobRecord); why != "" {
+				if p.req.RenderedJobsOnly {
+					l.ignoredRecords = append(l.ignoredRecords, recordProblem(f, why+"; the record is ignored"))
+				} else {
+					p.errs = append(p.errs, fieldErrorAt(f, data, field, why+"; the record is ignored"))
+				}
 				continue
 			}
 		}
@@ -71,14 +77,14 @@ func (p *pass) loadRecords(l *loaded) {
 // release the Pods waiting on, only the very Job it is the outcome of. The Job is looked for
 // where the record's own claims put it (history/ by its path, rendered/ in the claimed
 // Configuration's folder), so a record that claims another Configuration finds nothing.
-func (p *pass) recordMismatch(l *loaded, rec *api.JobRecord) string {
+func (p *pass) recordMismatch(l *loaded, rec *api.JobRecord) (field, why string) {
 	ns, name, cfgName, inst := rec.Namespace, rec.Name, rec.Spec.Configuration, rec.Spec.Instance
 	if _, ok := p.prev[historyPath(ns, cfgName, inst, name)]; ok {
 		h := p.history(historyPath(ns, cfgName, inst, name))
 		if h.err == nil && h.entry != nil && h.entry.record != nil && h.entry.record.Spec.DeviceID != rec.Spec.DeviceID {
-			return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.entry.record.Spec.DeviceID)
+			return "spec.deviceID", fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.entry.record.Spec.DeviceID)
 		}
-		return ""
+		return "", ""
 	}
 	var candidates []string
 	if cfg, ok := l.configs[ns+"/"+cfgName]; ok {
@@ -103,11 +109,11 @@ func (p *pass) recordMismatch(l *loaded, rec *api.JobRecord) string {
 		}
 	}
 	if file == "" {
-		return fmt.Sprintf("it names Configuration %s and instance %s, but the Job %s/%s was not rendered for them", cfgName, inst, ns, name)
+		return "spec.configuration", fmt.Sprintf("it names Configuration %s and instance %s, but the Job %s/%s was not rendered for them", cfgName, inst, ns, name)
 	}
 	h := p.head(file, p.prev[file])
 	if h.err != nil {
-		return fmt.Sprintf("the Job %s/%s it names cannot be read", ns, name)
+		return "metadata.name", fmt.Sprintf("the Job %s/%s it names cannot be read", ns, name)
 	}
 	jns := h.Metadata.Namespace
 	if jns == "" {
@@ -115,15 +121,25 @@ func (p *pass) recordMismatch(l *loaded, rec *api.JobRecord) string {
 	}
 	switch {
 	case jns != ns || h.Metadata.Name != name:
-		return fmt.Sprintf("it names the Job %s/%s, but %s holds %s/%s", ns, name, file, jns, h.Metadata.Name)
+		return "metadata.name", fmt.Sprintf("it names the Job %s/%s, but %s holds %s/%s", ns, name, file, jns, h.Metadata.Name)
 	case h.Metadata.Labels[api.LabelConfiguration] != cfgName:
-		return fmt.Sprintf("it names Configuration %s, but the Job %s/%s belongs to %q", cfgName, ns, name, h.Metadata.Labels[api.LabelConfiguration])
+		return "spec.configuration", fmt.Sprintf("it names Configuration %s, but the Job %s/%s belongs to %q", cfgName, ns, name, h.Metadata.Labels[api.LabelConfiguration])
 	case h.Metadata.Labels[api.LabelInstance] != inst:
-		return fmt.Sprintf("it names instance %s, but the Job %s/%s ran for instance %q", inst, ns, name, h.Metadata.Labels[api.LabelInstance])
+		return "spec.instance", fmt.Sprintf("it names instance %s, but the Job %s/%s ran for instance %q", inst, ns, name, h.Metadata.Labels[api.LabelInstance])
 	case h.Metadata.Annotations[api.AnnotationDeviceID] != rec.Spec.DeviceID:
-		return fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.Metadata.Annotations[api.AnnotationDeviceID])
+		return "spec.deviceID", fmt.Sprintf("it names device %q, but the Job %s/%s ran for device %q", rec.Spec.DeviceID, ns, name, h.Metadata.Annotations[api.AnnotationDeviceID])
 	}
-	return ""
+	return "", ""
+}
+
+// fieldErrorAt is an error at field of a one-document file, with the field's line when the
+// file parses.
+func fieldErrorAt(file string, data []byte, field, msg string) *api.FieldError {
+	e := &api.FieldError{File: file, Field: field, Message: msg}
+	if docs, err := api.SplitDocuments(file, data); err == nil && len(docs) == 1 {
+		e.Line = docs[0].LineOf(field)
+	}
+	return e
 }
 
 // renderedJobs is every Job (namespace/name) in the previous rendered/ and history/.

@@ -332,7 +332,14 @@ func (d *Daemon) Lead(ctx context.Context, client kubernetes.Interface, e Electi
 		if d.Endpoint != nil {
 			go d.Endpoint.publish(ctx, client, d.Log, e.RetryPeriod)
 		}
-		d.Renderer.StartFrom(lock.Found())
+		if found := lock.Found(); found != "" {
+			d.Renderer.StartFrom(found)
+		} else if d.Renderer.Pushed() == "" {
+			// No leader of this Lease ever pushed: the repository's first render is this
+			// deployment's to make. The Lease is out of every git writer's reach, so deleting
+			// the renderer's branches later never makes another start from nothing.
+			d.Renderer.Sources.FirstRender = true
+		}
 		d.Run(ctx)
 	})
 }

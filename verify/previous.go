@@ -65,6 +65,10 @@ func previous(ctx context.Context, s Sources, rendered gitsync.Snapshot, tip mod
 					s.RenderedBranch, short(published), ConfigurationsBranch, s.RenderedBranch)
 			}
 		}
+		if (tip.allowed != nil || tip.err != nil) && s.Adopt == "" && !s.FirstRender {
+			return nil, nil, fmt.Errorf("%w: %s does not exist, and %s enrolls writers, so this render would start from nothing: it would accept whatever each writer's ref holds now (an older commit pushed back included) and forget every JobRecord. A render from nothing happens once in a repository's life: if this is its first render, give --%s; if it was rendered before, someone deleted the renderer's branches: push its last render back to %s (from any clone, or the GitOps tool's copy), or check a render commit and give --adopt-rendered <commit>",
+				ErrNoPreviousRender, s.RenderedBranch, AllowedSignersPath, FlagFirstRender, s.RenderedBranch)
+		}
 		return map[string][]byte{}, map[string][]byte{}, nil
 	}
 	if tip.allowed == nil && tip.err == nil {

@@ -12,6 +12,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -47,6 +48,14 @@ func IsPeoplePath(p string) bool {
 
 // InventoryBranch is the ref the agent of node writes.
 func InventoryBranch(node string) string { return api.InventoryBranch(node) }
+
+// ErrNoPreviousRender is a verified render that finds no previous render to start from and was
+// not told that this is the repository's first (Sources.FirstRender). The caller refuses it: it
+// renders and commits nothing.
+var ErrNoPreviousRender = errors.New("no previous render")
+
+// FlagFirstRender is the render command's flag that sets Sources.FirstRender, named in messages.
+const FlagFirstRender = "first-render"
 
 // Reader reads refs and commits of a remote; *gitsync.Repository implements it.
 type Reader interface {
@@ -95,6 +104,13 @@ type Sources struct {
 	// then not a first render, and is never started over from nothing, which would accept
 	// replayed writer commits and forget every record.
 	PublishedBefore func(ctx context.Context) (string, error)
+	// FirstRender is the caller's word that the repository has never been rendered: with
+	// verification on, a rendered branch that does not exist (and no LastPushed) is rendered
+	// from nothing only then, and is otherwise ErrNoPreviousRender. Every other trace of a
+	// previous render lives on refs that a writer's credential may delete, so only a person
+	// (render --first-render) or the render daemon's own Lease, which no writer reaches, can
+	// say a start from nothing is the repository's first.
+	FirstRender bool
 	// LastPushed is the rendered branch's commit this renderer pushed (or rendered on) last, as
 	// a render daemon remembers it (in memory and in its leader Lease). With verification, a
 	// branch that does not descend from it is reported and rendered over from it, never

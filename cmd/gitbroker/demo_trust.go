@@ -97,7 +97,7 @@ func (d *demo) trustStep(ctx context.Context) error {
 		return err
 	}
 	r := &renderer.Renderer{Store: store, Branch: "main", Engine: render.New(), Now: time.Now,
-		Sources: verify.Sources{Main: main, SourceBranch: "main", Renderer: keys["renderer"]},
+		Sources: verify.Sources{Main: main, SourceBranch: "main", Renderer: keys["renderer"], FirstRender: true},
 		Author:  gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"}}
 	out, err := r.Once(ctx)
 	if out.Result != nil {

@@ -45,13 +45,15 @@ func (l layout) recorder(extra ...gitsync.Option) *gitsync.Repository {
 }
 
 // renderer returns a renderer of main onto gitbroker/rendered, signing with signer when given.
+// It is told that the repository has never been rendered (verify.Sources.FirstRender), as each
+// test's repository is new; one that must not start from nothing turns it off.
 func (l layout) renderer(signer *trust.Signer, extra ...gitsync.Option) *renderer.Renderer {
 	if signer != nil {
 		extra = append(extra, gitsync.WithSigner(signer))
 	}
 	r := &renderer.Renderer{
 		Store:   l.open(verify.RenderedBranch, append(extra, gitsync.WithCreateBranch())...),
-		Sources: verify.Sources{Main: l.open("main", extra...), SourceBranch: "main", Signatures: &verify.Signatures{}},
+		Sources: verify.Sources{Main: l.open("main", extra...), SourceBranch: "main", Signatures: &verify.Signatures{}, FirstRender: true},
 		Branch:  "main",
 		Engine:  render.New(),
 		Author:  gitsync.Signature{Name: "gitbroker-renderer", Email: "renderer@gitbroker.dev"},

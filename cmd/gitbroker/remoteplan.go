@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,10 +40,17 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	if err != nil {
 		return nil, nil, err
 	}
+	var warnings []string
 	r := render.New()
 	req := render.Request{Files: in.Inputs, Previous: in.Rendered, SourceCommit: in.Source, Writers: in.Writers,
 		RenderedJobsOnly: in.Verified, Trust: in.Trust, Untrusted: in.Untrusted, Rejections: in.Problems()}
 	target := r.Render(req)
+	if in.Verified && in.Previous == "" {
+		// A read previews a start from nothing; a render refuses one without --first-render.
+		warnings = append(warnings, fmt.Sprintf("%s does not exist: this is what a render from nothing would do, which render refuses without --%s (the repository's first render, once in its life; if it was rendered before, its branches were deleted: push its last render back)",
+			o.remote.RenderedBranch, verify.FlagFirstRender))
+	}
+	target.Plan.Warnings = append(target.Plan.Warnings, warnings...)
 	if o.Ref == "" {
 		return target, in, nil
 	}
@@ -54,7 +62,7 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	if err != nil {
 		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
-	warnings, err := o.proposedCommits(ctx, source, in)
+	proposedWarnings, err := o.proposedCommits(ctx, source, in)
 	if err != nil {
 		return nil, nil, &exitError{Code: exitRefused, Err: err}
 	}
@@ -82,7 +90,7 @@ func (o *readOptions) remotePlan(ctx context.Context) (*render.Result, *verify.I
 	// What the proposed change's own commits would do once merged is a warning for the
 	// reviewer, not an input refused now.
 	res := r.Render(req)
-	res.Plan.Warnings = append(res.Plan.Warnings, warnings...)
+	res.Plan.Warnings = append(res.Plan.Warnings, append(warnings, proposedWarnings...)...)
 	return res, in, nil
 }
 
@@ -130,6 +138,9 @@ func (o *readOptions) verifiedInputs(ctx context.Context) (*verify.Inputs, *gits
 	}
 	// Reading holds no renderer key: the renderer's commits are the ones allowed_signers lists.
 	sources.AnyListedRenderer = true
+	// Reading writes nothing, so it previews a render from nothing rather than refuse it; the
+	// plan warns that render would refuse it (remotePlan).
+	sources.FirstRender = true
 	head, err := rendered.Snapshot(ctx)
 	if err != nil {
 		return nil, nil, &exitError{Code: exitRefused, Err: err}

@@ -55,6 +55,7 @@ type remoteOptions struct {
 	Inventory          gitsync.Options
 	RenderedBranch     string
 	AdoptRendered      string
+	FirstRender        bool
 	ReviewBranch       bool
 	ReviewBranchPrefix string
 	PRDescription      string
@@ -67,6 +68,7 @@ func (o *remoteOptions) BindFlags(cmd *cobra.Command) {
 	o.Inventory.BindRemoteFlags(cmd.Flags(), flagInventoryPrefix, "Repository holding the node refs (gitbroker/inventory/<node>), when they are kept apart from --git so that agents need no credential for it; its credentials take the same flags with the inventory- prefix, and are --git's when none is given.")
 	cmd.Flags().StringVar(&o.RenderedBranch, flagRenderedBranch, verify.RenderedBranch, "The renderer's own branch, which Flux or Argo CD syncs: each render commits rendered/ and history/ there with the verified inputs they came from.")
 	cmd.Flags().StringVar(&o.AdoptRendered, flagAdoptRendered, "", "With .gitbroker/allowed_signers, start from this commit of the rendered branch although this renderer's key did not sign it (the first render after verification is turned on, or after a new key); check it first.")
+	cmd.Flags().BoolVar(&o.FirstRender, verify.FlagFirstRender, false, "With .gitbroker/allowed_signers, render from nothing when the rendered branch does not exist: the repository's first render, which happens once in its life. Without it a render that finds no previous render is refused, since the renderer's branches may have been deleted (a render from nothing would accept replayed writer commits and forget every JobRecord). Give it by hand, once; never leave it in a daemon's arguments (a render daemon with leader election starts from nothing by itself only while its Lease records no push).")
 	cmd.Flags().BoolVar(&o.ReviewBranch, flagReviewBranch, false, "Propose the render on a new branch per source commit, for review, instead of committing to --rendered-branch; the review branch starts from --rendered-branch, so its diff is the change.")
 	cmd.Flags().StringVar(&o.ReviewBranchPrefix, flagReviewBranchPrefix, "gitbroker/render-", "Review branches are named this prefix and the source commit's first 12 characters.")
 	cmd.Flags().StringVar(&o.PRDescription, flagPRDescription, "", "With --review-branch, write the pull-request description (markdown) to this file; - is stdout.")
@@ -345,7 +347,7 @@ func (remote *remoteOptions) open(signer trust.Identity, extra ...gitsync.Option
 		return nil, nil, none, exitf(exitInvalid, "%v", err)
 	}
 	sources := verify.Sources{Main: source, SourceBranch: remote.Git.Branch, RenderedBranch: remote.RenderedBranch, Adopt: remote.AdoptRendered,
-		Signatures: &verify.Signatures{}}
+		FirstRender: remote.FirstRender, Signatures: &verify.Signatures{}}
 	sources.Renderer = signer
 	// The node refs are read apart, even from the same repository: a node's ref holds one
 	// inventory file of at most api.MaxInventorySize, so its fetches leave out any larger blob

@@ -89,10 +89,14 @@ func newSignedLoop(t *testing.T) *signedLoop {
 // startRecorder starts the recorder as a restarted one is: nothing in memory, signing with its
 // key, keeping to its own history, and naming the tip the renderer accepted should it start a
 // new line.
-func (s *signedLoop) startRecorder() {
+func (s *signedLoop) startRecorder() { s.startRecorderRepairing(-1) }
+
+// startRecorderRepairing starts the recorder as startRecorder does, putting its ref back every
+// repair (never when negative).
+func (s *signedLoop) startRecorderRepairing(repair time.Duration) {
 	rec, err := recorder.New(recorder.Options{Client: s.client, Store: s.refs.recorder(append([]gitsync.Option{gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()},
 		s.refs.acceptedTip(s.allowed, verify.StatusBranch)...)...),
-		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: -1, Log: logr.Discard()})
+		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: repair, Log: logr.Discard()})
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
