@@ -47,7 +47,7 @@ func TestArgoCDDRA(t *testing.T) {
 		run("agent", "--allow-debug-echo", "--git", srv.URL(), "--node", n, "--once", "--debug-echo-shared=true",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", avail)
 	}
-	run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+	run("render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render")
 	applyArgoCD(t, c, srv.URL(), ns, keyID)
 
 	head := srv.On(verify.RenderedBranch).Head()

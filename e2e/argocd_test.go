@@ -217,7 +217,7 @@ func TestArgoCD(t *testing.T) {
 	rendered := srv.On(verify.RenderedBranch)
 	render := func(extra ...string) string {
 		t.Helper()
-		return run(append([]string{"render", "--git", srv.URL(), "--signing-key", rendererKey}, extra...)...)
+		return run(append([]string{"render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render"}, extra...)...)
 	}
 	discover()
 	render()

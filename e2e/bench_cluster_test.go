@@ -286,7 +286,7 @@ func (cb *clusterBench) startDaemon(name string) *gbProcess {
 	require.NoError(b, os.WriteFile(host, []byte(benchHostSecret), 0o600))
 	require.NoError(b, os.WriteFile(token, []byte(benchReceiverToken), 0o600))
 	d := startGitbroker(b, name, "renderer started", "render",
-		"--git", cb.srv.URL(), "--branch", "main", "--watch", "--interval", "1h", "--signing-key", cb.rendererKey,
+		"--git", cb.srv.URL(), "--branch", "main", "--watch", "--interval", "1h", "--signing-key", cb.rendererKey, "--first-render",
 		"--webhook-addr", "127.0.0.1:0", "--webhook-secret-file", host,
 		"--flux-receiver-url", cluster.ReceiverURL, "--flux-receiver", fluxNS+"/gitbroker", "--flux-receiver-token-file", token,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
@@ -301,7 +301,7 @@ func (cb *clusterBench) startDaemon(name string) *gbProcess {
 func (cb *clusterBench) renderOnce() time.Duration {
 	cb.b.Helper()
 	start := time.Now()
-	out, err := exec.Command(gitbroker, "render", "--git", cb.srv.URL(), "--signing-key", cb.rendererKey).CombinedOutput()
+	out, err := exec.Command(gitbroker, "render", "--git", cb.srv.URL(), "--signing-key", cb.rendererKey, "--first-render").CombinedOutput()
 	require.NoError(cb.b, err, "gitbroker render: %s", out)
 	return time.Since(start)
 }

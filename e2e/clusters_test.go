@@ -206,7 +206,7 @@ func manyClusters(t *testing.T, folderSources bool) {
 			"--discovery-handlers-dir", "", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 	}
 	renderer := startGitbroker(t, logName+"-renderer", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", keys["renderer"],
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", keys["renderer"], "--first-render",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 
 	rendered := srv.On(verify.RenderedBranch)
@@ -467,7 +467,7 @@ subjects:
 			"--grace-period", "0s", "--local-grace-period", "0s", "--discovery-handlers-dir", "", "--debug-echo-availability-file", avail).CombinedOutput()
 		require.NoError(t, err, "agent %s: %s", node, out)
 	}
-	out, err = exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey).CombinedOutput()
+	out, err = exec.Command(gitbroker, "render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render").CombinedOutput()
 	require.NoError(t, err, "render: %s", out)
 
 	// argocd/ as init wrote it, with what the guide says to fill in: the broker namespace in

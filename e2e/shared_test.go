@@ -126,7 +126,7 @@ spec:
 		return true, ""
 	})
 	startGitbroker(t, "renderer-shared", "renderer started", "render",
-		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", key,
+		"--git", srv.URL(), "--branch", "main", "--watch", "--interval", rendererInterval.String(), "--signing-key", key, "--first-render",
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
 
 	t.Run("the Job is created and runs on one of the nodes", func(t *testing.T) {

@@ -75,7 +75,7 @@ func TestFolderSources(t *testing.T) {
 		t.Helper()
 		run("agent", "--allow-debug-echo", "--git", srv.URL(), "--node", sourcesNode, "--once", "--debug-echo-shared=false",
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(t.TempDir(), "none"))
-		run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+		run("render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render")
 	}
 	discoverAndRender()
 	waitSourcesApplied(t, srv, sourcesFluxNamespace)

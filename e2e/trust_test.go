@@ -80,7 +80,7 @@ func TestClusterTrust(t *testing.T) {
 		"--discovery-handlers-dir", "", "--debug-echo-availability-file", filepath.Join(keys, "none"))
 	render := func() {
 		t.Helper()
-		run("render", "--git", srv.URL(), "--signing-key", rendererKey)
+		run("render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render")
 	}
 	render()
 	waitFluxAppliedIn(t, srv, trustFluxNamespace)

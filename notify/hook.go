@@ -21,14 +21,36 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// MaxBody bounds a notification's body: a push webhook of GitHub, GitLab or Gitea is a few
-// kilobytes to a few hundred (they cap the commits they list); a larger one is refused unread
-// and the interval picks the push up.
+// MaxBody bounds a notification's body on the wire: a push webhook of GitHub, GitLab or Gitea
+// is a few kilobytes to a few hundred (they cap the commits they list); a larger one is refused
+// (unread when it declares its length) and the interval picks the push up.
 const MaxBody = 1 << 20
 
-// Rate limits of Hook by default: DefaultRate notifications a second, DefaultBurst at once.
-// Each accepted one costs at most a fetch, and a burst coalesces into one render, so these
-// bound the work a flood (forged or not) can cause rather than shape the renders.
+// MaxPrefix is how much of a body Hook holds in memory: the rest only passes through the
+// HMACs that authenticate it. The refs a push names come first in every form's body; a body
+// longer than this simply wakes the renderer.
+const MaxPrefix = 16 << 10
+
+// DefaultInFlight bounds the notifications whose bodies are read at once; one more is refused
+// unread (503, Retry-After). With MaxPrefix and a 4 KiB buffer each, they hold at most 2.5 MiB
+// whoever sends them.
+// Notifications that declare a body of at most SmallBody (an agent's nudge, a hook's ping)
+// are read in slots of their own, as many again, so large bodies trickled to fill the slots
+// never hold up a nudge.
+const DefaultInFlight = 128
+
+// SmallBody is the largest declared body read in the small notifications' slots.
+const SmallBody = 8 << 10
+
+// BodyTimeout bounds the time a notification's body takes to arrive: a host or an agent sends
+// it at once, so a body trickled to hold a slot is cut off.
+const BodyTimeout = 5 * time.Second
+
+// Rate limits of Hook by default: DefaultRate authenticated notifications a second,
+// DefaultBurst at once. Each accepted one costs at most a fetch, and a burst coalesces into
+// one render, so these bound the work that notifications made with a secret can cause rather
+// than shape the renders. Unauthenticated requests never spend them: they are bounded by
+// DefaultInFlight, MaxPrefix and BodyTimeout instead.
 const (
 	DefaultRate  = 20
 	DefaultBurst = 200
@@ -58,7 +80,7 @@ const (
 	ResultAccepted     = "accepted"     // authenticated; the renderer was woken
 	ResultIgnored      = "ignored"      // authenticated, but not a push the renderer needs (a ping, its own branches)
 	ResultUnauthorized = "unauthorized" // no valid signature or token
-	ResultLimited      = "limited"      // over the rate limit, refused unread
+	ResultLimited      = "limited"      // authenticated but over the rate limit, or no free slot to read it in (refused unread)
 	ResultMalformed    = "malformed"    // not a POST, or a body over MaxBody
 )
 
@@ -70,7 +92,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gitbroker_renderer_notifications_total",
-		Help: "Push notifications received, by result: accepted (the renderer was woken), ignored, unauthorized, limited (over the rate limit) or malformed.",
+		Help: "Push notifications received, by result: accepted (the renderer was woken), ignored, unauthorized, limited (authenticated over the rate limit, or refused unread while too many were being read) or malformed.",
 	}, []string{"result"})}
 	for _, r := range []string{ResultAccepted, ResultIgnored, ResultUnauthorized, ResultLimited, ResultMalformed} {
 		m.notifications.WithLabelValues(r)
@@ -89,8 +111,8 @@ func (m *Metrics) Counter(result string) prometheus.Counter {
 // Gitea/Forgejo, GitLab, generic) or NudgeSecret (the agents' and hooks' generic form), then
 // calls Wake. The body is read only to check its signature and, when it names the pushed ref,
 // to skip a push of the renderer's own branches (Own); it is never trusted for more: a
-// notification forged with a stolen secret, or replayed, costs one fetch at most, and a flood
-// is refused over the rate limit, unread.
+// notification forged with a stolen secret, or replayed, costs one fetch at most. A request
+// without a secret costs what ServeHTTP bounds before it reads a byte of the body.
 type Hook struct {
 	// HostSecret and NudgeSecret authenticate notifications; an empty one accepts nothing.
 	HostSecret, NudgeSecret []byte
@@ -99,12 +121,15 @@ type Hook struct {
 	// Own reports whether a ref (refs/heads/...) is one the renderer writes itself; a push of
 	// those alone wakes nothing. Nil wakes for every push.
 	Own func(ref string) bool
-	// Limiter bounds notifications; nil means DefaultRate and DefaultBurst.
+	// Limiter bounds authenticated notifications; nil means DefaultRate and DefaultBurst.
 	Limiter *rate.Limiter
-	Log     logr.Logger
-	Metrics *Metrics
+	// InFlight bounds the notifications read at once; 0 means DefaultInFlight.
+	InFlight int
+	Log      logr.Logger
+	Metrics  *Metrics
 
-	once sync.Once
+	once         sync.Once
+	slots, small chan struct{}
 	// refused counts the notifications refused since the last log line about them, which is
 	// written at most every logEvery: a flood is logged, not echoed.
 	mu         sync.Mutex
@@ -120,24 +145,49 @@ func (h *Hook) init() {
 		if h.Limiter == nil {
 			h.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
 		}
+		if h.InFlight <= 0 {
+			h.InFlight = DefaultInFlight
+		}
+		h.slots, h.small = make(chan struct{}, h.InFlight), make(chan struct{}, h.InFlight)
 		h.refused = map[string]int{}
 	})
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. What a request may cost is decided before its body is
+// read: it must carry a header that could authenticate it, declare no body over MaxBody and
+// find a free slot of InFlight. Its body then streams through the HMACs its header names with
+// MaxPrefix of it kept, within BodyTimeout. Only an authenticated notification spends the rate
+// limit, so a flood of forged ones never refuses a genuine one for being late.
 func (h *Hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.init()
 	if r.Method != http.MethodPost {
 		h.refuse(w, ResultMalformed, http.StatusMethodNotAllowed, "a notification is a POST", r)
 		return
 	}
-	// The limit comes before anything is read, so a flood costs no more than its headers.
-	if !h.Limiter.Allow() {
-		w.Header().Set("Retry-After", "1")
-		h.refuse(w, ResultLimited, http.StatusTooManyRequests, "too many notifications; the renderer's interval picks up the push", r)
+	c, ok := h.challenge(r.Header)
+	if !ok {
+		h.refuse(w, ResultUnauthorized, http.StatusUnauthorized, "no valid signature or token", r)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if r.ContentLength > MaxBody {
+		h.refuse(w, ResultMalformed, http.StatusRequestEntityTooLarge, "the body is over 1 MiB; the renderer's interval picks up the push", r)
+		return
+	}
+	slots, limit := h.slots, int64(MaxBody)
+	if r.ContentLength >= 0 && r.ContentLength <= SmallBody {
+		slots, limit = h.small, SmallBody
+	}
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, ResultLimited, http.StatusServiceUnavailable, "too many notifications being read; the renderer's interval picks up the push", r)
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))
+	prefix := &prefixWriter{max: MaxPrefix}
+	_, err := io.CopyBuffer(io.MultiWriter(append(c.macs(), prefix)...), http.MaxBytesReader(w, r.Body, limit), make([]byte, 4<<10))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -147,54 +197,133 @@ func (h *Hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, ResultMalformed, http.StatusBadRequest, "reading the body failed", r)
 		return
 	}
-	form, ok := h.authenticate(r.Header, body)
-	if !ok {
+	if !c.valid() {
 		h.refuse(w, ResultUnauthorized, http.StatusUnauthorized, "no valid signature or token", r)
 		return
 	}
-	if reason := h.ignore(r.Header, body); reason != "" {
+	if !h.Limiter.Allow() {
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, ResultLimited, http.StatusTooManyRequests, "too many notifications; the renderer's interval picks up the push", r)
+		return
+	}
+	if reason := h.ignore(r.Header, prefix.b); reason != "" {
 		h.count(ResultIgnored)
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "ignored: "+reason+"\n")
 		return
 	}
 	h.count(ResultAccepted)
-	h.Wake(form)
+	h.Wake(c.form)
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = io.WriteString(w, "accepted: the renderer fetches\n")
 }
 
-// authenticate returns the form that authenticated the notification.
-func (h *Hook) authenticate(hd http.Header, body []byte) (string, bool) {
+// challenge is what would authenticate a notification, read from its headers alone: the
+// form, and either a token already checked or the HMACs its body must match.
+type challenge struct {
+	form  string
+	token bool // the form authenticates by a token in a header, checked already
+	want  []byte
+	sums  []hash.Hash // one per secret the form may be keyed by
+}
+
+func (c *challenge) macs() []io.Writer {
+	ws := make([]io.Writer, len(c.sums))
+	for i, m := range c.sums {
+		ws[i] = m
+	}
+	return ws
+}
+
+func (c *challenge) valid() bool {
+	if c.token {
+		return true
+	}
+	for _, m := range c.sums {
+		if hmac.Equal(c.want, m.Sum(nil)) {
+			return true
+		}
+	}
+	return false
+}
+
+// challenge returns what authenticates a notification by its headers, or false when nothing
+// could: no header of any form, a malformed signature, or a wrong token.
+func (h *Hook) challenge(hd http.Header) (*challenge, bool) {
 	host, nudge := h.HostSecret, h.NudgeSecret
 	if v := hd.Get(HeaderSignature); v != "" {
-		if validPrefixed(v, body, host) || validPrefixed(v, body, nudge) {
-			return "generic", true
-		}
-		return "", false
+		return prefixed("generic", v, host, nudge)
 	}
 	if len(host) == 0 {
-		return "", false
+		return nil, false
 	}
 	if v := hd.Get(HeaderGiteaSignature); v != "" && hd.Get(HeaderGiteaEvent) != "" {
-		return "gitea", validHex(v, body, host, sha256.New)
+		return hexed("gitea", v, sha256.New, host)
 	}
 	if v := hd.Get(HeaderForgejoSignature); v != "" && hd.Get(HeaderForgejoEvent) != "" {
-		return "forgejo", validHex(v, body, host, sha256.New)
+		return hexed("forgejo", v, sha256.New, host)
 	}
 	if hd.Get(HeaderGitHubEvent) != "" {
 		if v := hd.Get(HeaderGitHubSignature256); v != "" {
-			return "github", validPrefixed(v, body, host)
+			return prefixed("github", v, host)
 		}
 		if v := hd.Get(HeaderGitHubSignature); v != "" {
-			return "github", validPrefixed(v, body, host)
+			return prefixed("github", v, host)
 		}
-		return "", false
+		return nil, false
 	}
 	if v := hd.Get(HeaderGitLabToken); v != "" && hd.Get(HeaderGitLabEvent) != "" {
-		return "gitlab", subtle.ConstantTimeCompare([]byte(v), host) == 1
+		return &challenge{form: "gitlab", token: true}, subtle.ConstantTimeCompare([]byte(v), host) == 1
 	}
-	return "", false
+	return nil, false
+}
+
+// prefixed is the challenge of a "<algorithm>=<hex>" HMAC (GitHub's and Flux's form).
+func prefixed(form, v string, secrets ...[]byte) (*challenge, bool) {
+	algo, sum, ok := strings.Cut(v, "=")
+	if !ok {
+		return nil, false
+	}
+	var h func() hash.Hash
+	switch algo {
+	case "sha256":
+		h = sha256.New
+	case "sha512":
+		h = sha512.New
+	case "sha1":
+		h = sha1.New
+	default:
+		return nil, false
+	}
+	return hexed(form, sum, h, secrets...)
+}
+
+// hexed is the challenge of a hex HMAC keyed by any of secrets (an empty one keys nothing).
+func hexed(form, sum string, h func() hash.Hash, secrets ...[]byte) (*challenge, bool) {
+	want, err := hex.DecodeString(sum)
+	if err != nil || len(want) != h().Size() {
+		return nil, false
+	}
+	c := &challenge{form: form, want: want}
+	for _, s := range secrets {
+		if len(s) > 0 {
+			c.sums = append(c.sums, hmac.New(h, s))
+		}
+	}
+	return c, len(c.sums) > 0
+}
+
+// prefixWriter keeps the first max bytes written to it and drops the rest.
+type prefixWriter struct {
+	b   []byte
+	max int
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if room := p.max - len(p.b); room > 0 {
+		p.b = append(p.b, b[:min(room, len(b))]...)
+	}
+	return len(b), nil
 }
 
 // ignore says why an authenticated notification wakes nothing: an event that is not a push,
@@ -262,38 +391,6 @@ func (h *Hook) refuse(w http.ResponseWriter, result string, code int, msg string
 		}
 	}
 	h.Log.Info("push notifications refused (counted since the last such line)", kv...)
-}
-
-// validPrefixed checks a "<algorithm>=<hex>" HMAC of body (GitHub's and Flux's form).
-func validPrefixed(v string, body, secret []byte) bool {
-	algo, sum, ok := strings.Cut(v, "=")
-	if !ok {
-		return false
-	}
-	var h func() hash.Hash
-	switch algo {
-	case "sha256":
-		h = sha256.New
-	case "sha512":
-		h = sha512.New
-	case "sha1":
-		h = sha1.New
-	default:
-		return false
-	}
-	return validHex(sum, body, secret, h)
-}
-
-// validHex checks a hex HMAC of body, in constant time.
-func validHex(sum string, body, secret []byte, h func() hash.Hash) bool {
-	if len(secret) == 0 {
-		return false
-	}
-	got, err := hex.DecodeString(sum)
-	if err != nil {
-		return false
-	}
-	return hmac.Equal(got, Sign(h, secret, body))
 }
 
 // Sign is the HMAC of body keyed by secret.

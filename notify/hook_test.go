@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -272,4 +274,96 @@ func TestSendFailureRedactsTheReceiverPath(t *testing.T) {
 	err := f.Notify(context.Background(), Moved{Branches: []string{"gitbroker/rendered"}})
 	require.ErrorContains(t, err, "404")
 	require.NotContains(t, err.Error(), f.Path()[len("/hook/"):])
+}
+
+// countingReader counts the bytes read from a body and blocks on unblock when set.
+type countingReader struct {
+	r       io.Reader
+	n       atomic.Int64
+	unblock chan struct{}
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.unblock != nil {
+		<-c.unblock
+	}
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Forged notifications never spend the genuine ones' rate limit: it is checked after
+// authentication.
+func TestHookForgedNotificationsSpendNoRateLimit(t *testing.T) {
+	f := newHook(t, rate.NewLimiter(rate.Limit(0.001), 1), logr.Discard())
+	for range 20 {
+		require.Equal(t, http.StatusUnauthorized, f.post(t, push, map[string]string{HeaderSignature: "sha256=" + hexMAC([]byte("guess"), push)}))
+	}
+	signed := map[string]string{HeaderSignature: "sha256=" + hexMAC(nudgeSecret, push)}
+	require.Equal(t, http.StatusAccepted, f.post(t, push, signed), "the burst is the genuine one's")
+	require.Equal(t, http.StatusTooManyRequests, f.post(t, push, signed))
+}
+
+// A request with no header that could authenticate it, or a malformed signature, is refused
+// before a byte of its body is read; so is one that declares a body over MaxBody.
+func TestHookReadsNoBodyItCannotAuthenticate(t *testing.T) {
+	h := &Hook{HostSecret: hostSecret, NudgeSecret: nudgeSecret, Wake: func(string) {}, Log: logr.Discard()}
+	for name, tc := range map[string]struct {
+		headers map[string]string
+		length  int64
+		code    int
+	}{
+		"no header":           {nil, int64(len(push)), http.StatusUnauthorized},
+		"an event, no secret": {map[string]string{HeaderGitHubEvent: "push"}, int64(len(push)), http.StatusUnauthorized},
+		"malformed signature": {map[string]string{HeaderSignature: "sha256=zz"}, int64(len(push)), http.StatusUnauthorized},
+		"short signature":     {map[string]string{HeaderSignature: "sha256=00"}, int64(len(push)), http.StatusUnauthorized},
+		"wrong token":         {map[string]string{HeaderGitLabEvent: "Push Hook", HeaderGitLabToken: "guess"}, int64(len(push)), http.StatusUnauthorized},
+		"declared too large":  {map[string]string{HeaderSignature: "sha256=" + hexMAC(nudgeSecret, push)}, MaxBody + 1, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := &countingReader{r: strings.NewReader(push)}
+			req := httptest.NewRequest(http.MethodPost, "/hook", body)
+			req.ContentLength = tc.length
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tc.code, rec.Code)
+			require.Zero(t, body.n.Load(), "nothing of the body is read")
+		})
+	}
+}
+
+// With every slot for large bodies taken, another large one is refused unread; a small one
+// (an agent's nudge) has slots of its own and is accepted.
+func TestHookLargeBodiesNeverHoldUpANudge(t *testing.T) {
+	var wakes atomic.Int64
+	h := &Hook{NudgeSecret: nudgeSecret, InFlight: 1, Wake: func(string) { wakes.Add(1) }, Log: logr.Discard()}
+	big := `{"ref":"refs/heads/main","pad":"` + strings.Repeat("x", 2*SmallBody) + `"}`
+	sig := map[string]string{HeaderSignature: "sha256=" + hexMAC(nudgeSecret, big)}
+	serve := func(body io.Reader, length int64, headers map[string]string) int {
+		req := httptest.NewRequest(http.MethodPost, "/hook", body)
+		req.ContentLength = length
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	h.init()
+	held := &countingReader{r: strings.NewReader(big), unblock: make(chan struct{})}
+	done := make(chan int)
+	go func() { done <- serve(held, int64(len(big)), sig) }()
+	require.Eventually(t, func() bool { return len(h.slots) == 1 }, 5*time.Second, time.Millisecond)
+
+	other := &countingReader{r: strings.NewReader(big)}
+	require.Equal(t, http.StatusServiceUnavailable, serve(other, int64(len(big)), sig))
+	require.Zero(t, other.n.Load(), "refused unread")
+	require.Equal(t, http.StatusAccepted, serve(strings.NewReader(push), int64(len(push)), map[string]string{HeaderSignature: "sha256=" + hexMAC(nudgeSecret, push)}))
+
+	close(held.unblock)
+	require.Equal(t, http.StatusAccepted, <-done, "the large body, signed, is authenticated streaming")
+	require.EqualValues(t, 2, wakes.Load())
 }

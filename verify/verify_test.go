@@ -127,7 +127,7 @@ func (f *fixture) collect() *verify.Inputs {
 		head = emptySnapshot{}
 	}
 	in, err := verify.Collect(context.Background(), verify.Sources{Main: f.open("main"), SourceBranch: "main",
-		Renderer: f.keys["renderer"], LastPushed: f.pushed,
+		Renderer: f.keys["renderer"], LastPushed: f.pushed, FirstRender: true,
 		Known: func(commit string) (rendered, inputs map[string][]byte, ok bool) {
 			k, ok := f.known[commit]
 			return k[0], k[1], ok

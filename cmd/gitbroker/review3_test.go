@@ -2,17 +2,33 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/internal/procmem"
+	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/render"
+	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -166,4 +182,155 @@ func TestReview3WorkTreeRecordNamingAnotherConfigurationIsRefused(t *testing.T) 
 	require.Equal(t, exitOK, code, "%s%s", stdout, stderr)
 	_, err = os.Stat(jobs[0])
 	require.ErrorIs(t, err, os.ErrNotExist, "the Job moved to history")
+}
+
+// Findings 2 and 3: whoever reached the render daemon's webhook could, without a secret, take
+// it to 94% of its memory limit (bodies declared at 1 MiB and trickled were read whole before
+// they were authenticated, with nothing bounding how many at once), and spend the rate limit
+// of the genuine notifications (checked for everyone before authentication). Played on the
+// real binary: a flood of trickled 1 MiB bodies and of small forged ones, while an agent's
+// signed nudge arrives every second. The daemon's memory grows by a few MiB, against a
+// baseline read from the same process before the flood, and every nudge is accepted.
+func TestReview3WebhookFloodNeitherFillsMemoryNorSpendsTheNudgesBudget(t *testing.T) {
+	srv := gitsynctest.NewServer(t, "main", map[string]string{"configurations/cam.yaml": udevCamera})
+	secrets := t.TempDir()
+	host, nudge := filepath.Join(secrets, "host"), filepath.Join(secrets, "nudge")
+	require.NoError(t, os.WriteFile(host, []byte("host-secret\n"), 0o600))
+	require.NoError(t, os.WriteFile(nudge, []byte("nudge-secret\n"), 0o600))
+	d := startDaemon(t, "renderer started", "render", "--git", srv.URL(), "--watch", "--interval", "1h",
+		"--webhook-addr", "127.0.0.1:0", "--webhook-secret-file", host, "--nudge-secret-file", nudge,
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0")
+	require.Eventually(t, func() bool { return srv.On(verify.RenderedBranch).Head() != "" }, 30*time.Second, 20*time.Millisecond)
+	url := "http://" + d.WebhookAddr + "/hook"
+	base, err := procmem.Peak(d.cmd.Process.Pid)
+	require.NoError(t, err)
+
+	forged := "sha256=" + strings.Repeat("0", 64)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	var flood sync.WaitGroup
+	trickle := func() {
+		conn, err := net.DialTimeout("tcp", d.WebhookAddr, time.Second)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = fmt.Fprintf(conn, "POST /hook HTTP/1.1\r\nHost: renderer\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", notify.HeaderSignature, forged, notify.MaxBody)
+		chunk := bytes.Repeat([]byte("x"), notify.MaxBody/16)
+		for range 16 {
+			_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := conn.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	post := func(sig string) int {
+		body := `{"ref":"refs/heads/gitbroker/inventory/edge-a"}`
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		if sig == "" {
+			sig = "sha256=" + hex.EncodeToString(notify.Sign(sha256.New, []byte("nudge-secret"), []byte(body)))
+		}
+		req.Header.Set(notify.HeaderSignature, sig)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	every := func(d time.Duration, f func()) {
+		flood.Go(func() {
+			tick := time.NewTicker(d)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					flood.Go(f)
+				}
+			}
+		})
+	}
+	every(25*time.Millisecond, trickle)                     // 40 a second, each 1 MiB over 2.4 s
+	every(10*time.Millisecond, func() { _ = post(forged) }) // 100 forged small ones a second
+	peak := base
+	var codes []int
+	for range 5 {
+		time.Sleep(time.Second)
+		codes = append(codes, post(""))
+		if p, err := procmem.Peak(d.cmd.Process.Pid); err == nil {
+			peak = max(peak, p)
+		}
+	}
+	cancel()
+	flood.Wait()
+	if p, err := procmem.Peak(d.cmd.Process.Pid); err == nil {
+		peak = max(peak, p)
+	}
+	t.Logf("render daemon peak RSS %d MiB before the flood, %d MiB after; signed nudges answered %v", base>>20, peak>>20, codes)
+	require.Equal(t, []int{http.StatusAccepted, http.StatusAccepted, http.StatusAccepted, http.StatusAccepted, http.StatusAccepted}, codes,
+		"every signed nudge is accepted during the flood")
+	require.Less(t, peak-base, int64(32<<20), "the flood costs the daemon a few MiB, not a MiB per request")
+	_, metrics := d.get(d.MetricsAddr, "/metrics")
+	require.Contains(t, metrics, `gitbroker_renderer_notifications_total{result="unauthorized"}`)
+}
+
+// Finding 1, for the render daemon: deploy/'s renderer is told nothing, and starts from
+// nothing by itself only while its leader election Lease records no push (no git writer
+// reaches the Lease). Once a leader pushed, a later one that finds every renderer branch
+// deleted does not start over: it holds until the last render it pushed, which the Lease
+// names, is back, and the replay stays refused.
+func TestReview3RenderDaemonStartsFromNothingOnlyWhileItsLeaseRecordsNoPush(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz0")
+	s.discover()
+	old := s.srv.On(verify.InventoryBranch("edge-b")).Head()
+	s.nodes["edge-b"].set("default/akri-debug-echo", "baz1")
+	s.discover()
+	client := fake.NewClientset()
+	lead := func() (*renderer.Daemon, func()) {
+		r := s.refs.renderer(s.keys["renderer"])
+		r.Sources.FirstRender = false // as deploy/ runs it
+		d := &renderer.Daemon{Renderer: r, Interval: 50 * time.Millisecond, Log: logr.Discard(), Metrics: renderer.NewMetrics(prometheus.NewRegistry())}
+		e := renderer.Election{Namespace: "gitbroker-system", Name: "gitbroker-renderer"}
+		e.Enable, e.ReleaseOnCancel = true, true
+		e.LeaseDuration, e.RenewDeadline, e.RetryPeriod = 4*time.Second, 3*time.Second, 100*time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Lead(ctx, client, e) }()
+		return d, func() { cancel(); require.NoError(t, <-done) }
+	}
+	d, stop := lead()
+	require.Eventually(t, func() bool { return s.inventoryWith("edge-b", "baz1") }, 20*time.Second, 10*time.Millisecond, "the first render, from a Lease that records no push")
+	var last string
+	require.Eventually(t, func() bool {
+		lease, err := client.CoordinationV1().Leases("gitbroker-system").Get(t.Context(), "gitbroker-renderer", metav1.GetOptions{})
+		last = d.Renderer.Pushed()
+		return err == nil && last != "" && lease.Annotations[renderer.AnnotationLastPushed] == last
+	}, 20*time.Second, 10*time.Millisecond, "the Lease records the push")
+	stop()
+
+	for _, b := range s.srv.Branches() {
+		if strings.HasPrefix(b, "gitbroker/") && !strings.HasPrefix(b, verify.InventoryPrefix) {
+			s.srv.SetRef(b, "")
+		}
+	}
+	s.srv.SetRef(verify.InventoryBranch("edge-b"), old)
+	d, stop = lead()
+	defer stop()
+	require.Eventually(t, func() bool { return d.LastCycle() != time.Time{} }, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // ten more intervals
+	require.False(t, d.Ready(), "the leader holds")
+	require.Empty(t, s.rendered().Head(), "nothing is rendered from nothing")
+
+	s.srv.SetRef(verify.RenderedBranch, last) // what the message asks of the operator
+	require.Eventually(t, func() bool { return s.srv.On(verify.ConfigurationsBranch).Head() != "" }, 20*time.Second, 10*time.Millisecond, "the leader renders again")
+	require.True(t, s.inventoryWith("edge-b", "baz1"), "the replay is refused")
 }

@@ -133,7 +133,7 @@ func TestOpenPGPRenderer(t *testing.T) {
 			"--discovery-handlers-dir", "", "--debug-echo-availability-file", f)
 		require.Equal(t, exitOK, code, stderr)
 	}
-	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey, "--adopt-rendered", srv.On(verify.RenderedBranch).Head())
+	code, _, stderr := gitbroker(t, "render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render")
 	require.Equal(t, exitOK, code, stderr)
 	agent("foo0\n")
 	agent("foo0\nbar0\n")
@@ -183,7 +183,8 @@ func TestAgentOnceFailsUntilEnrolled(t *testing.T) {
 	commit := func(files map[string]string, msg string) {
 		t.Helper()
 		srv.CommitSigned(person, files, nil, msg)
-		args := []string{"render", "--git", srv.URL(), "--signing-key", rendererKey}
+		// The repository's first verified render starts from nothing (inert once it rendered).
+		args := []string{"render", "--git", srv.URL(), "--signing-key", rendererKey, "--first-render"}
 		if adopt != "" {
 			args, adopt = append(args, "--adopt-rendered", adopt), ""
 		}
