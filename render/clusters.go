@@ -175,7 +175,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	}
 	// Records go to the cluster whose recorder wrote them; a recorder of one cluster writes
 	// status/<kind>/ itself, which no cluster of several reads.
-	records := map[string][]string{}
+	records, carriedRecords := map[string][]string{}, map[string][]string{}
 	var unattributed []string
 	for _, f := range in.inputs {
 		if c, _, ok := api.SplitClusterStatusPath(f); ok {
@@ -183,9 +183,6 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		} else if api.IsStatusPath(f) {
 			unattributed = append(unattributed, f)
 		}
-	}
-	if len(unattributed) > 0 {
-		plan.Warnings = append(plan.Warnings, "records outside status/<cluster>/ are not read with spec.clusters (a recorder of one cluster writes them; give each cluster's recorder --cluster): "+strings.Join(unattributed, ", "))
 	}
 	var common []string
 	for _, f := range in.inputs {
@@ -211,6 +208,30 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		default:
 			stale = append(stale, f)
 		}
+	}
+	// A repository that turns clusters on keeps its Jobs: each cluster's first render takes the
+	// one-cluster layout's Jobs and history of its nodes, and the one-cluster recorder's
+	// records of those Jobs (signed by recorder, checked against the Job by the cluster's
+	// render as any record is).
+	carried := carriedJobs(prev, stale, cs)
+	if s := carried.summary(); s != "" {
+		plan.Warnings = append(plan.Warnings, s)
+	}
+	var notRead []string
+	for _, f := range unattributed {
+		job, ok := jobRecordName(f)
+		if !ok || len(carried.jobs[job]) == 0 {
+			notRead = append(notRead, f)
+			continue
+		}
+		for _, c := range carried.jobs[job] {
+			if !slices.Contains(records[c], api.ClusterStatusPath(c, f)) {
+				carriedRecords[c] = append(carriedRecords[c], f)
+			}
+		}
+	}
+	if len(notRead) > 0 {
+		plan.Warnings = append(plan.Warnings, "records outside status/<cluster>/ are not read with spec.clusters (a recorder of one cluster writes them; give each cluster's recorder --cluster): "+strings.Join(notRead, ", "))
 	}
 	// prevOf is the previous output of cluster c as its own Renderer writes it; made only for
 	// a cluster whose part is not its Renderer's last output.
@@ -299,6 +320,11 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			_, inner, _ := api.SplitClusterStatusPath(f)
 			sub.Files[inner] = req.Files[f]
 		}
+		if counts[c.Name] == 0 {
+			for _, f := range carriedRecords[c.Name] {
+				sub.Files[f] = req.Files[f]
+			}
+		}
 		cr := r.clusterRenderer(c)
 		var sr *Result
 		reused := false
@@ -314,6 +340,9 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			sub.Previous = prevOf(c.Name)
 		} else {
 			sub.Previous = Tree{}
+		}
+		if counts[c.Name] == 0 {
+			maps.Copy(sub.Previous, carried.files[c.Name])
 		}
 		if sr == nil {
 			if cr.shares == nil {
@@ -346,7 +375,17 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 				cr.lastRun = &clusterRun{request: sub, result: sr, out: out}
 			}
 		}
-		if !reused {
+		switch {
+		case reused:
+		case counts[c.Name] == 0 && len(carried.files[c.Name]) > 0:
+			// Its render was made on top of the one-cluster layout's Jobs, which the
+			// repository holds elsewhere: every file of the cluster is new here.
+			for f := range sr.Files {
+				if !strings.HasPrefix(f, api.AcceptedDir) {
+					diff = append(diff, in(f))
+				}
+			}
+		default:
 			for _, f := range sr.Diff {
 				if !strings.HasPrefix(f, api.AcceptedDir) { // the top's, not the cluster's
 					diff = append(diff, in(f))

@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"maps"
+	"slices"
 	"regexp"
 	"strconv"
 	"strings"
@@ -468,4 +469,77 @@ func TestClusterJobsRetireFromTheirRecords(t *testing.T) {
 	var b strings.Builder
 	render.WriteRuns(&b, runs, 0)
 	require.Contains(t, b.String(), " in cluster site-b\n")
+}
+
+// Turning clusters on keeps every Job (trust review 3, finding 4): a Job recorded Succeeded and
+// retired before the switch stays history (now its cluster's), a rendered Job whose record the
+// one-cluster recorder wrote retires from it, a running one stays frozen in its cluster's
+// folder, and none is started again.
+func TestTurningClustersOnRunsNoJobAgain(t *testing.T) {
+	tree := clusterFleet()
+	delete(tree, "gitbroker.yaml")
+	tree = apply(tree, renderOK(t, tree))
+	type job struct{ name, inst, device, cfg string }
+	var jobs []job
+	for _, f := range sortedPaths(tree) {
+		if strings.HasPrefix(f, "rendered/default/") && strings.Contains(f, "/job-") {
+			data := string(tree[f])
+			jobs = append(jobs, job{
+				name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
+				inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
+				device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
+				cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
+			})
+		}
+	}
+	require.GreaterOrEqual(t, len(jobs), 3, "the fleet renders Jobs")
+	// The first is recorded and retired before the switch; the second is recorded at the
+	// switch by the one-cluster recorder; the rest are running.
+	retired, recorded := jobs[0], jobs[1]
+	tree["status/jobs/default/"+retired.name+".yaml"] = []byte(record("default", retired.name, retired.cfg, retired.inst, retired.device, "Succeeded"))
+	tree = apply(tree, renderOK(t, tree))
+	require.Contains(t, strings.Join(sortedPaths(tree), "\n"), "history/jobs/default/"+retired.cfg+"/"+retired.inst+"/"+retired.name+".yaml")
+	tree["status/jobs/default/"+recorded.name+".yaml"] = []byte(record("default", recorded.name, recorded.cfg, recorded.inst, recorded.device, "Succeeded"))
+
+	tree["gitbroker.yaml"] = []byte(twoClusters)
+	res := render.Render(render.Request{Files: tree, RenderedJobsOnly: true, AllowDeletions: true})
+	require.Nil(t, res.Refused)
+	require.Empty(t, res.Errors)
+	var text strings.Builder
+	res.Plan.WriteText(&text)
+	require.NotContains(t, text.String(), "new run", "no Job starts again:\n%s", text.String())
+	out := strings.Join(sortedPaths(res.Files), "\n")
+	for _, j := range jobs {
+		require.Equal(t, 1, strings.Count(out, "/"+j.name+".yaml")+strings.Count(out, "/job-"+j.name+".yaml"), "%s is kept once:\n%s", j.name, out)
+	}
+	require.Regexp(t, `history/site-[ab]/jobs/default/`+retired.cfg+`/`+retired.inst+`/`+retired.name+`\.yaml`, out, "the retired Job stays history")
+	require.Regexp(t, `history/site-[ab]/jobs/default/`+recorded.cfg+`/`+recorded.inst+`/`+recorded.name+`\.yaml`, out, "the recorded Job retires")
+	for _, j := range jobs[2:] {
+		require.Regexp(t, `rendered/site-[ab]/default/`+j.cfg+`/(\S+/)?job-`+j.name+`\.yaml`, out, "a running Job stays frozen")
+	}
+	require.NotContains(t, text.String(), "records outside status/<cluster>/ are not read")
+	require.Contains(t, text.String(), "finished one(s) of the one-cluster layout move with their nodes to their clusters")
+	// plan, before the switch is allowed, says the same.
+	refused := render.Render(render.Request{Files: tree, RenderedJobsOnly: true})
+	require.NotNil(t, refused.Refused)
+	text.Reset()
+	refused.Plan.WriteText(&text)
+	require.Contains(t, text.String(), "none runs again")
+
+	// And in the next render, under the clusters' layout, nothing of it changes.
+	next := apply(tree, res)
+	again := render.Render(render.Request{Files: next, RenderedJobsOnly: true})
+	require.Nil(t, again.Refused)
+	text.Reset()
+	again.Plan.WriteText(&text)
+	require.NotContains(t, text.String(), "new run", text.String())
+}
+
+func sortedPaths(t render.Tree) []string {
+	out := make([]string, 0, len(t))
+	for f := range t {
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
 }

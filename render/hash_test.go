@@ -129,9 +129,9 @@ var hashBuilders = []builder{
 }
 
 var hashJobBuilders = []builder{
-	{"Job", func(in *instance) []byte { b, _ := buildJob(in, in.env(), "ih", false).bytes("commit"); return b },
+	{"Job", func(in *instance) []byte { b, _ := buildJob(in, nil, "ih", false).bytes("commit"); return b },
 		func(in *instance) string { return jobKey(in.cfg, instanceJobHash(jobHash(in.cfg, nil), in)) }, 0},
-	{"Job (DRA)", func(in *instance) []byte { b, _ := buildJob(in, in.env(), "ih", true).bytes("commit"); return b },
+	{"Job (DRA)", func(in *instance) []byte { b, _ := buildJob(in, nil, "ih", true).bytes("commit"); return b },
 		func(in *instance) string {
 			return jobKey(in.cfg, draJobHash(in, instanceJobHash(jobHash(in.cfg, nil), in))) + "/dra"
 		}, 0},

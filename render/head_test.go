@@ -51,7 +51,7 @@ spec:
 	for _, nodes := range [][]string{{"edge-a"}, {"edge-a", "edge-b", "edge-c"}} {
 		in := &instance{cfg: cfgs[0], name: "fw-abcdef", digest: "abcdef", deviceID: "plc-1", nodes: nodes,
 			properties: map[string]string{"DEVICE": "plc-1", "NOTE": "<a & b>"}}
-		bj := buildJob(in, in.env(), "0123456789abcdef", false)
+		bj := buildJob(in, nil, "0123456789abcdef", false)
 		for _, commit := range []string{"", "4b825dc642cb6eb9a060e54bf8d69288fbee4904"} {
 			data, head := bj.bytes(commit)
 			read := parseHead(data)

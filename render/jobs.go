@@ -173,7 +173,7 @@ func (p *pass) desiredJobs() []*desiredJob {
 	dra := p.dra()
 	parallel(len(want), func(i int) {
 		if d := want[i]; !d.hit {
-			d.bj = buildJob(d.in, withClusterEnv(d.in.env(), p.clusterEnv()), d.ih, dra)
+			d.bj = buildJob(d.in, p.clusterEnv(), d.ih, dra)
 		}
 	})
 	return want

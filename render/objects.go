@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -258,7 +259,8 @@ type builtJob struct {
 	m    manifest
 }
 
-func buildJob(in *instance, env []corev1.EnvVar, inputsHash string, dra bool) builtJob {
+// jobSpec is the Configuration's JobSpec given the instance's device, env and labels.
+func jobSpec(in *instance, env []corev1.EnvVar) *batchv1.JobSpec {
 	js := in.cfg.Spec.BrokerSpec.BrokerJobSpec.DeepCopy()
 	applyDevice(&js.Template.Spec, env, in.name)
 	if js.Template.Labels == nil {
@@ -267,15 +269,27 @@ func buildJob(in *instance, env []corev1.EnvVar, inputsHash string, dra bool) bu
 	for k, v := range in.labels() {
 		js.Template.Labels[k] = v
 	}
+	return js
+}
+
+// buildJob builds the Job of an instance; cluster, with spec.clusters, is the cluster's
+// variables (clusterEnv), which its broker is given.
+func buildJob(in *instance, cluster map[string]string, inputsHash string, dra bool) builtJob {
+	js := jobSpec(in, in.env())
 	pol := in.cfg.Policy
 	var runHash string
 	if pol.RunPolicy == api.RunPolicyOnce {
 		runHash = hashHex(10, []byte("once"), []byte(pol.RunID))
 	} else {
 		// The hash is taken before pinning: a node starting or stopping to see the device is
-		// not a new run of the Job.
+		// not a new run of the Job. Nor before the cluster's variables: they say where the Job
+		// runs, not what it does to the device, so turning spec.clusters on or relabelling a
+		// cluster starts no firmware Job again.
 		spec, _ := json.Marshal(js)
 		runHash = hashHex(10, spec, []byte(pol.RunID))
+	}
+	if cluster != nil {
+		js = jobSpec(in, withClusterEnv(in.env(), cluster))
 	}
 	if dra {
 		// After the run hash: a Job run on the device is the same run whichever way it claims it.

@@ -334,3 +334,32 @@ func TestReview3RenderDaemonStartsFromNothingOnlyWhileItsLeaseRecordsNoPush(t *t
 	require.Eventually(t, func() bool { return s.srv.On(verify.ConfigurationsBranch).Head() != "" }, 20*time.Second, 10*time.Millisecond, "the leader renders again")
 	require.True(t, s.inventoryWith("edge-b", "baz1"), "the replay is refused")
 }
+
+// Finding 4 (a person's change, no attacker): after gitbroker.yaml gained spec.clusters, a Job
+// recorded Succeeded before the switch was rendered again as a new run, history/ was gone and
+// its record ignored. The switch carries each Job, rendered or finished, to its nodes' cluster.
+func TestReview3TurningClustersOnRerunsNoFinishedJob(t *testing.T) {
+	s := newSignedLoop(t)
+	s.nodes["edge-a"].set("default/akri-debug-echo", "bar0")
+	job := s.firmwareJob()
+	s.finish("plant", job, true)
+	s.renderTrust()
+	require.True(t, s.inHistory(job))
+
+	settings := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  clusters:\n  - name: plant-a\n    nodes: [\"edge-*\"]\n"
+	s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{"gitbroker.yaml": settings}, nil, "one cluster, named")
+	code, stdout, stderr := runBinary(t, "plan", "--git", s.srv.URL())
+	require.Contains(t, stdout, "none runs again", "plan says what the switch does (exit %d): %s", code, stderr)
+	code, stdout, stderr = runBinary(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"], "--allow-deletions")
+	require.Contains(t, []int{exitOK, exitRefused}, code, "%s%s", stdout, stderr)
+	require.NotContains(t, stdout, "started: new run", "the finished firmware Job does not run again")
+	var history []string
+	for _, p := range s.rendered().Files() {
+		if strings.HasPrefix(p, render.HistoryDir) && strings.HasSuffix(p, "/"+job+".yaml") {
+			history = append(history, p)
+		}
+	}
+	require.Len(t, history, 1)
+	require.True(t, strings.HasPrefix(history[0], "history/plant-a/jobs/plant/plc-firmware/"), history[0])
+	require.Empty(t, s.jobs(render.RenderedDir, "plc-firmware"), "and is not rendered again")
+}
