@@ -2,8 +2,8 @@ package render_test
 
 import (
 	"maps"
-	"slices"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
