@@ -12,14 +12,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
+	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/renderer"
 	"github.com/gitbroker/gitbroker/verify"
@@ -72,6 +82,8 @@ type adversary struct {
 	// shards are the heads seen on each node's accepted-tips shard branch, oldest first: the
 	// renderer's commits there have no parent, so an older one is put back from here.
 	shards map[string][]string
+	// mode is the sequence's device allocation: device-plugin or dra.
+	mode string
 }
 
 func playAdversary(t *testing.T, seed uint64, steps int) {
@@ -91,6 +103,12 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 			t.Logf("replay with GITBROKER_ADVERSARY_SEED=%d GITBROKER_ADVERSARY_STEPS=%d; the steps played:\n  %s", seed, steps, strings.Join(a.played, "\n  "))
 		}
 	}()
+	// Every other sequence runs in DRA mode (ResourceSlices, DeviceClasses and claims from git).
+	a.mode = "device-plugin"
+	if seed%2 == 0 {
+		a.mode = "dra"
+		s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{api.SettingsPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deviceAllocation: dra\n"}, nil, "DRA mode")
+	}
 	// The victim: a shared camera, a local sensor, and a firmware Job that ran and finished.
 	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+a.camera, "sensor-b")
 	s.nodes["edge-b"].set("plant/plc-firmware", "shared:plc-b")
@@ -103,6 +121,9 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	a.victimJob = "/job-" + job[:len("plc-firmware-")+6] + "-" // its instance's: any run of it
 	s.renderTrust()
 	require.Len(t, s.jobs("history/", "plc-firmware"), 1, "the finished Job is in history")
+	if a.mode == "dra" {
+		require.True(t, s.has("/resourceslice-"), "DRA mode renders ResourceSlices")
+	}
 	a.snapshot()
 	a.remember()
 
@@ -127,6 +148,8 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"push a blob of zeros, a dense inventory or dense accepted tips just under the limits", a.bomb},
 		{"run a writer's real binary once, measuring its memory", a.realBinary},
 		{"delete a writer's branch and put a ref named under it (or over its folder) in its way", a.blockRef},
+		{"delete every gitbroker/ branch (or all of them, and push a ref named gitbroker), roll edge-b back, and run the one-shot render", a.wipeAndRenderOnce},
+		{"flood the renderer's webhook with forged and trickled notifications beside a signed nudge", a.floodWebhook},
 	}
 	for i := range steps {
 		act := actions[a.rng.IntN(len(actions))]
@@ -158,7 +181,7 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		landed = strings.Contains(s.brokersText(), "sensor-b2")
 	}
 	require.True(t, landed, "edge-b's change did not land within 3 cycles after the attacker stopped; the last plan:\n%s", last)
-	t.Logf("played:\n  %s", strings.Join(a.played, "\n  "))
+	t.Logf("played (%s mode):\n  %s", a.mode, strings.Join(a.played, "\n  "))
 	for who, peak := range a.peaks {
 		t.Logf("%s's real binary: peak RSS %d MiB (deploy/ limit %d MiB)", who, peak>>20, a.limits[who]>>20)
 	}
@@ -451,9 +474,7 @@ func (a *adversary) moveAndRestart() string {
 	} else {
 		a.setRef(verify.RenderedBranch, "")
 	}
-	pushed := a.renderer.Pushed()
-	a.renderer = a.refs.renderer(a.keys["renderer"])
-	a.renderer.StartFrom(pushed)
+	a.restartRenderer()
 	return moved
 }
 
@@ -552,10 +573,7 @@ func (a *adversary) restart() string {
 		a.startRecorder()
 		return who
 	case "renderer":
-		// The Lease holds what the renderer pushed last, whatever the branch holds now.
-		pushed := a.renderer.Pushed()
-		a.renderer = a.refs.renderer(a.keys["renderer"])
-		a.renderer.StartFrom(pushed)
+		a.restartRenderer()
 		return who
 	default:
 		ref := verify.InventoryBranch(who)
@@ -581,4 +599,93 @@ func (a *adversary) push(principal, branch string, files map[string][]byte) stri
 	}
 	require.NoError(a.t, err)
 	return res.Commit
+}
+
+// restartRenderer restarts the renderer as Daemon.Lead does: it takes the commit it pushed last
+// from its Lease, whatever the branch holds now, and is not told the repository is new.
+func (a *adversary) restartRenderer() {
+	pushed := a.renderer.Pushed()
+	a.renderer = a.refs.renderer(a.keys["renderer"])
+	a.renderer.Sources.FirstRender = false
+	a.renderer.StartFrom(pushed)
+}
+
+// wipeAndRenderOnce deletes every gitbroker/ branch but the node refs (or every one, and pushes a
+// branch named gitbroker, which stands in the way of them all), moves edge-b's ref back to an
+// older commit of its own, and runs the real one-shot render, which must refuse to start from
+// nothing (trust review 3, finding 1). The renderer of the loop then renders over the gap from
+// what it pushed last.
+func (a *adversary) wipeAndRenderOnce() string {
+	t := a.t
+	all := a.rng.IntN(2) == 0
+	head := a.srv.Head()
+	for _, b := range a.srv.Branches() {
+		if strings.HasPrefix(b, "gitbroker/") && (all || !strings.HasPrefix(b, verify.InventoryPrefix)) {
+			a.srv.SetRef(b, "")
+		}
+	}
+	what := "every gitbroker/ branch but the node refs"
+	if all {
+		a.srv.SetRef("gitbroker", head)
+		what = "every gitbroker/ branch, and gitbroker pushed"
+	} else if old := a.pick(a.oldB); old != "" {
+		a.srv.SetRef(verify.InventoryBranch("edge-b"), old)
+		what += ", edge-b moved back to " + short(old)
+	}
+	code, stdout, stderr := runBinary(t, "render", "--git", a.srv.URL(), "--signing-key", a.keyFiles["renderer"])
+	require.Equal(t, exitRefused, code, "the one-shot render after %s: %s%s", what, stdout, stderr)
+	require.Contains(t, stderr, "--first-render")
+	require.Empty(t, a.rendered().Head(), "the one-shot render rendered from nothing")
+	require.Empty(t, a.srv.On(verify.ConfigurationsBranch).Head(), "the one-shot render published from nothing")
+	return what + "; the one-shot render refused"
+}
+
+// floodWebhook sends the render daemon's webhook handler forged notifications (a well-formed
+// signature of another secret), bodies that declare more than they send, and requests with no
+// signature, then an agent's signed nudge, which must wake the renderer (trust review 3,
+// findings 2 and 3). What it woke costs one fetch: the next render finds nothing new.
+func (a *adversary) floodWebhook() string {
+	t := a.t
+	var woke atomic.Int64
+	h := &notify.Hook{NudgeSecret: []byte("nudge-secret"), Limiter: rate.NewLimiter(rate.Limit(1), 1), Log: logr.Discard(),
+		Wake: func(string) { woke.Add(1) }}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := `{"ref":"refs/heads/gitbroker/inventory/edge-b"}`
+	post := func(sig string, declared int64) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		require.NoError(t, err)
+		if declared > 0 {
+			req.ContentLength = declared // the body ends early: the read fails
+		}
+		if sig != "" {
+			req.Header.Set(notify.HeaderSignature, sig)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	n := 20 + a.rng.IntN(80)
+	var flood sync.WaitGroup
+	for i := range n {
+		flood.Go(func() {
+			switch i % 3 {
+			case 0:
+				post("sha256="+strings.Repeat("0", 64), 0)
+			case 1:
+				post("sha256="+strings.Repeat("0", 64), notify.MaxBody)
+			default:
+				post("", 0)
+			}
+		})
+	}
+	flood.Wait()
+	require.Zero(t, woke.Load(), "a forged notification woke the renderer")
+	signed := "sha256=" + hex.EncodeToString(notify.Sign(sha256.New, []byte("nudge-secret"), []byte(body)))
+	require.Equal(t, http.StatusAccepted, post(signed, 0), "the signed nudge after %d forged requests", n)
+	require.EqualValues(t, 1, woke.Load())
+	return fmt.Sprintf("%d forged requests refused, the signed nudge accepted", n)
 }
