@@ -312,10 +312,14 @@ func TestReview3RenderDaemonStartsFromNothingOnlyWhileItsLeaseRecordsNoPush(t *t
 	var last string
 	require.Eventually(t, func() bool {
 		lease, err := client.CoordinationV1().Leases("gitbroker-system").Get(t.Context(), "gitbroker-renderer", metav1.GetOptions{})
-		last = d.Renderer.Pushed()
-		return err == nil && last != "" && lease.Annotations[renderer.AnnotationLastPushed] == last
+		if err != nil {
+			return false
+		}
+		last = lease.Annotations[renderer.AnnotationLastPushed]
+		return last != "" && last == s.rendered().Head()
 	}, 20*time.Second, 10*time.Millisecond, "the Lease records the push")
 	stop()
+	require.Equal(t, d.Renderer.Pushed(), last)
 
 	for _, b := range s.srv.Branches() {
 		if strings.HasPrefix(b, "gitbroker/") && !strings.HasPrefix(b, verify.InventoryPrefix) {
