@@ -225,9 +225,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			continue
 		}
 		for _, c := range carried.jobs[job] {
-			if !slices.Contains(records[c], api.ClusterStatusPath(c, f)) {
-				carriedRecords[c] = append(carriedRecords[c], f)
-			}
+			carriedRecords[c] = append(carriedRecords[c], f)
 		}
 	}
 	if len(notRead) > 0 {
@@ -322,7 +320,9 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		}
 		if counts[c.Name] == 0 {
 			for _, f := range carriedRecords[c.Name] {
-				sub.Files[f] = req.Files[f]
+				if _, own := sub.Files[f]; !own { // the cluster's recorder's record wins
+					sub.Files[f] = req.Files[f]
+				}
 			}
 		}
 		cr := r.clusterRenderer(c)

@@ -60,13 +60,6 @@ func carriedJobs(prev Tree, stale []string, cs api.Clusters) oneClusterJobs {
 			continue
 		}
 		seen := map[string]bool{}
-		if len(h.nodes()) > 0 {
-			if strings.HasPrefix(f, historyJobsDir) {
-				out.finished++
-			} else {
-				out.running++
-			}
-		}
 		for _, node := range h.nodes() {
 			for _, c := range cs.Of(node) {
 				if seen[c] {
@@ -79,6 +72,13 @@ func carriedJobs(prev Tree, stale []string, cs api.Clusters) oneClusterJobs {
 				out.files[c][f] = data
 				out.jobs[ns+"/"+name] = append(out.jobs[ns+"/"+name], c)
 			}
+		}
+		switch {
+		case len(seen) == 0: // pinned to no node of a declared cluster: not carried
+		case strings.HasPrefix(f, historyJobsDir):
+			out.finished++
+		default:
+			out.running++
 		}
 	}
 	return out
