@@ -195,6 +195,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	// tree; the files of the top (the metadata, the accepted shards); and the stale ones, of a
 	// cluster no longer declared or of the one-cluster layout, which go.
 	counts := map[string]int{}
+	jobFiles := map[string][]string{}
 	top := Tree{}
 	var stale []string
 	for f, b := range prev {
@@ -205,6 +206,9 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			top[f] = b
 		case isCluster && nested:
 			counts[cluster]++
+			if _, inner, _ := strings.Cut(rest, "/"); isClusterJobFile(dir+"/", inner) {
+				jobFiles[cluster] = append(jobFiles[cluster], f)
+			}
 		default:
 			stale = append(stale, f)
 		}
@@ -214,6 +218,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	// records of those Jobs (signed by recorder, checked against the Job by the cluster's
 	// render as any record is).
 	carried := carriedJobs(prev, stale, cs)
+	elsewhere := r.ranElsewhere(prev, jobFiles, cs)
 	if s := carried.summary(); s != "" {
 		plan.Warnings = append(plan.Warnings, s)
 	}
@@ -304,6 +309,7 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 			RenderedJobsOnly: req.RenderedJobsOnly,
 			Trust:            req.Trust,
 			holdRollout:      ringHolds,
+			elsewhere:        elsewhere[c.Name],
 		}
 		if req.Writers != nil && sub.Writers == nil {
 			sub.Writers = map[string]string{} // verified, and none of its writers left
@@ -589,7 +595,7 @@ func (run *clusterRun) outIn(tree Tree) bool {
 func (run *clusterRun) sameInputs(req Request) bool {
 	last := run.request
 	return sameTree(req.Files, last.Files) && maps.Equal(req.Unreadable, last.Unreadable) &&
-		maps.Equal(req.holdRollout, last.holdRollout) &&
+		maps.Equal(req.holdRollout, last.holdRollout) && maps.Equal(req.elsewhere, last.elsewhere) &&
 		maps.Equal(req.Writers, last.Writers) && (req.Writers == nil) == (last.Writers == nil) &&
 		slices.Equal(req.Invalid, last.Invalid) && req.AllowDeletions == last.AllowDeletions &&
 		req.RenderedJobsOnly == last.RenderedJobsOnly && req.Trust == last.Trust

@@ -543,3 +543,90 @@ func sortedPaths(t render.Tree) []string {
 	slices.Sort(out)
 	return out
 }
+
+// A node that moves from one cluster to another (its name now matches another cluster's nodes)
+// takes its devices' instances along, under the same names: a run that finished in the cluster
+// it left never starts again, one still rendered there (unrecorded) is held until that cluster's
+// recorder records it, and the history stays where the run ran. A changed input then starts the
+// next run in the node's new cluster. Played with one-shot renders and with a kept Renderer (a
+// daemon's, whose clusters' last runs are reused when nothing of them changed).
+func TestMovingANodeBetweenClustersRunsNoJobAgain(t *testing.T) {
+	for _, kept := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one-shot", true: "daemon"}[kept], func(t *testing.T) {
+			r := &render.Renderer{}
+			renderTree := func(tree render.Tree) *render.Result {
+				req := render.Request{Files: tree, RenderedJobsOnly: true}
+				if kept {
+					return r.Render(req)
+				}
+				return render.Render(req)
+			}
+			tree := clusterFleet()
+			tree = apply(tree, renderTree(tree))
+			// node-0001's Jobs, in site-a.
+			type job struct{ name, inst, device, cfg string }
+			var jobs []job
+			for _, f := range sortedPaths(tree) {
+				if data := string(tree[f]); strings.HasPrefix(f, "rendered/site-a/") && strings.Contains(f, "/job-") && strings.Contains(data, "- node-0001\n") {
+					jobs = append(jobs, job{
+						name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
+						inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
+						device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
+						cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
+					})
+				}
+			}
+			require.GreaterOrEqual(t, len(jobs), 2, "node-0001 has Jobs in site-a")
+			finished, running := jobs[0], jobs[1]
+			tree["status/site-a/jobs/default/"+finished.name+".yaml"] = []byte(record("default", finished.name, finished.cfg, finished.inst, finished.device, "Succeeded"))
+			tree = apply(tree, renderTree(tree))
+			historyOf := func(j job) string {
+				return "history/site-a/jobs/default/" + j.cfg + "/" + j.inst + "/" + j.name + ".yaml"
+			}
+			require.Contains(t, tree, historyOf(finished))
+
+			// node-0001 moves to site-b.
+			tree["gitbroker.yaml"] = []byte(strings.NewReplacer(`["node-000[0-1]"]`, `[node-0000]`, "[node-0002, node-0003]", "[node-0001, node-0002, node-0003]").Replace(twoClusters))
+			res := renderTree(tree)
+			require.Nil(t, res.Refused)
+			require.Empty(t, res.Errors)
+			text := planText(res.Plan)
+			require.NotContains(t, text, "new run", "no Job starts again:\n%s", text)
+			require.Contains(t, text, "Job "+running.name+" held: its node moved here from cluster site-a", text)
+			tree = apply(tree, res)
+			out := strings.Join(sortedPaths(tree), "\n")
+			require.NotContains(t, out, "rendered/site-b/default/"+running.cfg+"/job-"+running.name, "the unrecorded run is not rendered in the node's new cluster")
+			require.Contains(t, out, "rendered/site-a/default/"+running.cfg+"/job-"+running.name, "it stays in the cluster that applied it until recorded")
+			require.Contains(t, out, historyOf(finished), "the finished run's history stays where it ran")
+			require.NotContains(t, out, "/"+finished.name+".yaml\nrendered/", "and it is rendered nowhere")
+
+			// site-a's recorder records the run the node left behind: it retires there, and
+			// still does not start in site-b.
+			tree["status/site-a/jobs/default/"+running.name+".yaml"] = []byte(record("default", running.name, running.cfg, running.inst, running.device, "Failed"))
+			for range 2 {
+				res = renderTree(tree)
+				require.Nil(t, res.Refused)
+				text = planText(res.Plan)
+				require.NotContains(t, text, "new run", text)
+				tree = apply(tree, res)
+			}
+			require.Contains(t, tree, historyOf(running))
+			for f := range tree {
+				require.False(t, strings.HasPrefix(f, "rendered/") && strings.HasSuffix(f, "job-"+running.name+".yaml"), "%s: the recorded run is rendered again", f)
+			}
+
+			// A change of the device's properties is a new run, in the node's new cluster.
+			inv := string(tree["inventory/node-0001.yaml"])
+			i := strings.Index(inv, "id: "+running.device+"\n")
+			require.GreaterOrEqual(t, i, 0, inv)
+			j := i + strings.Index(inv[i:], "properties:\n") + len("properties:\n")
+			require.Greater(t, j, i, inv)
+			tree["inventory/node-0001.yaml"] = []byte(inv[:j] + "        DEBUG_ECHO_FIRMWARE: v2\n" + inv[j:])
+			res = renderTree(tree)
+			require.Empty(t, res.Errors)
+			text = planText(res.Plan)
+			require.Contains(t, text, "in cluster site-b", text)
+			require.Regexp(t, `\+ Job `+running.cfg+`-\S+ started: new run`, text)
+		})
+	}
+}

@@ -25,6 +25,14 @@ func (p *pass) renderJobs() bool {
 			return false
 		}
 	}
+	for _, id := range sortedKeys(p.req.elsewhere) {
+		if e := p.req.elsewhere[id]; !e.finished {
+			// A run its node left behind in another cluster holds the instance here as one
+			// of its own would.
+			_, name, _ := strings.Cut(id, "/")
+			runs.byInstance[e.instance] = append(runs.byInstance[e.instance], name+" (cluster "+e.cluster+")")
+		}
+	}
 	p.startJobs(p.desiredJobs(), runs)
 	return true
 }
@@ -220,6 +228,15 @@ func (p *pass) startJobs(want []*desiredJob, runs unrecordedJobs) {
 		}
 		if _, done := p.loaded.records[id]; done {
 			// This exact run already finished; an unchanged input never runs again.
+			continue
+		}
+		if e, ok := p.req.elsewhere[id]; ok {
+			if e.finished {
+				continue // it ran in the cluster its node left, whose history keeps it
+			}
+			p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
+			p.plan.add(cfg.Namespace, cfg.Name, in.name, Change{Action: Held, Kind: "Job", Name: bj.name,
+				Reason: fmt.Sprintf("its node moved here from cluster %s, where this run is rendered until that cluster's recorder records it; it does not start again here", e.cluster)})
 			continue
 		}
 		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)

@@ -51,6 +51,10 @@ type Request struct {
 	// Pod broker Configurations whose changed brokers keep their previous render, by key, with
 	// why: a ring before it has not recorded them Available with their new spec.
 	holdRollout map[string]string
+	// elsewhere, for one cluster of several, are the runs of its nodes' Jobs in another
+	// cluster's folder, by namespace/Job, which a node took with it when it moved here
+	// (ranElsewhere): finished ones never start again, unrecorded ones hold the instance.
+	elsewhere map[string]elsewhereRun
 }
 
 // Result is the outcome of a render.
@@ -102,6 +106,9 @@ type Renderer struct {
 	hist    memo[historyParse]
 	objs    memo[[]byte]
 	jobs    memo[builtJob]
+	// pins are, for a repository of several clusters, the Jobs of each cluster's folder and
+	// the nodes they are pinned to (ranElsewhere).
+	pins memo[jobPin]
 	// instanceSets are the last pass's instances, by Configuration.
 	instanceSets map[string]*instanceSet
 	last         lastOutput
