@@ -334,8 +334,9 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		cr := r.clusterRenderer(c)
 		var sr *Result
 		reused := false
+		carry := carried.files[c.Name]
 		if last := cr.lastRun; last != nil && counts[c.Name] == len(last.out) && last.outIn(prev) {
-			if last.sameInputs(sub) {
+			if last.sameInputs(sub) && len(carry) == 0 {
 				// Nothing of the cluster changed: its render would be the last one again
 				// (even under a new source commit, which only a changed file records).
 				sr, reused = last.result, true
@@ -347,8 +348,11 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		} else {
 			sub.Previous = Tree{}
 		}
-		if counts[c.Name] == 0 {
-			maps.Copy(sub.Previous, carried.files[c.Name])
+		if len(carry) > 0 {
+			if counts[c.Name] > 0 {
+				sub.Previous = maps.Clone(sub.Previous) // never its Renderer's last output
+			}
+			maps.Copy(sub.Previous, carry)
 		}
 		if sr == nil {
 			if cr.shares == nil {
@@ -383,10 +387,27 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 		}
 		switch {
 		case reused:
-		case counts[c.Name] == 0 && len(carried.files[c.Name]) > 0:
+		case counts[c.Name] == 0 && len(carry) > 0:
 			// Its render was made on top of the one-cluster layout's Jobs, which the
 			// repository holds elsewhere: every file of the cluster is new here.
 			for f := range sr.Files {
+				if !strings.HasPrefix(f, api.AcceptedDir) {
+					diff = append(diff, in(f))
+				}
+			}
+		case len(carry) > 0:
+			// Made on top of Jobs a former cluster's folder holds: what it kept of them is
+			// new here, besides what its render changed.
+			changed := map[string]bool{}
+			for _, f := range sr.Diff {
+				changed[f] = true
+			}
+			for f := range carry {
+				if _, kept := sr.Files[f]; kept {
+					changed[f] = true
+				}
+			}
+			for _, f := range sortedKeys(changed) {
 				if !strings.HasPrefix(f, api.AcceptedDir) {
 					diff = append(diff, in(f))
 				}

@@ -630,3 +630,58 @@ func TestMovingANodeBetweenClustersRunsNoJobAgain(t *testing.T) {
 		})
 	}
 }
+
+// A cluster renamed, or taken out with its nodes going to another cluster (rendered with
+// --allow-deletions, as such a change must be), keeps its Jobs: its finished ones move to the
+// history of its nodes' cluster, its rendered ones are carried there frozen, and none runs again.
+func TestRenamingOrRemovingAClusterRunsNoJobAgain(t *testing.T) {
+	for name, settings := range map[string]string{
+		"renamed": strings.Replace(twoClusters, "name: site-b", "name: site-c", 1),
+		"removed": "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  clusters:\n  - name: site-a\n    labels: {ring: canary}\n    nodes: [\"node-*\"]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			tree := generateFleet(fleetSpec{nodes: 4, configurations: 2, devices: 40, seed: 7})
+			tree["gitbroker.yaml"] = []byte(twoClusters)
+			tree = apply(tree, renderOK(t, tree))
+			type job struct{ name, inst, device, cfg string }
+			var jobs []job
+			for _, f := range sortedPaths(tree) {
+				if data := string(tree[f]); strings.HasPrefix(f, "rendered/site-b/") && strings.Contains(f, "/job-") {
+					jobs = append(jobs, job{
+						name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
+						inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
+						device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
+						cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
+					})
+				}
+			}
+			require.GreaterOrEqual(t, len(jobs), 2, "site-b has Jobs")
+			finished := jobs[0]
+			tree["status/site-b/jobs/default/"+finished.name+".yaml"] = []byte(record("default", finished.name, finished.cfg, finished.inst, finished.device, "Succeeded"))
+			tree = apply(tree, renderOK(t, tree))
+			require.Contains(t, tree, "history/site-b/jobs/default/"+finished.cfg+"/"+finished.inst+"/"+finished.name+".yaml")
+
+			tree["gitbroker.yaml"] = []byte(settings)
+			refused := render.Render(render.Request{Files: tree, RenderedJobsOnly: true})
+			require.NotNil(t, refused.Refused, "a cluster's folder goes: refused without --allow-deletions")
+			require.Contains(t, planText(refused.Plan), "none runs again")
+			res := render.Render(render.Request{Files: tree, RenderedJobsOnly: true, AllowDeletions: true})
+			require.Nil(t, res.Refused)
+			require.Empty(t, res.Errors)
+			text := planText(res.Plan)
+			require.NotContains(t, text, "new run", "no Job starts again:\n%s", text)
+			tree = apply(tree, res)
+			out := strings.Join(sortedPaths(tree), "\n")
+			require.NotContains(t, out, "rendered/site-b/")
+			require.NotContains(t, out, "history/site-b/")
+			require.Regexp(t, `history/site-[ac]/jobs/default/`+finished.cfg+`/`+finished.inst+`/`+finished.name+`\.yaml`, out, "the finished Job stays history")
+			for _, j := range jobs[1:] {
+				require.Regexp(t, `rendered/site-[ac]/default/`+j.cfg+`/(\S+/)?job-`+j.name+`\.yaml`, out, "a rendered Job stays frozen: %s", j.name)
+			}
+			again := render.Render(render.Request{Files: tree, RenderedJobsOnly: true})
+			require.Nil(t, again.Refused)
+			require.NotContains(t, planText(again.Plan), "new run")
+			require.Empty(t, again.Diff, "and the next render changes nothing")
+		})
+	}
+}
