@@ -115,6 +115,7 @@ func readCarriedJob(f string, data []byte) (carriedJob, bool) {
 	}
 	return carriedJob{}, false
 }
+
 // jobRecordName is the namespace/job a one-cluster recorder's record path names
 // (status/jobs/<namespace>/<job>.yaml), if it is one.
 func jobRecordName(f string) (string, bool) {
