@@ -2,11 +2,13 @@ package render
 
 import (
 	"bytes"
+	"encoding/json"
 	"path"
 	"slices"
 	"strings"
 
 	"github.com/gitbroker/gitbroker/api"
+	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // A node that moves from one declared cluster to another (gitbroker.yaml's spec.clusters lists
@@ -84,6 +86,9 @@ func (r *Renderer) ranElsewhere(prev Tree, jobFiles map[string][]string, cs api.
 		}
 		for _, f := range files {
 			pin := r.pins.cur[f].val
+			if pin.head != nil {
+				pin.nodes = jobNodes(prev, f, instanceFolderOf(f), pin.head)
+			}
 			if pin.id == "" || !slices.ContainsFunc(pin.nodes, func(n string) bool { return !slices.Contains(clustersOf(n), from) }) {
 				continue // none of its nodes left: a shared device another cluster sees keeps its own runs
 			}
@@ -114,14 +119,21 @@ func (r *Renderer) ranElsewhere(prev Tree, jobFiles map[string][]string, cs api.
 type jobPin struct {
 	id, instance string
 	nodes        []string
+	// head is kept for a Job the render did not pin, whose nodes are read again each render
+	// from its instance's ResourceSlice (jobNodes), which may change while the Job does not.
+	head *objectHead
 }
 
 func pinOf(h *objectHead) jobPin {
 	if h == nil || h.err != nil || h.Metadata.Name == "" || h.Metadata.Namespace == "" {
 		return jobPin{}
 	}
-	return jobPin{id: h.Metadata.Namespace + "/" + h.Metadata.Name, nodes: h.nodes(),
+	pin := jobPin{id: h.Metadata.Namespace + "/" + h.Metadata.Name, nodes: h.nodes(),
 		instance: h.Metadata.Namespace + "/" + h.Metadata.Labels[api.LabelConfiguration] + "/" + h.Metadata.Labels[api.LabelInstance]}
+	if len(pin.nodes) == 0 {
+		pin.head = h
+	}
+	return pin
 }
 
 // headKey is the key of a Job file of cluster's folder in the memo of the cluster's Renderer: a
@@ -144,4 +156,92 @@ func jobFileHead(f string, data []byte) *objectHead {
 
 func inCluster(cs api.Clusters, node, cluster string) bool {
 	return slices.Contains(cs.Of(node), cluster)
+}
+
+// jobNodes are the nodes a Job file belongs to. A Job the render pinned names them; one it did
+// not pin (a shared device's in DRA mode, which runs where the scheduler allocates the device)
+// has those of its instance's ResourceSlice in the same previous output, or, for a finished one
+// whose slice is gone, the nodes its record says its Pods ran on. f is the file's path in prev,
+// folder the folder of its instance's objects there (rendered/[<cluster>/]<namespace>/<configuration>
+// for a history file, where an unsharded Configuration keeps them).
+func jobNodes(prev Tree, f, folder string, h *objectHead) []string {
+	if nodes := h.nodes(); len(nodes) > 0 {
+		return nodes
+	}
+	ns, inst := h.Metadata.Namespace, h.Metadata.Labels[api.LabelInstance]
+	if inst != "" {
+		if b, ok := prev[folder+"/resourceslice-"+api.DRAResourceSliceName(ns, inst)+".yaml"]; ok {
+			var s sliceHead
+			if js, err := yamlcodec.ToJSON(b); err == nil && json.Unmarshal(js, &s) == nil {
+				if s.Spec.NodeName != "" {
+					return []string{s.Spec.NodeName}
+				}
+				seen := map[string]bool{}
+				for _, t := range s.Spec.NodeSelector.Terms {
+					for _, e := range t.MatchExpressions {
+						if e.Key == hostnameLabel {
+							for _, v := range e.Values {
+								seen[v] = true
+							}
+						}
+					}
+				}
+				if len(seen) > 0 {
+					return sortedKeys(seen)
+				}
+			}
+		}
+	}
+	if _, rec, ok := bytes.Cut(prev[f], []byte("\n---\n")); ok && strings.HasPrefix(f, HistoryDir) {
+		var r struct {
+			Spec struct {
+				Pods []api.PodRecord `json:"pods"`
+			} `json:"spec"`
+		}
+		if js, err := yamlcodec.ToJSON(rec); err == nil && json.Unmarshal(js, &r) == nil {
+			seen := map[string]bool{}
+			for _, p := range r.Spec.Pods {
+				if p.Node != "" {
+					seen[p.Node] = true
+				}
+			}
+			return sortedKeys(seen)
+		}
+	}
+	return nil
+}
+
+// sliceHead is what jobNodes reads of a ResourceSlice.
+type sliceHead struct {
+	Spec struct {
+		NodeName     string `json:"nodeName"`
+		NodeSelector struct {
+			Terms []struct {
+				MatchExpressions []struct {
+					Key    string   `json:"key"`
+					Values []string `json:"values"`
+				} `json:"matchExpressions"`
+			} `json:"nodeSelectorTerms"`
+		} `json:"nodeSelector"`
+	} `json:"spec"`
+}
+
+// instanceFolderOf is the folder of the instance objects of a Job file at f of prev: a rendered
+// Job's own; for a history file (history/[<cluster>/]jobs/<namespace>/<configuration>/...), the
+// Configuration's folder of the same layout.
+func instanceFolderOf(f string) string {
+	if strings.HasPrefix(f, RenderedDir) {
+		return path.Dir(f)
+	}
+	rest := strings.TrimPrefix(f, HistoryDir)
+	cluster := ""
+	if !strings.HasPrefix(rest, "jobs/") {
+		c, r, _ := strings.Cut(rest, "/")
+		cluster, rest = c+"/", r
+	}
+	parts := strings.SplitN(strings.TrimPrefix(rest, "jobs/"), "/", 3)
+	if len(parts) < 2 {
+		return ""
+	}
+	return RenderedDir + cluster + parts[0] + "/" + parts[1]
 }

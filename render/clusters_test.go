@@ -476,8 +476,25 @@ func TestClusterJobsRetireFromTheirRecords(t *testing.T) {
 // one-cluster recorder wrote retires from it, a running one stays frozen in its cluster's
 // folder, and none is started again.
 func TestTurningClustersOnRunsNoJobAgain(t *testing.T) {
+	for _, dra := range []bool{false, true} {
+		t.Run(map[bool]string{false: "device-plugin", true: "dra"}[dra], func(t *testing.T) { turningClustersOn(t, dra) })
+	}
+}
+
+// turningClustersOn is TestTurningClustersOnRunsNoJobAgain in a mode: in DRA mode a shared
+// device's Job is not pinned, and goes where its ResourceSlice's nodes are.
+func turningClustersOn(t *testing.T, dra bool) {
 	tree := clusterFleet()
 	delete(tree, "gitbroker.yaml")
+	settings := twoClusters
+	if dra {
+		tree["gitbroker.yaml"] = []byte("apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deviceAllocation: dra\n")
+		settings = strings.Replace(twoClusters, "spec:\n", "spec:\n  deviceAllocation: dra\n", 1)
+		// A shared device's Job, which DRA mode does not pin.
+		inv := string(tree["inventory/node-0001.yaml"])
+		require.Contains(t, inv, "- id: dev-000006\n      shared: false")
+		tree["inventory/node-0001.yaml"] = []byte(strings.Replace(inv, "- id: dev-000006\n      shared: false", "- id: dev-000006\n      shared: true", 1))
+	}
 	tree = apply(tree, renderOK(t, tree))
 	type job struct{ name, inst, device, cfg string }
 	var jobs []job
@@ -493,6 +510,15 @@ func TestTurningClustersOnRunsNoJobAgain(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(jobs), 3, "the fleet renders Jobs")
+	if dra {
+		unpinned := 0
+		for _, f := range sortedPaths(tree) {
+			if strings.HasPrefix(f, "rendered/default/") && strings.Contains(f, "/job-") && !strings.Contains(string(tree[f]), "matchFields") {
+				unpinned++
+			}
+		}
+		require.Positive(t, unpinned, "a shared device's Job is not pinned in DRA mode")
+	}
 	// The first is recorded and retired before the switch; the second is recorded at the
 	// switch by the one-cluster recorder; the rest are running.
 	retired, recorded := jobs[0], jobs[1]
@@ -501,7 +527,7 @@ func TestTurningClustersOnRunsNoJobAgain(t *testing.T) {
 	require.Contains(t, strings.Join(sortedPaths(tree), "\n"), "history/jobs/default/"+retired.cfg+"/"+retired.inst+"/"+retired.name+".yaml")
 	tree["status/jobs/default/"+recorded.name+".yaml"] = []byte(record("default", recorded.name, recorded.cfg, recorded.inst, recorded.device, "Succeeded"))
 
-	tree["gitbroker.yaml"] = []byte(twoClusters)
+	tree["gitbroker.yaml"] = []byte(settings)
 	res := render.Render(render.Request{Files: tree, RenderedJobsOnly: true, AllowDeletions: true})
 	require.Nil(t, res.Refused)
 	require.Empty(t, res.Errors)

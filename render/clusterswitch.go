@@ -46,7 +46,7 @@ func carriedJobs(prev Tree, stale []string, cs api.Clusters) oneClusterJobs {
 			continue
 		}
 		seen := map[string]bool{}
-		for _, node := range j.head.nodes() {
+		for _, node := range jobNodes(prev, f, instanceFolderOf(f), j.head) {
 			for _, c := range cs.Of(node) {
 				if seen[c] {
 					continue

@@ -19,6 +19,7 @@ import (
 
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/gitbroker/gitbroker/notify"
 	"github.com/gitbroker/gitbroker/render"
 	"github.com/gitbroker/gitbroker/renderer"
+	"github.com/gitbroker/gitbroker/trust"
 	"github.com/gitbroker/gitbroker/verify"
 )
 
@@ -84,6 +86,11 @@ type adversary struct {
 	shards map[string][]string
 	// mode is the sequence's device allocation: device-plugin or dra.
 	mode string
+	// layout is the sequence's clusters: "" (one cluster), "split" (edge-a in east, edge-b in
+	// west) or "joined" (both in west); a sequence with clusters switches between the two.
+	layout string
+	// victimName is the victim's finished firmware Job.
+	victimName string
 }
 
 func playAdversary(t *testing.T, seed uint64, steps int) {
@@ -107,8 +114,11 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	a.mode = "device-plugin"
 	if seed%2 == 0 {
 		a.mode = "dra"
-		s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{api.SettingsPath: "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n  deviceAllocation: dra\n"}, nil, "DRA mode")
+		s.srv.CommitSigned(s.keyFiles["alice@example.com"], map[string]string{api.SettingsPath: a.settings()}, nil, "DRA mode")
 	}
+	// Every other pair of sequences turns spec.clusters on once the victim's Job has finished,
+	// and switches between two layouts as a step.
+	clusters := seed/2%2 == 1
 	// The victim: a shared camera, a local sensor, and a firmware Job that ran and finished.
 	s.nodes["edge-b"].set("default/akri-debug-echo", "shared:"+a.camera, "sensor-b")
 	s.nodes["edge-b"].set("plant/plc-firmware", "shared:plc-b")
@@ -119,12 +129,16 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 	job := strings.TrimSuffix(s.jobs(render.RenderedDir, "plc-firmware")[0], ".yaml")
 	s.finish("plant", job, true)
 	a.victimJob = "/job-" + job[:len("plc-firmware-")+6] + "-" // its instance's: any run of it
+	a.victimName = job
 	s.renderTrust()
 	require.Len(t, s.jobs("history/", "plc-firmware"), 1, "the finished Job is in history")
 	if a.mode == "dra" {
 		require.True(t, s.has("/resourceslice-"), "DRA mode renders ResourceSlices")
 	}
 	a.snapshot()
+	if clusters {
+		t.Log(a.switchLayout())
+	}
 	a.remember()
 
 	actions := []struct {
@@ -150,6 +164,13 @@ func playAdversary(t *testing.T, seed uint64, steps int) {
 		{"delete a writer's branch and put a ref named under it (or over its folder) in its way", a.blockRef},
 		{"delete every gitbroker/ branch (or all of them, and push a ref named gitbroker), roll edge-b back, and run the one-shot render", a.wipeAndRenderOnce},
 		{"flood the renderer's webhook with forged and trickled notifications beside a signed nudge", a.floodWebhook},
+		{"write a node loss of edge-b and a record of its finished Job on a recorder's ref (or an undeclared cluster's) with edge-a's key", a.forgeStatus},
+	}
+	if clusters {
+		actions = append(actions, struct {
+			name string
+			do   func() string
+		}{"the person moves edge-a between clusters (east and west, or both in west), rendered with --allow-deletions", a.switchLayout})
 	}
 	for i := range steps {
 		act := actions[a.rng.IntN(len(actions))]
@@ -278,13 +299,13 @@ func (a *adversary) replayVictim() string {
 }
 
 func (a *adversary) deleteRef() string {
-	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch("edge-b"), verify.StatusBranch, verify.ConfigurationsBranch, verify.RenderedBranch})
+	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch("edge-b"), a.statusRef(), verify.ConfigurationsBranch, verify.RenderedBranch})
 	a.setRef(ref, "")
 	return ref
 }
 
 func (a *adversary) sameTree() string {
-	ref := a.pick([]string{verify.RenderedBranch, verify.InventoryBranch("edge-b"), verify.ConfigurationsBranch, verify.StatusBranch})
+	ref := a.pick([]string{verify.RenderedBranch, verify.InventoryBranch("edge-b"), verify.ConfigurationsBranch, a.statusRef()})
 	head := a.srv.On(ref).Head()
 	if head == "" {
 		return ref + " (absent)"
@@ -303,13 +324,14 @@ func (a *adversary) orphan() string {
 }
 
 func (a *adversary) unsigned() string {
-	ref := a.pick([]string{"main", verify.InventoryBranch("edge-b"), verify.StatusBranch, verify.RenderedBranch})
+	status := a.statusRef()
+	ref := a.pick([]string{"main", verify.InventoryBranch("edge-b"), status, verify.RenderedBranch})
 	files := map[string]string{"notes/adversary.txt": fmt.Sprint(a.rng.Int())}
 	switch ref {
 	case verify.InventoryBranch("edge-b"):
 		files = map[string]string{api.InventoryPath("edge-b"): "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeInventory\nmetadata:\n  name: edge-b\nspec: {}\n"}
-	case verify.StatusBranch:
-		files = map[string]string{"status/nodes/edge-b.yaml": "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\nmetadata:\n  name: edge-b\nspec:\n  since: \"2026-01-01T00:00:00Z\"\n  reason: NotReady\n"}
+	case status:
+		files = map[string]string{statusDir(ref) + "nodes/edge-b.yaml": nodeLoss("edge-b")}
 	}
 	if a.srv.On(ref).Head() == "" {
 		return ref + " (absent)"
@@ -385,8 +407,9 @@ func (a *adversary) bomb() string {
 		return "dense accepted tips on " + shard
 	}
 	shard := api.AcceptedBranch(verify.InventoryBranch(a.pick([]string{"edge-a", "edge-b"})))
-	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, verify.StatusBranch, shard})
-	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", verify.StatusBranch: "status/jobs/plant/zeros.yaml",
+	status := a.statusRef()
+	ref := a.pick([]string{verify.InventoryBranch("edge-a"), verify.InventoryBranch(fmt.Sprintf("bomb-%d", a.bombs)), verify.ConfigurationsBranch, status, shard})
+	path := map[string]string{verify.ConfigurationsBranch: "configurations/zeros.yaml", status: statusDir(status) + "jobs/plant/zeros.yaml",
 		shard: api.AcceptedFile(strings.TrimPrefix(shard, api.AcceptedBranchPrefix))}[ref]
 	if path == "" {
 		path = api.InventoryPath(strings.TrimPrefix(ref, verify.InventoryBranch("")))
@@ -495,7 +518,7 @@ func (a *adversary) setRef(branch, commit string) {
 // a ref named as their folder), so its next push must clear the way.
 func (a *adversary) blockRef() string {
 	head := a.srv.On("main").Head()
-	switch target := a.pick([]string{verify.InventoryBranch("edge-b"), verify.RenderedBranch, verify.StatusBranch, verify.ConfigurationsBranch, "shards"}); target {
+	switch target := a.pick([]string{verify.InventoryBranch("edge-b"), verify.RenderedBranch, a.statusRef(), verify.ConfigurationsBranch, "shards"}); target {
 	case "shards":
 		for _, ref := range strings.Fields(gitsynctest.Git(a.t, a.srv.Bare(), "for-each-ref", "--format=%(refname)", "refs/heads/"+api.AcceptedBranchPrefix)) {
 			gitsynctest.Git(a.t, a.srv.Bare(), "update-ref", "-d", ref)
@@ -688,4 +711,104 @@ func (a *adversary) floodWebhook() string {
 	require.Equal(t, http.StatusAccepted, post(signed, 0), "the signed nudge after %d forged requests", n)
 	require.EqualValues(t, 1, woke.Load())
 	return fmt.Sprintf("%d forged requests refused, the signed nudge accepted", n)
+}
+
+// settings is the people's gitbroker.yaml for the sequence's mode and cluster layout.
+func (a *adversary) settings() string {
+	s := "apiVersion: gitbroker.dev/v1alpha1\nkind: Settings\nspec:\n"
+	if a.mode == "dra" {
+		s += "  deviceAllocation: dra\n"
+	}
+	switch a.layout {
+	case "split":
+		s += "  clusters:\n  - name: east\n    nodes: [edge-a]\n  - name: west\n    nodes: [edge-b]\n"
+	case "joined":
+		s += "  clusters:\n  - name: west\n    nodes: [\"edge-*\"]\n"
+	}
+	return s
+}
+
+// statusRef is a recorder's ref the attacker writes: the one-cluster recorder's, and with
+// clusters each cluster's and one of a cluster nobody declared.
+func (a *adversary) statusRef() string {
+	if a.layout == "" {
+		return verify.StatusBranch
+	}
+	return a.pick([]string{verify.StatusBranch, api.ClusterStatusBranch("east"), api.ClusterStatusBranch("west"), api.ClusterStatusBranch("north")})
+}
+
+// statusDir is where the records of a recorder's ref live: status/, or status/<cluster>/.
+func statusDir(ref string) string {
+	if c, ok := strings.CutPrefix(ref, verify.StatusBranch+"/"); ok {
+		return "status/" + c + "/"
+	}
+	return "status/"
+}
+
+func nodeLoss(node string) string {
+	return "apiVersion: gitbroker.dev/v1alpha1\nkind: NodeLoss\nmetadata:\n  name: " + node + "\nspec:\n  since: \"2026-01-01T00:00:00Z\"\n  reason: NotReady\n"
+}
+
+// forgeStatus writes, signed with edge-a's key, a node loss of edge-b (which would move its
+// shared camera's broker to edge-a) and a failed record of the victim's finished Job on a
+// recorder's ref: the one-cluster recorder's, a cluster's, or one of a cluster nobody declared.
+func (a *adversary) forgeStatus() string {
+	ref := a.statusRef()
+	dir := statusDir(ref)
+	record := "apiVersion: gitbroker.dev/v1alpha1\nkind: JobRecord\nmetadata:\n  name: " + a.victimName + "\n  namespace: plant\nspec:\n  configuration: plc-firmware\n" +
+		"  instance: " + a.victimName[:len("plc-firmware-")+6] + "\n  deviceID: plc-b\n  outcome: Failed\n  startTime: \"2026-01-01T00:00:00Z\"\n  failed: 3\n  succeeded: 0\n"
+	c := a.push("node:edge-a", ref, map[string][]byte{dir + "nodes/edge-b.yaml": []byte(nodeLoss("edge-b")), dir + "jobs/plant/" + a.victimName + ".yaml": []byte(record)})
+	return ref + " " + short(c)
+}
+
+// switchLayout is the person's change of spec.clusters: from one cluster to edge-a in east and
+// edge-b in west (enrolling the clusters' recorders, and starting west's), and then between that
+// and both in west, each rendered with --allow-deletions as a layout change must be. The victim's
+// finished Job runs again nowhere and its history is kept (its bytes, wherever the layout puts
+// them); what the victim has rendered is then taken again, as the cluster's variables change it.
+func (a *adversary) switchLayout() string {
+	t := a.t
+	files := map[string]string{}
+	switch a.layout {
+	case "":
+		a.layout = "split"
+		dir := t.TempDir()
+		for _, c := range []string{"east", "west"} {
+			p := "recorder:" + c
+			k, _, err := trust.LoadOrCreateSigner(filepath.Join(dir, c), p)
+			require.NoError(t, err)
+			a.keys[p], a.keyFiles[p] = k, filepath.Join(dir, c)
+			a.allowed += k.AllowedSignersLine(p) + "\n"
+		}
+		files[verify.AllowedSignersPath] = a.allowed
+	case "split":
+		a.layout = "joined"
+	default:
+		a.layout = "split"
+	}
+	files[api.SettingsPath] = a.settings()
+	a.srv.CommitSigned(a.keyFiles["alice@example.com"], files, nil, "clusters: "+a.layout)
+	history := slices.Sorted(maps.Values(a.history))
+	a.renderer.AllowDeletions = true
+	out, err := a.renderer.Once(t.Context())
+	a.renderer.AllowDeletions = false
+	if err != nil {
+		require.ErrorIs(t, err, gitsync.ErrNoChanges)
+	}
+	plan := a.plan(out)
+	require.Empty(t, out.Result.Errors, plan)
+	require.NotContains(t, plan, "started: new run", "the switch to %s starts a Job", a.layout)
+	if a.recCluster == "" {
+		// The one-cluster recorder retires; west's records the cluster's Jobs from now on
+		// (edge-b is in west in both layouts).
+		a.stopRecorder()
+		a.recCluster = "west"
+		a.startRecorder()
+	}
+	a.snapshot()
+	require.Equal(t, history, slices.Sorted(maps.Values(a.history)), "the switch to %s keeps the finished Jobs' history", a.layout)
+	for p := range a.history {
+		require.True(t, strings.HasPrefix(p, "history/west/"), "%s: with clusters the victim's history is west's", p)
+	}
+	return a.layout
 }

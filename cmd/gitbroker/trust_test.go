@@ -39,6 +39,9 @@ type signedLoop struct {
 	refs     layout
 	// stopRecorder stops the recorder startRecorder started.
 	stopRecorder func()
+	// recCluster is the cluster whose recorder startRecorder starts ("": the one-cluster
+	// recorder of gitbroker/status), signing as recorder:<cluster>.
+	recCluster string
 }
 
 func newSignedLoop(t *testing.T) *signedLoop {
@@ -94,8 +97,16 @@ func (s *signedLoop) startRecorder() { s.startRecorderRepairing(-1) }
 // startRecorderRepairing starts the recorder as startRecorder does, putting its ref back every
 // repair (never when negative).
 func (s *signedLoop) startRecorderRepairing(repair time.Duration) {
-	rec, err := recorder.New(recorder.Options{Client: s.client, Store: s.refs.recorder(append([]gitsync.Option{gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()},
-		s.refs.acceptedTip(s.allowed, verify.StatusBranch)...)...),
+	var store gitsync.Store
+	if c := s.recCluster; c != "" {
+		ref := api.ClusterStatusBranch(c)
+		store = recorder.ForCluster(s.refs.open(ref, append([]gitsync.Option{gitsync.WithCreateBranch(), gitsync.WithSigner(s.keys["recorder:"+c]), gitsync.WithOwnHistory()},
+			s.refs.acceptedTip(s.allowed, ref)...)...), c)
+	} else {
+		store = s.refs.recorder(append([]gitsync.Option{gitsync.WithSigner(s.keys["recorder"]), gitsync.WithOwnHistory()},
+			s.refs.acceptedTip(s.allowed, verify.StatusBranch)...)...)
+	}
+	rec, err := recorder.New(recorder.Options{Client: s.client, Store: store,
 		Batch: 10 * time.Millisecond, Retry: 10 * time.Millisecond, Repair: repair, Log: logr.Discard()})
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
