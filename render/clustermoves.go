@@ -154,10 +154,6 @@ func jobFileHead(f string, data []byte) *objectHead {
 	return parseHead(data)
 }
 
-func inCluster(cs api.Clusters, node, cluster string) bool {
-	return slices.Contains(cs.Of(node), cluster)
-}
-
 // jobNodes are the nodes a Job file belongs to. A Job the render pinned names them; one it did
 // not pin (a shared device's in DRA mode, which runs where the scheduler allocates the device)
 // has those of its instance's ResourceSlice in the same previous output, or, for a finished one

@@ -496,19 +496,9 @@ func turningClustersOn(t *testing.T, dra bool) {
 		tree["inventory/node-0001.yaml"] = []byte(strings.Replace(inv, "- id: dev-000006\n      shared: false", "- id: dev-000006\n      shared: true", 1))
 	}
 	tree = apply(tree, renderOK(t, tree))
-	type job struct{ name, inst, device, cfg string }
-	var jobs []job
-	for _, f := range sortedPaths(tree) {
-		if strings.HasPrefix(f, "rendered/default/") && strings.Contains(f, "/job-") {
-			data := string(tree[f])
-			jobs = append(jobs, job{
-				name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
-				inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
-				device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
-				cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
-			})
-		}
-	}
+	jobs := jobsIn(tree, func(f string, data []byte) bool {
+		return strings.HasPrefix(f, "rendered/default/") && strings.Contains(f, "/job-")
+	})
 	require.GreaterOrEqual(t, len(jobs), 3, "the fleet renders Jobs")
 	if dra {
 		unpinned := 0
@@ -590,23 +580,14 @@ func TestMovingANodeBetweenClustersRunsNoJobAgain(t *testing.T) {
 			tree := clusterFleet()
 			tree = apply(tree, renderTree(tree))
 			// node-0001's Jobs, in site-a.
-			type job struct{ name, inst, device, cfg string }
-			var jobs []job
-			for _, f := range sortedPaths(tree) {
-				if data := string(tree[f]); strings.HasPrefix(f, "rendered/site-a/") && strings.Contains(f, "/job-") && strings.Contains(data, "- node-0001\n") {
-					jobs = append(jobs, job{
-						name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
-						inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
-						device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
-						cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
-					})
-				}
-			}
+			jobs := jobsIn(tree, func(f string, data []byte) bool {
+				return strings.HasPrefix(f, "rendered/site-a/") && strings.Contains(f, "/job-") && strings.Contains(string(data), "- node-0001\n")
+			})
 			require.GreaterOrEqual(t, len(jobs), 2, "node-0001 has Jobs in site-a")
 			finished, running := jobs[0], jobs[1]
 			tree["status/site-a/jobs/default/"+finished.name+".yaml"] = []byte(record("default", finished.name, finished.cfg, finished.inst, finished.device, "Succeeded"))
 			tree = apply(tree, renderTree(tree))
-			historyOf := func(j job) string {
+			historyOf := func(j clusterJob) string {
 				return "history/site-a/jobs/default/" + j.cfg + "/" + j.inst + "/" + j.name + ".yaml"
 			}
 			require.Contains(t, tree, historyOf(finished))
@@ -669,18 +650,9 @@ func TestRenamingOrRemovingAClusterRunsNoJobAgain(t *testing.T) {
 			tree := generateFleet(fleetSpec{nodes: 4, configurations: 2, devices: 40, seed: 7})
 			tree["gitbroker.yaml"] = []byte(twoClusters)
 			tree = apply(tree, renderOK(t, tree))
-			type job struct{ name, inst, device, cfg string }
-			var jobs []job
-			for _, f := range sortedPaths(tree) {
-				if data := string(tree[f]); strings.HasPrefix(f, "rendered/site-b/") && strings.Contains(f, "/job-") {
-					jobs = append(jobs, job{
-						name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
-						inst:   regexp.MustCompile(`akri.sh/instance: (\S+)`).FindStringSubmatch(data)[1],
-						device: regexp.MustCompile(`gitbroker.dev/device-id: (\S+)`).FindStringSubmatch(data)[1],
-						cfg:    regexp.MustCompile(`akri.sh/configuration: (\S+)`).FindStringSubmatch(data)[1],
-					})
-				}
-			}
+			jobs := jobsIn(tree, func(f string, data []byte) bool {
+				return strings.HasPrefix(f, "rendered/site-b/") && strings.Contains(f, "/job-")
+			})
 			require.GreaterOrEqual(t, len(jobs), 2, "site-b has Jobs")
 			finished := jobs[0]
 			tree["status/site-b/jobs/default/"+finished.name+".yaml"] = []byte(record("default", finished.name, finished.cfg, finished.inst, finished.device, "Succeeded"))
@@ -710,4 +682,26 @@ func TestRenamingOrRemovingAClusterRunsNoJobAgain(t *testing.T) {
 			require.Empty(t, again.Diff, "and the next render changes nothing")
 		})
 	}
+}
+
+// clusterJob is a rendered Job, as the tests of cluster layouts record and retire it.
+type clusterJob struct{ name, inst, device, cfg string }
+
+// jobsIn are the rendered Jobs of tree whose path and content keep keeps, by path.
+func jobsIn(tree render.Tree, keep func(f string, data []byte) bool) []clusterJob {
+	field := func(data []byte, key string) string {
+		return regexp.MustCompile(regexp.QuoteMeta(key) + `: (\S+)`).FindStringSubmatch(string(data))[1]
+	}
+	var jobs []clusterJob
+	for _, f := range sortedPaths(tree) {
+		if data := tree[f]; keep(f, data) {
+			jobs = append(jobs, clusterJob{
+				name:   strings.TrimSuffix(strings.TrimPrefix(f[strings.LastIndex(f, "/")+1:], "job-"), ".yaml"),
+				inst:   field(data, "akri.sh/instance"),
+				device: field(data, "gitbroker.dev/device-id"),
+				cfg:    field(data, "akri.sh/configuration"),
+			})
+		}
+	}
+	return jobs
 }

@@ -93,11 +93,14 @@ func readCarriedJob(f string, data []byte) (carriedJob, bool) {
 			paths = append(paths, carriedJob{path: dir + "/" + inner, former: true})
 		}
 	}
+	var head *objectHead // of a rendered Job, read once whichever layout its path is of
 	for _, j := range paths {
 		if ref, ok := parseObjectPath(j.path); ok && ref.kind == "job" {
-			j.head = parseHead(data)
-			if j.head.err == nil && j.head.Metadata.Namespace == ref.namespace {
-				j.id = ref.namespace + "/" + j.head.Metadata.Name
+			if head == nil {
+				head = parseHead(data)
+			}
+			if j.head = head; head.err == nil && head.Metadata.Namespace == ref.namespace {
+				j.id = ref.namespace + "/" + head.Metadata.Name
 				return j, true
 			}
 		} else if strings.HasPrefix(j.path, historyJobsDir) {
