@@ -133,9 +133,29 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 			r.readAccepted(ctx, "building on the writer's own commit on the branch")
 		}
 		if a := r.accepted.tip; a != "" && a != found.Hash.String() && !r.descends(ctx, found, plumbing.NewHash(a), true) {
-			r.log.Info("the branch holds an own commit that does not descend from the one the renderer accepted last (moved back?): starting a new line that replaces it",
-				"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
-			found = nil
+			if c := r.acceptedOwn(ctx, a); c != nil {
+				r.log.Info("the branch holds an own commit that does not descend from the one the renderer accepted last (moved back?): building on the accepted one again",
+					"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
+				found = c
+			} else {
+				r.log.Info("the branch holds an own commit that does not descend from the one the renderer accepted last (moved back?), and the server does not send that one: starting a new line that replaces it, without what the accepted one held",
+					"branch", r.branch.Short(), "found", found.Hash.String(), "accepted", a)
+				found = nil
+			}
+		}
+	} else if pushed == nil && found == nil && r.recoverFrom != nil {
+		// The branch is gone, or holds nothing of this writer's: what it wrote lives on in the
+		// commit the renderer accepted last, which the server may still send by its hash (git
+		// keeps it until its gc prunes it). Building on it keeps every record it held; without
+		// it the writer starts a new line that names it (push.go) and has lost what it held.
+		if !r.accepted.read {
+			r.readAccepted(ctx, "starting a new line of commits without naming the accepted one")
+		}
+		if a := r.accepted.tip; a != "" {
+			if c := r.acceptedOwn(ctx, a); c != nil {
+				r.log.Info("the branch holds nothing of this writer's: building on the commit the renderer accepted last", "branch", r.branch.Short(), "accepted", a)
+				found = c
+			}
 		}
 	} else if pushed != nil && found != nil && r.accepted.pending && found.Hash.String() != r.accepted.tip && time.Since(r.accepted.checked) >= r.recheckDelay() {
 		found = r.recheckAccepted(ctx, found)
@@ -146,6 +166,26 @@ func (r *Repository) ownBase(ctx context.Context, head *object.Commit) (*object.
 		r.pushed = plumbing.ZeroHash
 	}
 	return found, nil
+}
+
+// acceptedOwn is the commit the renderer accepted last, hash, when the store has it or the
+// server sends it by its hash and this writer signed it; else nil (and the reason logged). A
+// line built on it is one the renderer takes as it is: it descends from what it accepted.
+func (r *Repository) acceptedOwn(ctx context.Context, hash string) *object.Commit {
+	if err := r.fetchCommit(ctx, hash); err != nil {
+		r.log.Info("cannot read the commit the renderer accepted last", "branch", r.branch.Short(), "accepted", hash, "error", r.redact.wrap(err).Error())
+		return nil
+	}
+	k, err := r.commitOf(ctx, r.branch.Short(), hash, false)
+	if err != nil || !r.signer.(Verifier).Verifies(k.Raw) {
+		r.log.Info("the commit the renderer accepted last is not this writer's", "branch", r.branch.Short(), "accepted", hash)
+		return nil
+	}
+	c, err := r.repo.CommitObject(plumbing.NewHash(hash))
+	if err != nil {
+		return nil
+	}
+	return c
 }
 
 // readAccepted reads the tip the renderer accepted last (WithRecoverFrom) and keeps it as what
@@ -183,9 +223,15 @@ func (r *Repository) recheckAccepted(ctx context.Context, found *object.Commit) 
 	case tip == found.Hash.String() || r.descends(ctx, found, plumbing.NewHash(tip), true):
 		r.accepted.pending = false
 	default:
-		r.log.Info("the renderer accepted a commit this writer's line does not build on: starting a new line that replaces it",
-			"branch", r.branch.Short(), "line", found.Hash.String(), "accepted", tip, "built from", r.accepted.tip)
+		built := r.accepted.tip
 		r.accepted.tip = tip
+		if c := r.acceptedOwn(ctx, tip); c != nil {
+			r.log.Info("the renderer accepted a commit this writer's line does not build on: building on that one",
+				"branch", r.branch.Short(), "line", found.Hash.String(), "accepted", tip, "built from", built)
+			return c
+		}
+		r.log.Info("the renderer accepted a commit this writer's line does not build on: starting a new line that replaces it",
+			"branch", r.branch.Short(), "line", found.Hash.String(), "accepted", tip, "built from", built)
 		return nil
 	}
 	return found

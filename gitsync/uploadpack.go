@@ -104,6 +104,11 @@ func (r *Repository) session(maxFetch int64) (sess transport.UploadPackSession, 
 func (r *Repository) FetchCommit(ctx context.Context, hash string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.fetchCommit(ctx, hash)
+}
+
+// fetchCommit is FetchCommit with r.mu held.
+func (r *Repository) fetchCommit(ctx context.Context, hash string) error {
 	h := plumbing.NewHash(hash)
 	if len(hash) != 40 || h.String() != strings.ToLower(hash) {
 		return fmt.Errorf("%q is not a full commit hash", hash)

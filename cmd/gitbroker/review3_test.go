@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/gitsync/gitsynctest"
 	"github.com/gitbroker/gitbroker/internal/procmem"
 	"github.com/gitbroker/gitbroker/notify"
@@ -136,6 +137,33 @@ func TestReview3RestartedRecorderDropsAPlantedCommitAtOnce(t *testing.T) {
 	code, stdout, stderr := runBinary(t, "render", "--git", s.srv.URL(), "--signing-key", s.keyFiles["renderer"])
 	require.Equal(t, exitOK, code, "%s%s", stdout, stderr)
 	require.NotContains(t, stdout, "untrusted")
+}
+
+// Found by the adversary against the recorder's binary (e2e): a recorder restarted after its ref
+// was deleted, or moved back to an older commit of its own, started a new line from nothing
+// (naming the accepted tip, which the renderer took in its place), and what it recorded of Jobs
+// and nodes gone from the cluster was lost for good: a node recorded lost was taken as back. It
+// now builds on the commit the renderer accepted last, which the server sends by its hash.
+func TestReview3RestartedRecorderKeepsWhatItsRefHeldWhenTheRefIsDeleted(t *testing.T) {
+	s := newSignedLoop(t)
+	gitsynctest.Git(t, s.srv.Bare(), "config", "uploadpack.allowAnySHA1InWant", "true")
+	job := s.firmwareJob()
+	s.finish("plant", job, true)
+	status := s.srv.On(verify.StatusBranch)
+	recorded := status.Head()
+	s.renderTrust()
+	// The Job is gone from the cluster (its TTL, or a person): only git remembers its outcome.
+	require.NoError(t, s.client.BatchV1().Jobs("plant").Delete(t.Context(), job, metav1.DeleteOptions{}))
+	s.stopRecorder()
+	s.srv.SetRef(verify.StatusBranch, "")
+
+	s.startRecorderRepairing(time.Hour) // no repair tick within the test
+	require.Eventually(t, func() bool { return status.Head() == recorded }, 20*time.Second, 10*time.Millisecond,
+		"the restarted recorder puts back the commit the renderer accepted")
+	_, ok := status.File(api.JobRecordPath("plant", job))
+	require.True(t, ok, "the record of %s is kept", job)
+	out := s.renderTrust()
+	require.Empty(t, out.Result.Untrusted, s.plan(out))
 }
 
 // Finding 6: in a work tree, a JobRecord filed for a Job (status/jobs/<namespace>/<job>.yaml)
