@@ -1,11 +1,9 @@
 package render
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"path"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/gitbroker/gitbroker/api"
 	"github.com/gitbroker/gitbroker/internal/identity"
-	"github.com/gitbroker/gitbroker/internal/yamlcodec"
 )
 
 // A repository of several clusters (gitbroker.yaml spec.clusters; docs/DESIGN.md, "Many
@@ -120,7 +117,10 @@ func withClusterEnv(env []corev1.EnvVar, ce map[string]string) []corev1.EnvVar {
 	return out
 }
 
-// renderClusters renders a repository of several clusters.
+// renderClusters renders a repository of several clusters: partitionClusters gives each
+// cluster its inputs and previous output, renderCluster renders each (in ring order, a ring's
+// rollout held while an earlier ring has not settled), and a clusterMerge puts their parts and
+// the top of rendered/ together.
 func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *Result {
 	// The clusters' passes take the settings parsed here: gitbroker.yaml of a thousand
 	// clusters is parsed once, not once per cluster.
@@ -128,354 +128,129 @@ func (r *Renderer) renderClusters(req Request, settings api.ResolvedSettings) *R
 	defer func() { r.settings = nil }()
 	cs := settings.Clusters
 	in := r.split(req)
-	prev := in.prev
-	res := &Result{Previous: prev, Files: Tree{}, InputsDigest: digestOf(req.Files, in.inputs)}
-	plan := &Plan{Configurations: []*ConfigurationPlan{}, Trust: req.Trust, Untrusted: untrustedProblems(req, nil)}
-
-	// Each node's inventory goes to its cluster; a node in none or in several is an invalid
-	// input of every cluster, so each keeps what the node had there.
-	inventories := map[string][]string{}
-	unreadable := maps.Clone(req.Unreadable)
-	if unreadable == nil {
-		unreadable = map[string]string{}
-	}
-	for _, f := range in.inputs {
-		if !isInventoryPath(f) {
-			continue
-		}
-		node := strings.TrimSuffix(strings.TrimPrefix(f, api.InventoryDir+"/"), ".yaml")
-		switch of := cs.Of(node); len(of) {
-		case 1:
-			inventories[of[0]] = append(inventories[of[0]], f)
-		default:
-			if _, ok := unreadable[f]; !ok {
-				unreadable[f] = cs.MembershipError(node, of)
-			}
-		}
-	}
-	// Each cluster's render records its own writers' tips (its nodes', its recorder's); the
-	// repository's metadata and accepted shards hold every writer's.
-	writersOf := map[string]map[string]string{}
-	for ref, tip := range req.Writers {
-		var c string
-		if node, ok := strings.CutPrefix(ref, api.InventoryPrefix); ok {
-			if of := cs.Of(node); len(of) == 1 {
-				c = of[0]
-			}
-		} else if name, ok := strings.CutPrefix(ref, api.StatusBranch+"/"); ok {
-			c = name
-		}
-		if _, ok := cs.Named(c); !ok {
-			continue
-		}
-		if writersOf[c] == nil {
-			writersOf[c] = map[string]string{}
-		}
-		writersOf[c][ref] = tip
-	}
-	// Records go to the cluster whose recorder wrote them; a recorder of one cluster writes
-	// status/<kind>/ itself, which no cluster of several reads.
-	records, carriedRecords := map[string][]string{}, map[string][]string{}
-	var unattributed []string
-	for _, f := range in.inputs {
-		if c, _, ok := api.SplitClusterStatusPath(f); ok {
-			records[c] = append(records[c], f)
-		} else if api.IsStatusPath(f) {
-			unattributed = append(unattributed, f)
-		}
-	}
-	var common []string
-	for _, f := range in.inputs {
-		if f == api.SettingsPath || isConfigurationPath(f) {
-			common = append(common, f)
-		}
-	}
-
-	// The previous output of each cluster, as its own Renderer wrote it, in one pass over the
-	// tree; the files of the top (the metadata, the accepted shards); and the stale ones, of a
-	// cluster no longer declared or of the one-cluster layout, which go.
-	counts := map[string]int{}
-	jobFiles := map[string][]string{}
-	top := Tree{}
-	var stale []string
-	for f, b := range prev {
-		dir, rest, _ := strings.Cut(f, "/")
-		cluster, _, nested := strings.Cut(rest, "/")
-		switch _, isCluster := cs.Named(cluster); {
-		case dir+"/" == RenderedDir && (!nested || strings.HasPrefix(f, api.AcceptedDir)):
-			top[f] = b
-		case isCluster && nested:
-			counts[cluster]++
-			if _, inner, _ := strings.Cut(rest, "/"); isClusterJobFile(dir+"/", inner) {
-				jobFiles[cluster] = append(jobFiles[cluster], f)
-			}
-		default:
-			stale = append(stale, f)
-		}
-	}
-	// A repository that turns clusters on keeps its Jobs: each cluster's first render takes the
-	// one-cluster layout's Jobs and history of its nodes, and the one-cluster recorder's
-	// records of those Jobs (signed by recorder, checked against the Job by the cluster's
-	// render as any record is).
-	carried := carriedJobs(prev, stale, cs)
-	elsewhere := r.ranElsewhere(prev, jobFiles, cs)
-	if s := carried.summary(); s != "" {
-		plan.Warnings = append(plan.Warnings, s)
-	}
-	var notRead []string
-	for _, f := range unattributed {
-		job, ok := jobRecordName(f)
-		if !ok || len(carried.jobs[job]) == 0 {
-			notRead = append(notRead, f)
-			continue
-		}
-		for _, c := range carried.jobs[job] {
-			carriedRecords[c] = append(carriedRecords[c], f)
-		}
-	}
-	if len(notRead) > 0 {
-		plan.Warnings = append(plan.Warnings, "records outside status/<cluster>/ are not read with spec.clusters (a recorder of one cluster writes them; give each cluster's recorder --cluster): "+strings.Join(notRead, ", "))
-	}
-	// prevOf is the previous output of cluster c as its own Renderer writes it; made only for
-	// a cluster whose part is not its Renderer's last output.
-	prevOf := func(c string) Tree {
-		rd, hd := clusterDir(RenderedDir, c), clusterDir(HistoryDir, c)
-		out := Tree{}
-		for f, b := range prev {
-			if rest, ok := strings.CutPrefix(f, rd); ok {
-				out[RenderedDir+rest] = b
-			} else if rest, ok := strings.CutPrefix(f, hd); ok {
-				out[HistoryDir+rest] = b
-			}
-		}
-		return out
-	}
-	sharesFiles := Tree{}
-	for f, b := range top {
-		if strings.HasPrefix(f, api.AcceptedDir) && strings.HasSuffix(f, "/shares.yaml") {
-			sharesFiles[f] = b // for a cluster's new Renderer, what its nodes were given
-		}
-	}
+	s := r.partitionClusters(req, in, cs)
+	m := newClusterMerge(req, s, digestOf(req.Files, in.inputs))
 	for name := range r.clusters {
 		if _, ok := cs.Named(name); !ok {
 			delete(r.clusters, name)
 		}
 	}
-	var diff []string
-	errSeen := map[string]bool{}
-	untrustedSeen := map[string]bool{}
-	for _, u := range req.Untrusted {
-		untrustedSeen[u] = true
-	}
-	res.Untrusted = append([]string(nil), req.Untrusted...)
-	res.Rejections = append([]Problem(nil), req.Rejections...)
-	var shares []map[string]sharesFile
 	// The rings of a rollout across clusters, first first: a ring's changed brokers of a
 	// Configuration wait while a cluster of a ring before it has not settled that
 	// Configuration (unsettled, with why).
-	rings := cs.Rings()
 	unsettled := map[string]string{}
-	if cs.Staged() {
-		for _, g := range rings {
-			plan.Rings = append(plan.Rings, PlanRing{Name: g.Name, Clusters: g.Clusters})
+	var holds map[string]string
+	for i, g := range cs.Rings() {
+		if cs.Staged() {
+			m.plan.Rings = append(m.plan.Rings, PlanRing{Name: g.Name, Clusters: g.Clusters})
 		}
-	}
-	var order []api.Cluster
-	ringOf := map[string]int{}
-	for i, g := range rings {
+		holds = nil
+		if i > 0 && len(unsettled) > 0 {
+			holds = maps.Clone(unsettled)
+		}
 		for _, name := range g.Clusters {
 			c, _ := cs.Named(name)
-			order = append(order, c)
-			ringOf[name] = i
+			part := r.renderCluster(c, req, s, holds)
+			m.add(part)
+			if cs.Staged() {
+				settle(unsettled, c.Name, part.result, func(p string) []byte { return req.Files[api.ClusterStatusPath(c.Name, p)] })
+			}
 		}
 	}
-	var ringHolds map[string]string
-	ring := -1
-	for _, c := range order {
-		if ringOf[c.Name] != ring {
-			ring = ringOf[c.Name]
-			ringHolds = nil
-			if ring > 0 && len(unsettled) > 0 {
-				ringHolds = maps.Clone(unsettled)
-			}
-		}
-		sub := Request{
-			Files:            Tree{},
-			SourceCommit:     req.SourceCommit,
-			AllowDeletions:   req.AllowDeletions,
-			Unreadable:       unreadable,
-			Invalid:          req.Invalid,
-			Writers:          writersOf[c.Name],
-			RenderedJobsOnly: req.RenderedJobsOnly,
-			Trust:            req.Trust,
-			holdRollout:      ringHolds,
-			elsewhere:        elsewhere[c.Name],
-		}
-		if req.Writers != nil && sub.Writers == nil {
-			sub.Writers = map[string]string{} // verified, and none of its writers left
-		}
-		for _, f := range common {
-			sub.Files[f] = req.Files[f]
-		}
-		for _, f := range inventories[c.Name] {
-			sub.Files[f] = req.Files[f]
-		}
-		for _, f := range records[c.Name] {
-			_, inner, _ := api.SplitClusterStatusPath(f)
-			sub.Files[inner] = req.Files[f]
-		}
-		if counts[c.Name] == 0 {
-			for _, f := range carriedRecords[c.Name] {
-				if _, own := sub.Files[f]; !own { // the cluster's recorder's record wins
-					sub.Files[f] = req.Files[f]
-				}
-			}
-		}
-		cr := r.clusterRenderer(c)
-		var sr *Result
-		reused := false
-		carry := carried.files[c.Name]
-		if last := cr.lastRun; last != nil && counts[c.Name] == len(last.out) && last.outIn(prev) {
-			if last.sameInputs(sub) && len(carry) == 0 {
-				// Nothing of the cluster changed: its render would be the last one again
-				// (even under a new source commit, which only a changed file records).
-				sr, reused = last.result, true
-			} else {
-				sub.Previous = last.result.Files // the very map: its Renderer's fast path
-			}
-		} else if counts[c.Name] > 0 || cr.shares == nil {
-			sub.Previous = prevOf(c.Name)
-		} else {
-			sub.Previous = Tree{}
-		}
-		if len(carry) > 0 {
-			if counts[c.Name] > 0 {
-				sub.Previous = maps.Clone(sub.Previous) // never its Renderer's last output
-			}
-			maps.Copy(sub.Previous, carry)
-		}
-		if sr == nil {
-			if cr.shares == nil {
-				// A Renderer new to the cluster finds what its nodes were given in the
-				// repository's shares files.
-				maps.Copy(sub.Previous, sharesFiles)
-			}
-			sr = cr.Render(sub)
-		}
+	return r.finishClusters(m, req, s)
+}
 
-		rd, hd := clusterDir(RenderedDir, c.Name), clusterDir(HistoryDir, c.Name)
-		in := func(f string) string {
-			if rest, ok := strings.CutPrefix(f, RenderedDir); ok {
-				return rd + rest
-			}
-			return hd + strings.TrimPrefix(f, HistoryDir)
+// clusterPart is one cluster's render, placed in the repository.
+type clusterPart struct {
+	cluster string
+	result  *Result
+	// reused says result is the cluster's last render, taken again: nothing of it changed.
+	reused bool
+	// files are the result's files where the repository holds them (rendered/<cluster>/...),
+	// and diff the paths of those that changed.
+	files  Tree
+	diff   []string
+	shares map[string]sharesFile
+}
+
+// renderCluster renders cluster c of the repository with its Renderer, on top of what that
+// Renderer wrote last when the repository still holds it, or else of the cluster's part of the
+// previous output (and of the Jobs it carries from stale folders).
+func (r *Renderer) renderCluster(c api.Cluster, req Request, s *clusterSplit, holds map[string]string) clusterPart {
+	sub := s.request(c.Name, req, holds)
+	cr := r.clusterRenderer(c)
+	carry := s.carried.files[c.Name]
+	count := s.counts[c.Name]
+	part := clusterPart{cluster: c.Name}
+	if last := cr.lastRun; last != nil && count == len(last.out) && last.outIn(s.prev) {
+		if last.sameInputs(sub) && len(carry) == 0 {
+			// Nothing of the cluster changed: its render would be the last one again
+			// (even under a new source commit, which only a changed file records).
+			part.result, part.reused, part.files, part.shares = last.result, true, last.out, cr.shares
+			return part
 		}
-		if reused {
-			maps.Copy(res.Files, cr.lastRun.out)
-		} else {
-			out := make(Tree, len(sr.Files))
-			for f, b := range sr.Files {
-				if !strings.HasPrefix(f, api.AcceptedDir) {
-					out[in(f)] = b
-				}
-			}
-			maps.Copy(res.Files, out)
-			cr.lastRun = nil
-			if !r.once && sr.Refused == nil {
-				cr.lastRun = &clusterRun{request: sub, result: sr, out: out}
-			}
+		sub.Previous = last.result.Files // the very map: its Renderer's fast path
+	} else if count > 0 || cr.shares == nil {
+		sub.Previous = s.previousOf(c.Name)
+	} else {
+		sub.Previous = Tree{}
+	}
+	if len(carry) > 0 {
+		if count > 0 {
+			sub.Previous = maps.Clone(sub.Previous) // never its Renderer's last output
 		}
-		switch {
-		case reused:
-		case counts[c.Name] == 0 && len(carry) > 0:
-			// Its render was made on top of the one-cluster layout's Jobs, which the
-			// repository holds elsewhere: every file of the cluster is new here.
-			for f := range sr.Files {
-				if !strings.HasPrefix(f, api.AcceptedDir) {
-					diff = append(diff, in(f))
-				}
-			}
-		case len(carry) > 0:
-			// Made on top of Jobs a former cluster's folder holds: what it kept of them is
-			// new here, besides what its render changed.
-			changed := map[string]bool{}
-			for _, f := range sr.Diff {
-				changed[f] = true
-			}
-			for f := range carry {
-				if _, kept := sr.Files[f]; kept {
-					changed[f] = true
-				}
-			}
-			for _, f := range sortedKeys(changed) {
-				if !strings.HasPrefix(f, api.AcceptedDir) {
-					diff = append(diff, in(f))
-				}
-			}
-		default:
-			for _, f := range sr.Diff {
-				if !strings.HasPrefix(f, api.AcceptedDir) { // the top's, not the cluster's
-					diff = append(diff, in(f))
-				}
-			}
+		maps.Copy(sub.Previous, carry)
+	}
+	if cr.shares == nil {
+		// A Renderer new to the cluster finds what its nodes were given in the repository's
+		// shares files.
+		maps.Copy(sub.Previous, s.sharesFiles)
+	}
+	sr := cr.Render(sub)
+	part.result, part.shares = sr, cr.shares
+	rd, hd := clusterDir(RenderedDir, c.Name), clusterDir(HistoryDir, c.Name)
+	place := func(f string) string {
+		if rest, ok := strings.CutPrefix(f, RenderedDir); ok {
+			return rd + rest
 		}
-		shares = append(shares, cr.shares)
-		for _, e := range sr.Errors {
-			if k := e.Error(); !errSeen[k] {
-				errSeen[k] = true
-				res.Errors = append(res.Errors, e)
-			}
-		}
-		for _, u := range sr.Untrusted {
-			if !untrustedSeen[u] {
-				untrustedSeen[u] = true
-				res.Untrusted = append(res.Untrusted, u)
-			}
-		}
-		for _, h := range sr.Held {
-			res.Held = append(res.Held, "cluster "+c.Name+": "+h)
-		}
-		if sr.Refused != nil {
-			res.Held = append(res.Held, "cluster "+c.Name+": "+sr.Refused.Error()+"; its part is kept as it was")
-		}
-		mergePlan(plan, sr.Plan, c.Name, reused)
-		if cs.Staged() {
-			settle(unsettled, c.Name, sr, func(p string) []byte { return req.Files[api.ClusterStatusPath(c.Name, p)] })
+		return hd + strings.TrimPrefix(f, HistoryDir)
+	}
+	part.files = make(Tree, len(sr.Files))
+	for f, b := range sr.Files {
+		if !strings.HasPrefix(f, api.AcceptedDir) {
+			part.files[place(f)] = b
 		}
 	}
-	diff = append(diff, stale...)
-	r.writeClusterShares(res.Files, prev, shares)
-	prevMeta := ParseMetadata(prev[MetadataPath])
-	writers := req.Writers
-	if writers == nil {
-		writers = prevMeta.Writers
+	cr.lastRun = nil
+	if !r.once && sr.Refused == nil {
+		cr.lastRun = &clusterRun{request: sub, result: sr, out: part.files}
 	}
-	writeAcceptedFiles(res.Files, prev, prevMeta.Writers, writers)
-	for f := range top {
-		if b, ok := res.Files[f]; f != MetadataPath && (!ok || string(b) != string(top[f])) {
-			diff = append(diff, f)
+	changed := sr.Diff
+	switch {
+	case count == 0 && len(carry) > 0:
+		// Its render was made on top of the one-cluster layout's Jobs, which the repository
+		// holds elsewhere: every file of the cluster is new here.
+		changed = sortedKeys(sr.Files)
+	case len(carry) > 0:
+		// Made on top of Jobs a former cluster's folder holds: what it kept of them is new
+		// here, besides what its render changed.
+		set := map[string]bool{}
+		for _, f := range sr.Diff {
+			set[f] = true
+		}
+		for f := range carry {
+			if _, kept := sr.Files[f]; kept {
+				set[f] = true
+			}
+		}
+		changed = sortedKeys(set)
+	}
+	for _, f := range changed {
+		if !strings.HasPrefix(f, api.AcceptedDir) { // the top's, not the cluster's
+			part.diff = append(part.diff, place(f))
 		}
 	}
-	for f := range res.Files {
-		if _, had := top[f]; !had && strings.HasPrefix(f, api.AcceptedDir) {
-			diff = append(diff, f)
-		}
-	}
-	r.writeClustersMetadata(res, req, prevMeta, writers, len(diff) > 0)
-	if b, ok := res.Files[MetadataPath]; ok != (top[MetadataPath] != nil) || string(b) != string(top[MetadataPath]) {
-		diff = append(diff, MetadataPath)
-	}
-	slices.Sort(diff)
-	res.Diff = diff
-	res.Errors.Sort()
-	plan.Errors = fieldProblems(res.Errors)
-	if reason := switchedLayout(stale); reason != "" && !req.AllowDeletions {
-		res.Refused = &RefusedError{Reason: reason}
-		plan.Refused = reason
-		res.Files, res.Diff = prev, nil
-	}
-	res.Plan = plan
-	return res
+	return part
 }
 
 // switchedLayout says why a render that removes a whole folder no declared cluster renders is
@@ -490,106 +265,6 @@ func switchedLayout(stale []string) string {
 		}
 	}
 	return ""
-}
-
-// mergePlan adds a cluster's plan to the plan of all clusters. A cluster's last plan taken
-// again (reused) changes nothing: only what it warned of still holds.
-func mergePlan(all, p *Plan, cluster string, reused bool) {
-	if p == nil {
-		return
-	}
-	for _, w := range p.Warnings {
-		all.Warnings = append(all.Warnings, "cluster "+cluster+": "+w)
-	}
-	if reused {
-		return
-	}
-	for _, c := range p.Configurations {
-		c.Cluster = cluster
-		all.Configurations = append(all.Configurations, c)
-	}
-	for _, n := range p.Namespaces {
-		n.Cluster = cluster
-		all.Namespaces = append(all.Namespaces, n)
-	}
-	if p.Refused != "" {
-		all.Warnings = append(all.Warnings, "cluster "+cluster+": render refused, its part kept as it was: "+p.Refused)
-	}
-	if !p.Summary.Empty() {
-		all.Clusters = append(all.Clusters, cluster)
-	}
-	a, b := reflect.ValueOf(&all.Summary).Elem(), reflect.ValueOf(p.Summary)
-	for i := range a.NumField() {
-		a.Field(i).SetInt(a.Field(i).Int() + b.Field(i).Int())
-	}
-}
-
-// writeClusterShares writes each accepted shard's shares file from every cluster's: the nodes
-// of one shard may be in several clusters, and no node is in two. A file whose content is the
-// previous one keeps its bytes.
-func (r *Renderer) writeClusterShares(files, prev Tree, perCluster []map[string]sharesFile) {
-	shards := map[string]map[string]map[string]int{}
-	for _, kept := range perCluster {
-		for shard, sf := range kept {
-			if shards[shard] == nil {
-				shards[shard] = map[string]map[string]int{}
-			}
-			maps.Copy(shards[shard], sf.nodes)
-		}
-	}
-	for shard, nodes := range shards {
-		if len(nodes) == 0 {
-			continue
-		}
-		f := api.SharesFile(shard)
-		b := yamlcodec.Marshal(api.DeviceShares{APIVersion: api.APIVersion, Kind: api.KindDeviceShares, Nodes: nodes})
-		if old, ok := prev[f]; ok && string(old) == string(b) {
-			b = old
-		}
-		files[f] = b
-	}
-}
-
-// writeClustersMetadata writes the top's render metadata: the source commit, the inputs digest
-// and the writers' accepted tips of the whole repository (each cluster keeps what only it needs
-// in its own folder's). Like a cluster's, it is rewritten only when another file changed.
-func (r *Renderer) writeClustersMetadata(res *Result, req Request, prevMeta Metadata, writers map[string]string, changed bool) {
-	old, had := res.Previous[MetadataPath]
-	if had && !changed && maps.Equal(prevMeta.Writers, writers) {
-		res.Files[MetadataPath] = old
-		return
-	}
-	if len(res.Files) == 0 {
-		return
-	}
-	m := Metadata{APIVersion: api.APIVersion, Kind: "RenderMetadata", SourceCommit: req.SourceCommit, InputsDigest: res.InputsDigest, Writers: writers}
-	// The devices whose instances use a longer digest, from every cluster, each with its
-	// cluster, for the agents of that cluster's nodes.
-	for _, c := range sortedKeys(r.clusters) {
-		cm := ParseMetadata(res.Files[clusterDir(RenderedDir, c)+strings.TrimPrefix(MetadataPath, RenderedDir)])
-		for k, ds := range cm.InstanceDigests {
-			if m.InstanceDigests == nil {
-				m.InstanceDigests = map[string][]InstanceDigest{}
-			}
-			m.InstanceDigests[k] = mergeInstanceDigests(m.InstanceDigests[k], ds, c)
-		}
-	}
-	res.Files[MetadataPath] = yamlcodec.Marshal(m)
-	wroteMetadata(res.Files[MetadataPath], m)
-}
-
-// mergeInstanceDigests adds cluster's list of one Configuration's longer digests to a, each
-// entry naming cluster, sorted by device, node and cluster.
-func mergeInstanceDigests(a, b []InstanceDigest, cluster string) []InstanceDigest {
-	out := slices.Clone(a)
-	for _, d := range b {
-		d.Cluster = cluster
-		out = append(out, d)
-	}
-	slices.SortFunc(out, func(x, y InstanceDigest) int {
-		return cmp.Or(strings.Compare(x.Device, y.Device), strings.Compare(x.Node, y.Node), strings.Compare(x.Cluster, y.Cluster))
-	})
-	return out
 }
 
 // clusterRun is a cluster's last render, which a render of the repository reuses when nothing

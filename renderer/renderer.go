@@ -111,25 +111,7 @@ func (e *errRefused) Unwrap() error { return e.err }
 // commits nothing.
 func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 	var out Outcome
-	sources := r.Sources
-	sources.Known = r.known
-	if r.Review == nil {
-		sources.LastPushed = r.pushed
-	}
-	if r.Published != nil && sources.PublishedBefore == nil {
-		// The publication is on the renderer's own history (WithOwnHistory): a head it finds
-		// there is a commit this renderer's key signed.
-		sources.PublishedBefore = func(ctx context.Context) (string, error) {
-			snap, err := r.Published.Snapshot(ctx)
-			if errors.Is(err, gitsync.ErrNoBranch) {
-				return "", nil
-			}
-			if err != nil {
-				return "", err
-			}
-			return snap.Commit(), nil
-		}
-	}
+	sources := r.sources()
 	// What the final attempt commits: the rendered branch's files once its change lands.
 	var base string
 	var rendered, inputs render.Tree
@@ -139,9 +121,8 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		tree := in.Inputs
 		result := r.Engine.Render(render.Request{
-			Files:            tree,
+			Files:            in.Inputs,
 			Previous:         in.Rendered,
 			SourceCommit:     in.Source,
 			AllowDeletions:   r.AllowDeletions,
@@ -151,63 +132,15 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 			Untrusted:        in.Untrusted,
 			Rejections:       in.Problems(),
 		})
-		out.Source, out.SourceTime, out.Result, out.tree, out.Inputs = in.Source, in.Newest, result, tree, in
+		out.Source, out.SourceTime, out.Result, out.tree, out.Inputs = in.Source, in.Newest, result, in.Inputs, in
 		if result.Refused != nil {
 			return nil, &errRefused{result.Refused}
 		}
-		digest := result.InputsDigest
-		msg, err := r.text(templates.CommitMessageName, tree, digest, in.Source, result)
+		change, mirrored, err := r.change(head, in, result)
 		if err != nil {
 			return nil, err
 		}
-		author := r.Author
-		author.When = r.Now()
-		// The rendered branch is the renderer's alone: it carries the inputs it rendered (so it
-		// can be checked on its own) and nothing else; whatever else was pushed there is dropped.
-		change := &gitsync.Change{
-			Owned:   ownedPaths(head),
-			Message: msg,
-			Trailers: []gitsync.Trailer{
-				{Key: TrailerSourceCommit, Value: in.Source},
-				{Key: TrailerInputsDigest, Value: digest},
-			},
-			Author: author,
-			// Over a head this renderer did not sign it commits even when nothing changed:
-			// Flux verifies the head's signature, and no head it did not make may stay.
-			Overwrite: in.Overwrite,
-		}
-		mirrored := render.Tree{}
-		// The inputs alone, not the hundred thousand rendered files beside them.
-		for p, b := range in.Inputs {
-			if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
-				mirrored[p] = b
-			}
-		}
 		base, rendered, inputs = head.Commit(), result.Files, mirrored
-		if r.Review == nil && base != "" && base == r.last.commit && in.Previous == base {
-			// The head is this renderer's last commit, whose files it holds and rendered on top
-			// of: the commit is built from what differs, not from a pass over every file.
-			change.Edits, change.EditsBase = edits(r.last.inputs, inputs, result), base
-		} else {
-			// The rendered files (cloned, not changed: the Renderer knows its output by the
-			// map; copying a fleet's map whole is several times faster than inserting its
-			// files), then the inputs they came from.
-			change.Files = maps.Clone(result.Files)
-			if change.Files == nil {
-				change.Files = render.Tree{}
-			}
-			maps.Copy(change.Files, mirrored)
-		}
-		// Each folder source's branch moves with the commit when its folder changed; once the
-		// setting is gone, the branches are deleted. So does each accepted-tips shard's branch,
-		// which a restarted writer reads (api.AcceptedBranch).
-		folders, before := r.companions(result)
-		change.Companions = render.AcceptedCompanions(result.Files)
-		maps.Copy(change.Companions, folders)
-		change.CompanionPrefixes, change.KeepCompanion = []string{api.AcceptedBranchPrefix}, in.Own
-		if len(folders) > 0 || len(before) > 0 {
-			change.CompanionPrefixes = append(change.CompanionPrefixes, api.FolderBranchPrefix)
-		}
 		return change, nil
 	}
 	var res gitsync.Result
@@ -234,6 +167,90 @@ func (r *Renderer) Once(ctx context.Context) (Outcome, error) {
 	}
 	out.Push, out.Commit = res, res.Commit
 	return out, err
+}
+
+// change is the commit of a render of in on head: its rendered files and the inputs they came
+// from (mirrored, returned too), built from what differs when head is this renderer's last
+// commit, with the folder sources' and accepted shards' branches as companions.
+func (r *Renderer) change(head gitsync.Snapshot, in *verify.Inputs, result *render.Result) (*gitsync.Change, render.Tree, error) {
+	digest := result.InputsDigest
+	msg, err := r.text(templates.CommitMessageName, in.Inputs, digest, in.Source, result)
+	if err != nil {
+		return nil, nil, err
+	}
+	author := r.Author
+	author.When = r.Now()
+	// The rendered branch is the renderer's alone: it carries the inputs it rendered (so it
+	// can be checked on its own) and nothing else; whatever else was pushed there is dropped.
+	change := &gitsync.Change{
+		Owned:   ownedPaths(head),
+		Message: msg,
+		Trailers: []gitsync.Trailer{
+			{Key: TrailerSourceCommit, Value: in.Source},
+			{Key: TrailerInputsDigest, Value: digest},
+		},
+		Author: author,
+		// Over a head this renderer did not sign it commits even when nothing changed:
+		// Flux verifies the head's signature, and no head it did not make may stay.
+		Overwrite: in.Overwrite,
+	}
+	mirrored := render.Tree{}
+	// The inputs alone, not the hundred thousand rendered files beside them.
+	for p, b := range in.Inputs {
+		if render.IsInput(p) || strings.HasPrefix(p, ".gitbroker/") {
+			mirrored[p] = b
+		}
+	}
+	base := head.Commit()
+	if r.Review == nil && base != "" && base == r.last.commit && in.Previous == base {
+		// The head is this renderer's last commit, whose files it holds and rendered on top
+		// of: the commit is built from what differs, not from a pass over every file.
+		change.Edits, change.EditsBase = edits(r.last.inputs, mirrored, result), base
+	} else {
+		// The rendered files (cloned, not changed: the Renderer knows its output by the
+		// map; copying a fleet's map whole is several times faster than inserting its
+		// files), then the inputs they came from.
+		change.Files = maps.Clone(result.Files)
+		if change.Files == nil {
+			change.Files = render.Tree{}
+		}
+		maps.Copy(change.Files, mirrored)
+	}
+	// Each folder source's branch moves with the commit when its folder changed; once the
+	// setting is gone, the branches are deleted. So does each accepted-tips shard's branch,
+	// which a restarted writer reads (api.AcceptedBranch).
+	folders, before := r.companions(result)
+	change.Companions = render.AcceptedCompanions(result.Files)
+	maps.Copy(change.Companions, folders)
+	change.CompanionPrefixes, change.KeepCompanion = []string{api.AcceptedBranchPrefix}, in.Own
+	if len(folders) > 0 || len(before) > 0 {
+		change.CompanionPrefixes = append(change.CompanionPrefixes, api.FolderBranchPrefix)
+	}
+	return change, mirrored, nil
+}
+
+// sources are what a render reads, with what this renderer knows of its own past.
+func (r *Renderer) sources() verify.Sources {
+	sources := r.Sources
+	sources.Known = r.known
+	if r.Review == nil {
+		sources.LastPushed = r.pushed
+	}
+	if r.Published != nil && sources.PublishedBefore == nil {
+		// The publication is on the renderer's own history (WithOwnHistory): a head it finds
+		// there is a commit this renderer's key signed.
+		sources.PublishedBefore = func(ctx context.Context) (string, error) {
+			snap, err := r.Published.Snapshot(ctx)
+			if errors.Is(err, gitsync.ErrNoBranch) {
+				return "", nil
+			}
+			if err != nil {
+				return "", err
+			}
+			return snap.Commit(), nil
+		}
+	}
+	return sources
 }
 
 // publish puts the Configurations and settings a render verified and rendered on

@@ -12,13 +12,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The agent binary holds no Kubernetes client: that is what makes it small for edge nodes.
-func TestNoKubernetesClients(t *testing.T) {
+// The agent binary holds no Kubernetes client, which is what makes it small for edge nodes,
+// and neither the renderer nor the renderer's verification: a node reads only what the renderer
+// published and signed, and never judges another writer's ref.
+func TestNoKubernetesClientsNorTheRenderer(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
-	for _, dep := range strings.Fields(string(out)) {
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/gitbroker/gitbroker/agent", "the list is of the agent's dependencies")
+	for _, dep := range deps {
 		for _, heavy := range []string{"k8s.io/client-go", "sigs.k8s.io/controller-runtime", "k8s.io/kubernetes"} {
 			require.False(t, strings.HasPrefix(dep, heavy), "gitbroker-agent imports %s", dep)
+		}
+		for _, own := range []string{"render", "renderer", "verify", "recorder"} {
+			p := "github.com/gitbroker/gitbroker/" + own
+			require.False(t, dep == p || strings.HasPrefix(dep, p+"/"), "gitbroker-agent imports %s", dep)
 		}
 	}
 }
