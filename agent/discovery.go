@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gitbroker/gitbroker/agent/details"
 	"github.com/gitbroker/gitbroker/api"
 )
 
@@ -28,8 +29,8 @@ func (a *Agent) discover(ctx context.Context, configs map[string]*api.ParsedConf
 		if !ok {
 			if !a.noHandler[key] {
 				why := "no Akri discovery handler of that name has registered on this node"
-				if name == DebugEchoName {
-					why = "debugEcho is a test handler, served only with --allow-debug-echo (Akri's agent.allowDebugEcho)"
+				if row, ok := details.Lookup(name); ok && row.NotServed != "" {
+					why = row.NotServed
 				}
 				a.opts.Log.Info("no discovery handler registered for this Configuration; its devices age out",
 					"configuration", key, "handler", name, "why", why)
@@ -106,8 +107,8 @@ func (a *Agent) noteNothingFound(key, handler string, none bool) {
 	}
 	a.nothingFound[key] = true
 	hint := "the handler reports no device for its discoveryDetails"
-	if handler == UdevName {
-		hint = "no device on this node matches its udevRules (udevadm info --export-db shows what each rule can match)"
+	if row, ok := details.Lookup(handler); ok && row.NothingFound != "" {
+		hint = row.NothingFound
 	}
 	a.opts.Log.Info("discovery found no device for this Configuration on this node", "configuration", key, "handler", handler, "why", hint)
 }

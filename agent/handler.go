@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gitbroker/gitbroker/agent/details"
 	"github.com/gitbroker/gitbroker/api"
 )
 
@@ -61,11 +62,27 @@ type BuiltinOptions struct {
 	DebugEchoAvailability string
 }
 
-// Builtins are the handlers the agent serves itself: udev, and debugEcho when allowed.
+// builtins are the agent's implementations of the built-in rows of details.Handlers, each
+// made from the options, and whether the options serve it
+// (TestEveryBuiltinHandlerIsImplemented keeps the two in step).
+var builtins = map[string]func(BuiltinOptions) (Handler, bool){
+	UdevName: func(o BuiltinOptions) (Handler, bool) { return Udev{Root: o.UdevRoot}, true },
+	DebugEchoName: func(o BuiltinOptions) (Handler, bool) {
+		return DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability}, o.DebugEcho
+	},
+}
+
+// Builtins are the handlers the agent serves itself (the built-in rows of details.Handlers):
+// udev, and debugEcho when allowed.
 func Builtins(o BuiltinOptions) Builtin {
-	b := Builtin{UdevName: Udev{Root: o.UdevRoot}}
-	if o.DebugEcho {
-		b[DebugEchoName] = DebugEcho{Shared: o.DebugEchoShared, AvailabilityFile: o.DebugEchoAvailability}
+	b := Builtin{}
+	for _, row := range details.Handlers {
+		if !row.Builtin {
+			continue
+		}
+		if h, on := builtins[row.Name](o); on {
+			b[row.Name] = h
+		}
 	}
 	return b
 }

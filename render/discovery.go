@@ -49,7 +49,7 @@ func (p *pass) checkDiscovery(l *loaded, set *configSet) {
 
 // knownHandlers are the handler names plan knows: the agent's own, Akri's and the listed ones.
 func knownHandlers(listed []string) []string {
-	known := append([]string{details.Udev, details.DebugEcho, details.ONVIF, details.OPCUA}, listed...)
+	known := append(details.Names(), listed...)
 	sort.Strings(known)
 	return slices.Compact(known)
 }

@@ -1,7 +1,9 @@
-// Package details parses the discoveryDetails of the agent's built-in discovery handlers (udev
-// and debugEcho), and of Akri's own handler containers (onvif and opcua) as their parsers read
-// them. The agent discovers with what it returns, and the renderer refuses at review, with the
-// same parser, what the agent or Akri's handler would refuse on every node.
+// Package details owns the table of the discovery handlers gitbroker knows (Handlers: each
+// one's name, whether the agent serves it itself, and its discoveryDetails check), which the
+// agent, the renderer and review read, and the discoveryDetails parsers of the built-in
+// handlers (udev and debugEcho) and of Akri's own handler containers (onvif and opcua) as their
+// parsers read them. The agent discovers with what they return, and the renderer refuses at
+// review, with the same parser, what the agent or Akri's handler would refuse on every node.
 package details
 
 import (
@@ -24,30 +26,6 @@ const (
 	ONVIF = "onvif"
 	OPCUA = "opcua"
 )
-
-// Builtin reports whether the agent itself implements the handler name.
-func Builtin(name string) bool { return name == Udev || name == DebugEcho }
-
-// Check parses details as the handler name does, for the built-in handlers and Akri's onvif and
-// opcua; for any other handler it returns nil: its own container parses them, in a format only
-// it knows.
-func Check(name, details string) error {
-	var err error
-	switch name {
-	case Udev:
-		_, err = ParseUdev(details)
-	case DebugEcho:
-		_, err = ParseDebugEcho(details)
-	case ONVIF:
-		_, err = ParseONVIF(details)
-	case OPCUA:
-		_, err = ParseOPCUA(details)
-	}
-	return err
-}
-
-// Checked reports whether Check knows name's format.
-func Checked(name string) bool { return Builtin(name) || name == ONVIF || name == OPCUA }
 
 // FilterList is Akri's filter of discovered values (akri-discovery-utils' FilterList): items is
 // required, action is Include (the default) or Exclude.
