@@ -289,7 +289,7 @@ func TestCredentialsDir(t *testing.T) {
 
 	srv := gitsynctest.NewServer(t, "main", seed(), gitsynctest.WithAuth(user, password))
 	https := dir(map[string][]byte{"username": []byte(user + "\n"), "password": []byte(password + "\n")})
-	o := gitsync.Options{URL: srv.URL(), Branch: "main", CredentialsDir: https}
+	o := gitsync.RemoteFlags{URL: srv.URL(), Branch: "main", CredentialsDir: https}
 	r, err := o.Open(fastBackoff())
 	require.NoError(t, err)
 	_, err = r.Update(ctx, up)
@@ -312,20 +312,20 @@ func TestCredentialsDir(t *testing.T) {
 	hosts, err := os.ReadFile(knownHosts)
 	require.NoError(t, err)
 	ssh := dir(map[string][]byte{"identity": key, "known_hosts": hosts, "password": []byte(passphrase)})
-	r, err = (&gitsync.Options{URL: url, Branch: "main", CredentialsDir: ssh}).Open(fastBackoff(), gitsync.WithCreateBranch())
+	r, err = (&gitsync.RemoteFlags{URL: url, Branch: "main", CredentialsDir: ssh}).Open(fastBackoff(), gitsync.WithCreateBranch())
 	require.NoError(t, err)
 	_, err = r.Update(ctx, up)
 	require.NoError(t, err)
 
 	// A second remote with no credentials of its own (the inventory repository) uses the
 	// first's: deploy/ mounts one Secret per writer.
-	inv := gitsync.Options{URL: srv.URL()}
-	inv.Inherit(gitsync.Options{Branch: "main", CredentialsDir: https})
+	inv := gitsync.RemoteFlags{URL: srv.URL()}
+	inv.Inherit(gitsync.RemoteFlags{Branch: "main", CredentialsDir: https})
 	r, err = inv.Open(fastBackoff())
 	require.NoError(t, err)
 	_, err = r.Update(ctx, write([]string{"inventory/edge-a.yaml"}, map[string]string{"inventory/edge-a.yaml": "inherited\n"}))
 	require.NoError(t, err)
 
-	_, err = (&gitsync.Options{URL: url, Branch: "main", CredentialsDir: filepath.Join(t.TempDir(), "absent")}).Open()
+	_, err = (&gitsync.RemoteFlags{URL: url, Branch: "main", CredentialsDir: filepath.Join(t.TempDir(), "absent")}).Open()
 	require.ErrorContains(t, err, "--git-credentials-dir")
 }

@@ -29,10 +29,10 @@ const (
 	FlagStallTimeout         = "git-timeout"
 )
 
-// Options are the command-line settings of a remote branch. Secrets come
+// RemoteFlags are the command-line settings of a remote branch. Secrets come
 // from files (a mounted Secret), never from flag values, so they do not
 // show in process listings.
-type Options struct {
+type RemoteFlags struct {
 	URL                  string
 	Branch               string
 	Username             string
@@ -53,7 +53,7 @@ type Options struct {
 
 // BindReadFlags registers the flags of a command that only reads the repository: its URL,
 // credentials, limits and branch, described by branchUsage (what the command reads there).
-func (o *Options) BindReadFlags(fs *pflag.FlagSet, branchUsage string) {
+func (o *RemoteFlags) BindReadFlags(fs *pflag.FlagSet, branchUsage string) {
 	o.bindRemote(fs, "", "Git repository URL (https://, http://, ssh:// or git@host:path).")
 	fs.StringVar(&o.Branch, FlagBranch, "main", branchUsage)
 	fs.Int64Var(&o.MaxFetchBytes, FlagMaxFetchBytes, DefaultMaxFetchBytes, "A fetch (HTTP(S) or SSH) that would receive more than this many bytes fails instead of reading them into memory.")
@@ -62,7 +62,7 @@ func (o *Options) BindReadFlags(fs *pflag.FlagSet, branchUsage string) {
 }
 
 // BindFlags registers the read flags and those of writing (push attempts and timeout).
-func (o *Options) BindFlags(fs *pflag.FlagSet, branchUsage string) {
+func (o *RemoteFlags) BindFlags(fs *pflag.FlagSet, branchUsage string) {
 	o.BindReadFlags(fs, branchUsage)
 	fs.IntVar(&o.PushAttempts, FlagPushAttempts, DefaultBackoff.MaxAttempts, "Attempts to land one write (fetch, recompute, push) before giving up until the next cycle.")
 	fs.DurationVar(&o.PushTimeout, FlagPushTimeout, DefaultBackoff.MaxElapsed, "Time to land one write (every attempt, a stalled one included) before giving up until the next cycle.")
@@ -71,11 +71,11 @@ func (o *Options) BindFlags(fs *pflag.FlagSet, branchUsage string) {
 // BindRemoteFlags registers a second remote's URL and credentials with every flag name
 // prefixed ("inventory-": --inventory-git, --inventory-git-password-file, ...). Its branch,
 // attempts and limits are the main remote's (Inherit).
-func (o *Options) BindRemoteFlags(fs *pflag.FlagSet, prefix, urlUsage string) {
+func (o *RemoteFlags) BindRemoteFlags(fs *pflag.FlagSet, prefix, urlUsage string) {
 	o.bindRemote(fs, prefix, urlUsage)
 }
 
-func (o *Options) bindRemote(fs *pflag.FlagSet, prefix, urlUsage string) {
+func (o *RemoteFlags) bindRemote(fs *pflag.FlagSet, prefix, urlUsage string) {
 	fs.StringVar(&o.URL, prefix+FlagGit, "", urlUsage)
 	fs.StringVar(&o.Username, prefix+FlagUsername, "", "HTTPS user name (for a token used as a password, any name the host accepts).")
 	fs.StringVar(&o.PasswordFile, prefix+FlagPasswordFile, "", "File holding the HTTPS password or access token, sent with basic auth.")
@@ -98,7 +98,7 @@ const (
 // resolved returns the options with CredentialsDir's files filling the credential options no
 // flag set: HTTPS from username and password (or bearerToken), SSH from identity and
 // known_hosts, whose password is then the key's passphrase, as Flux reads such a Secret.
-func (o Options) resolved() (Options, error) {
+func (o RemoteFlags) resolved() (RemoteFlags, error) {
 	if o.CredentialsDir == "" {
 		return o, nil
 	}
@@ -138,7 +138,7 @@ func (o Options) resolved() (Options, error) {
 //
 // A second remote given no credentials of its own uses main's: one writer's credential (one
 // Secret) usually reaches both repositories, as deploy/ mounts it.
-func (o *Options) Inherit(main Options) {
+func (o *RemoteFlags) Inherit(main RemoteFlags) {
 	o.Branch, o.PushAttempts, o.PushTimeout = main.Branch, main.PushAttempts, main.PushTimeout
 	o.MaxFetchBytes, o.MaxFileBytes, o.StallTimeout = main.MaxFetchBytes, main.MaxFileBytes, main.StallTimeout
 	if o.Username == "" && o.PasswordFile == "" && o.TokenFile == "" && o.SSHKeyFile == "" && o.CredentialsDir == "" {
@@ -150,7 +150,7 @@ func (o *Options) Inherit(main Options) {
 
 // Secrets returns the credentials the options load (password, token, SSH key passphrase), so a
 // writer can keep them out of what it writes.
-func (o *Options) Secrets() ([]string, error) {
+func (o *RemoteFlags) Secrets() ([]string, error) {
 	r, err := o.resolved()
 	if err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func (o *Options) Secrets() ([]string, error) {
 }
 
 // Open returns the Repository the options describe.
-func (o *Options) Open(extra ...Option) (*Repository, error) {
+func (o *RemoteFlags) Open(extra ...Option) (*Repository, error) {
 	if o.URL == "" {
 		return nil, errors.New("--" + FlagGit + " is required")
 	}

@@ -86,7 +86,7 @@ func kubeSecrets(cfg *rest.Config) []string {
 
 // recordOptions are the recorder's flags.
 type recordOptions struct {
-	Git         gitsync.Options
+	Git         gitsync.RemoteFlags
 	Signing     cli.SigningOptions
 	RendererKey string
 	Endpoints   cli.EndpointOptions

@@ -48,11 +48,11 @@ const (
 
 // remoteOptions are render's flags for a remote branch.
 type remoteOptions struct {
-	Git                gitsync.Options
+	Git                gitsync.RemoteFlags
 	Signing            cli.SigningOptions
 	AuthorName         string
 	AuthorEmail        string
-	Inventory          gitsync.Options
+	Inventory          gitsync.RemoteFlags
 	RenderedBranch     string
 	AdoptRendered      string
 	FirstRender        bool

@@ -58,8 +58,8 @@ const (
 
 // agentOptions are the agent's flags, one struct per concern.
 type agentOptions struct {
-	Git       gitsync.Options
-	Inventory gitsync.Options
+	Git       gitsync.RemoteFlags
+	Inventory gitsync.RemoteFlags
 	Signing   SigningOptions
 	Endpoints EndpointOptions
 	Log       LogOptions
@@ -158,7 +158,7 @@ func (s *unverifiedSource) Snapshot(ctx context.Context) (gitsync.Snapshot, erro
 
 // published opens the renderer's publication of the Configurations it verified, in the
 // repository the agent writes to, checked against the pinned --renderer-key.
-func (o *agentOptions) published(own gitsync.Options, keys *publication.RendererKeys, read ...gitsync.Option) (*publication.Configurations, error) {
+func (o *agentOptions) published(own gitsync.RemoteFlags, keys *publication.RendererKeys, read ...gitsync.Option) (*publication.Configurations, error) {
 	own.Branch = api.ConfigurationsBranch
 	repo, err := own.Open(read...)
 	if err != nil {

@@ -93,7 +93,7 @@ func (o *SigningOptions) LoadRenderer() (trust.Identity, error) {
 // pinned renderer key signed (publication.AcceptedTip), and read again until it sees its line
 // accepted. That branch is opened only then, and let go after.
 // read are the options to read main with (credentials, limits, logger).
-func OwnRefOptions(main gitsync.Options, ref string, renderer *publication.RendererKeys, read ...gitsync.Option) []gitsync.Option {
+func OwnRefOptions(main gitsync.RemoteFlags, ref string, renderer *publication.RendererKeys, read ...gitsync.Option) []gitsync.Option {
 	main.Branch = api.AcceptedBranch(ref)
 	accepted := func(ctx context.Context) (string, error) {
 		shard, err := main.Open(read...)
