@@ -100,7 +100,9 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 				continue
 			}
 			ih := pre.hashes[j]
-			p.build(pre.keys[j], pre.paths[j], m, func() []byte { return buildDeployment(in, n, env, ih, dra, replicas, ci.staged) })
+			p.build(pre.keys[j], pre.paths[j], m, func() []byte {
+				return buildDeployment(in, deploymentOptions{Node: n, Env: env, InputsHash: ih, DRA: dra, Replicas: replicas, Staged: ci.staged})
+			})
 		}
 		withBrokers++
 		if spec := cfg.Spec.InstanceServiceSpec; spec != nil {

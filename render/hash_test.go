@@ -99,15 +99,19 @@ type builder struct {
 
 // The keys are worked out as the render works them out: podInputs and instanceJobHash.
 var hashBuilders = []builder{
-	{"Deployment", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", false, 1, false) },
+	{"Deployment", func(in *instance) []byte {
+		return buildDeployment(in, deploymentOptions{Node: "edge-a", Env: in.env(), InputsHash: "ih", Replicas: 1})
+	},
 		func(in *instance) string { return podBuildInputs(in).keys[0] }, 0},
-	{"Deployment (DRA)", func(in *instance) []byte { return buildDeployment(in, "edge-a", in.env(), "ih", true, 1, false) },
+	{"Deployment (DRA)", func(in *instance) []byte {
+		return buildDeployment(in, deploymentOptions{Node: "edge-a", Env: in.env(), InputsHash: "ih", DRA: true, Replicas: 1})
+	},
 		func(in *instance) string { return podBuildInputsDRA(in).keys[0] }, 0},
 	{"shared Deployment (DRA)", func(in *instance) []byte {
 		shared := *in
 		shared.shared = true
 		pi := podBuildInputsDRA(&shared)
-		return buildDeployment(&shared, pi.nodes[0], shared.env(), "ih", true, pi.replicas, false)
+		return buildDeployment(&shared, deploymentOptions{Node: pi.nodes[0], Env: shared.env(), InputsHash: "ih", DRA: true, Replicas: pi.replicas})
 	}, func(in *instance) string {
 		shared := *in
 		shared.shared = true

@@ -195,6 +195,24 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 	na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: terms}
 }
 
+// deploymentOptions say how buildDeployment builds an instance's Pod broker.
+type deploymentOptions struct {
+	// Node is the node its Pod is pinned to; "" for a shared device's Deployment in DRA mode.
+	Node string
+	// Env is what the device gives the broker's containers (the instance's environment).
+	Env []corev1.EnvVar
+	// InputsHash is the gitbroker.dev/inputs-hash annotation: what the broker was built from.
+	InputsHash string
+	// DRA claims the device through the instance's ResourceClaimTemplate instead of
+	// akri.sh/<instance>.
+	DRA bool
+	// Replicas are its Pods: 1 pinned, a shared device's capacity in DRA mode.
+	Replicas int32
+	// Staged labels it for a staged rollout across clusters (besides the Configuration's own
+	// rollout policy).
+	Staged bool
+}
+
 // buildDeployment writes a Pod broker: a Deployment of one Pod pinned to node, rolled out by
 // Recreate so that the old Pod is gone before the new one starts and a device never has two
 // brokers. Kubernetes' own controller recreates a Pod that is evicted, fails or is deleted.
@@ -202,10 +220,11 @@ func pin(ps *corev1.PodSpec, nodes []string) {
 // In DRA mode the Pod claims its device through the instance's ResourceClaimTemplate instead of
 // akri.sh/<instance>; a shared device's Deployment (node "") is not pinned and runs replicas
 // Pods, each allocated a device by the scheduler where one is reachable.
-func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash string, dra bool, replicas int32, staged bool) []byte {
+func buildDeployment(in *instance, o deploymentOptions) []byte {
+	node, replicas := o.Node, o.Replicas
 	ps := in.cfg.Spec.BrokerSpec.BrokerPodSpec.DeepCopy()
-	applyDevice(ps, env, in.name)
-	if dra {
+	applyDevice(ps, o.Env, in.name)
+	if o.DRA {
 		toClaim(ps, in.name)
 	}
 	labels := in.labels()
@@ -218,7 +237,7 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 		spread(ps, in.name)
 	}
 	own := labels // the Deployment's; the template's never carry the rollout label
-	if in.cfg.Policy.RolloutMaxChanged != "" || staged {
+	if in.cfg.Policy.RolloutMaxChanged != "" || o.Staged {
 		own = maps.Clone(labels)
 		own[api.LabelRollout] = api.RolloutStaged
 	}
@@ -234,7 +253,7 @@ func buildDeployment(in *instance, node string, env []corev1.EnvVar, inputsHash 
 			Name:        brokerName(in.name, node, in.shared),
 			Namespace:   in.cfg.Namespace,
 			Labels:      own,
-			Annotations: map[string]string{api.AnnotationInputsHash: inputsHash, api.AnnotationDeviceID: in.deviceID},
+			Annotations: map[string]string{api.AnnotationInputsHash: o.InputsHash, api.AnnotationDeviceID: in.deviceID},
 		},
 		Spec: &appsv1.DeploymentSpec{
 			Replicas: &replicas,
