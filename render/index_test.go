@@ -24,9 +24,9 @@ func (s *indexSteps) step(name string, edit func(Tree)) {
 	t.Helper()
 	edit(s.tree)
 	req := Request{Files: s.tree, AllowDeletions: true}
-	res, p := s.r.pass(req, s.r.split(req), nil, true)
-	if res == nil {
-		res, p = s.r.pass(req, s.r.split(req), nil, false)
+	res, p, err := s.r.scopedPass(req, s.r.split(req))
+	if err != nil {
+		res, p = s.r.wholePass(req, s.r.split(req), nil)
 	}
 	require.Empty(t, res.Errors, name)
 	want, dups := objectIndex(p.output.files)

@@ -14,15 +14,15 @@ import (
 // renderJobs applies the Job lifecycle. A rendered Job is frozen: it is carried over byte for
 // byte until its JobRecord appears, then it moves to history/. A new run is rendered when the
 // inputs give a Job name that has not run yet, and, under concurrency Forbid, only when no
-// earlier run of the instance is still unrecorded. It returns false, having rendered nothing
-// whole, when a scoped pass finds a Job out of its scope: the pass then runs whole.
-func (p *pass) renderJobs() bool {
+// earlier run of the instance is still unrecorded. A scoped pass that finds a Job out of its
+// scope returns an *outOfScopeError, having rendered nothing whole: the pass then runs whole.
+func (p *pass) renderJobs() error {
 	p.output.retired = map[objectKey]bool{}
 	runs := unrecordedJobs{byInstance: map[string][]string{}, names: map[string]bool{}}
 	p.prefetchHeads(p.prevJobPaths())
 	for _, f := range p.prevJobPaths() {
-		if !p.carryJob(f, runs) {
-			return false
+		if err := p.carryJob(f, runs); err != nil {
+			return err
 		}
 	}
 	for _, id := range sortedKeys(p.req.elsewhere) {
@@ -34,7 +34,7 @@ func (p *pass) renderJobs() bool {
 		}
 	}
 	p.startJobs(p.desiredJobs(), runs)
-	return true
+	return nil
 }
 
 // unrecordedJobs are the rendered Jobs still waiting for their JobRecord.
@@ -44,11 +44,11 @@ type unrecordedJobs struct {
 }
 
 // carryJob carries a rendered Job over, or retires it to history/ when its JobRecord has
-// arrived. It returns false when a scoped pass finds a Job out of its scope.
-func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
+// arrived. A scoped pass that finds a Job out of its scope returns an *outOfScopeError.
+func (p *pass) carryJob(f string, runs unrecordedJobs) error {
 	ref, ok := parseObjectPath(f)
 	if !ok || ref.kind != "job" || p.loaded.frozenConfigs[ref.namespace+"/"+ref.configuration] {
-		return true
+		return nil
 	}
 	data := p.prev[f]
 	h := p.head(f, data)
@@ -57,7 +57,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 		// Never drop what may be running, even when it cannot be read.
 		p.errs = append(p.errs, &api.FieldError{File: f, Message: "rendered Job cannot be read; it is kept as it is until fixed by hand"})
 		p.put(f, data, objMeta{ns: ref.namespace, cfg: ref.configuration})
-		return true
+		return nil
 	}
 	if ns == "" {
 		ns = ref.namespace
@@ -67,7 +67,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 		cfgName = ref.configuration
 	}
 	if p.scoping.scope != nil && !p.scoping.scope[ns+"/"+cfgName] {
-		return false
+		return &outOfScopeError{"Job " + ns + "/" + name + " of " + cfgName}
 	}
 	inst := h.Metadata.Labels[api.LabelInstance]
 	if inst == "" {
@@ -93,7 +93,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Retired, Kind: "Job", Name: name, History: hp,
 			Reason: fmt.Sprintf("recorded %s%s; moved to %s", rec.Spec.Outcome, recordSummary(rec), hp)})
-		return true
+		return nil
 	}
 	if h.refusedPin() {
 		// Rendered before Jobs were pinned with one term per node: the API server refused
@@ -101,7 +101,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 		// wanted, rendered again below under the same name with a pinning it accepts.
 		cp := p.plan.config(ns, cfgName, "")
 		cp.Notes = append(cp.Notes, fmt.Sprintf("Job %s was pinned with one metadata.name requirement listing several nodes, which the API server refuses, so it never ran; it is rendered again with one node selector term per node", name))
-		return true
+		return nil
 	}
 	target := f
 	if in != nil {
@@ -113,7 +113,7 @@ func (p *pass) carryJob(f string, runs unrecordedJobs) bool {
 	runs.byInstance[ik] = append(runs.byInstance[ik], name)
 	runs.names[ns+"/"+name] = true
 	p.planKeptJob(ik, name, m)
-	return true
+	return nil
 }
 
 // planKeptJob says why an unrecorded Job stays when nothing would render it now.

@@ -102,6 +102,10 @@ func TestKeptRendererMatchesFresh(t *testing.T) {
 		t["configurations/cfg-01.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-01.yaml"]), "shards: 2", "shards: 3", 1))
 		return t
 	})
+	step("a Configuration moved to another namespace", true, func(t render.Tree) render.Tree {
+		t["configurations/cfg-03.yaml"] = []byte(strings.Replace(string(t["configurations/cfg-03.yaml"]), "\n  name: cfg-03\n", "\n  name: cfg-03\n  namespace: moved\n", 1))
+		return t
+	})
 	step("a Configuration deleted", true, func(t render.Tree) render.Tree {
 		delete(t, "configurations/cfg-04.yaml")
 		return t
@@ -165,7 +169,7 @@ func scopedPassesMatchFresh(t *testing.T, renderedJobsOnly bool) {
 		}
 		c.tree = apply(tree, got)
 	}
-	t.Logf("%d of %d passes scoped", render.ScopedPasses(kept), steps)
+	t.Logf("%d of %d passes scoped, %d more ran again whole", render.ScopedPasses(kept), steps, render.OutOfScope(kept))
 	// A kind of record the steps never write is a kind whose scoping no one checks: a new
 	// kind in api.StatusKinds needs its step in fleetChanges.change.
 	for _, k := range api.StatusKinds {

@@ -6,7 +6,31 @@ import (
 	"github.com/gitbroker/gitbroker/api"
 )
 
-func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass) {
+// outOfScopeError says a scoped pass reached further than the Configurations it renders (a Job
+// of another, a file of another, a folder that appears or goes): the render runs the pass
+// again, whole. Only a scoped pass returns it.
+type outOfScopeError struct{ why string }
+
+func (e *outOfScopeError) Error() string {
+	return "the scoped pass reached further than its Configurations: " + e.why
+}
+
+// scopedPass runs a pass scoped to the Configurations a change reaches, when the Renderer kept
+// what it needs; an *outOfScopeError says it must run whole instead.
+func (r *Renderer) scopedPass(req Request, in split) (*Result, *pass, error) {
+	return r.pass(req, in, nil, true)
+}
+
+// wholePass runs a pass over every Configuration, the nodes in held held as they were.
+func (r *Renderer) wholePass(req Request, in split, held map[string]string) (*Result, *pass) {
+	res, p, err := r.pass(req, in, held, false)
+	if err != nil {
+		panic("render: a whole pass met its scope: " + err.Error()) // only a scoped pass has one
+	}
+	return res, p
+}
+
+func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bool) (*Result, *pass, error) {
 	prev := in.prev
 	p := &pass{r: r, req: req, prev: prev, plan: newPlanBuilder(), held: held,
 		scoping: scoping{onLast: in.onLast},
@@ -20,7 +44,8 @@ func (r *Renderer) pass(req Request, in split, held map[string]string, scoped bo
 	// The output of a whole pass is about as large as the previous one: maps made to size are
 	// not grown and rehashed a hundred thousand entries at a time.
 	p.output.files, p.output.meta = make(Tree, size), make(map[string]objMeta, size)
-	return p.run(), p
+	res, err := p.run()
+	return res, p, err
 }
 
 // pass is the state of one render. Its stages run in order (run), and each hands on what it
@@ -115,7 +140,7 @@ type objMeta struct {
 	nodes                   []string
 }
 
-func (p *pass) run() *Result {
+func (p *pass) run() (*Result, error) {
 	p.output.digest = digestOf(p.req.Files, p.inputPaths())
 	res := &Result{Previous: p.prev, InputsDigest: p.output.digest}
 	var settings api.ResolvedSettings
@@ -134,7 +159,7 @@ func (p *pass) run() *Result {
 		res.Files, res.Errors = p.prev, errs
 		res.Untrusted = append([]string(nil), p.req.Untrusted...)
 		res.Plan = &Plan{Configurations: []*ConfigurationPlan{}, Errors: fieldProblems(errs), Trust: p.req.Trust, Untrusted: untrustedProblems(p.req, nil)}
-		return res
+		return res, nil
 	}
 	p.errs = append(p.errs, p.req.Invalid...)
 
@@ -146,16 +171,16 @@ func (p *pass) run() *Result {
 	p.placement.frozenInstances, p.placement.frozenWhy = p.findFrozenInstances()
 	p.planConfigurations()
 	p.renderBrokers()
-	if !p.renderJobs() {
-		return nil // a Job out of the scope
+	if err := p.renderJobs(); err != nil {
+		return nil, err
 	}
 	p.renderHistory()
 	p.copyFrozenConfigurations()
 	p.layout()
 	if p.scoping.scope != nil {
-		m, ok := p.mergeScope()
-		if !ok {
-			return nil
+		m, err := p.mergeScope()
+		if err != nil {
+			return nil, err
 		}
 		p.output.files, p.output.diff, p.output.diffed = m.files, m.diff, true
 		p.scoping.fresh, p.scoping.merged = m.fresh, m.merged
@@ -183,7 +208,7 @@ func (p *pass) run() *Result {
 		plan.Refused = reason
 		res.Files, res.Diff = p.prev, nil
 	}
-	return res
+	return res, nil
 }
 
 func (p *pass) warn(format string, args ...any) {

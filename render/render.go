@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/gitbroker/gitbroker/api"
@@ -132,8 +133,9 @@ type Renderer struct {
 	shares, nextShares map[string]sharesFile
 	// once says the Renderer renders once (Render): it keeps nothing for a next pass.
 	once bool
-	// scoped counts the passes that were scoped, for tests.
-	scoped int
+	// scoped counts the passes that were scoped, and outOfScope the scoped passes that had to
+	// run again whole, for tests.
+	scoped, outOfScope int
 	// cluster is the cluster this Renderer renders, one of a repository of several
 	// (clusters.go); nil for a repository of one. parent is then the Renderer of the whole
 	// repository, and clusters, on that one, its Renderers by cluster.
@@ -186,15 +188,16 @@ func (r *Renderer) Render(req Request) *Result {
 	}
 	in := r.split(req)
 	req.Unreadable = in.unreadable(req)
-	res, p := r.pass(req, in, nil, true)
-	if res == nil {
-		// The scoped work reached further than its Configurations.
-		res, p = r.pass(req, in, nil, false)
+	res, p, err := r.scopedPass(req, in)
+	var outOfScope *outOfScopeError
+	if errors.As(err, &outOfScope) {
+		r.outOfScope++
+		res, p = r.wholePass(req, in, nil)
 	}
 	if res.Refused != nil && p.scoping.scope != nil {
 		// The budget is judged on the whole tree.
 		p.dropIndex()
-		res, p = r.pass(req, in, nil, false)
+		res, p = r.wholePass(req, in, nil)
 	}
 	if res.Refused != nil {
 		// Over the fleet-wide budget: hold the nodes that caused it and render the rest, as
@@ -202,7 +205,7 @@ func (r *Renderer) Render(req Request) *Result {
 		// differs. What is still over the budget then is refused.
 		if held := p.overBudgetNodes(); len(held) > 0 {
 			p.dropIndex()
-			res, p = r.pass(req, in, held, false)
+			res, p = r.wholePass(req, in, held)
 		}
 	}
 	r.keep(res, p)

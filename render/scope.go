@@ -242,15 +242,15 @@ type merged struct {
 }
 
 // mergeScope puts the scoped output together with the rest of the last output, and the diff
-// with it. It reports false when the scoped work wrote outside its Configurations or changed
-// their folders: the pass must then run whole.
-func (p *pass) mergeScope() (merged, bool) {
+// with it. It returns an *outOfScopeError when the scoped work wrote outside its
+// Configurations or changed their folders: the pass must then run whole.
+func (p *pass) mergeScope() (merged, error) {
 	last := p.r.scope
 	written := map[string][]string{}
 	for f := range p.output.files {
 		k := configKeyOf(f)
 		if !p.scoping.scope[k] {
-			return merged{}, false
+			return merged{}, &outOfScopeError{"it wrote " + f + ", of another Configuration"}
 		}
 		written[k] = append(written[k], f)
 	}
@@ -270,11 +270,11 @@ func (p *pass) mergeScope() (merged, bool) {
 		}
 		// Folders that appear or go change the Flux Kustomizations, the root and the namespaces.
 		if len(oldDirs) != len(newDirs) {
-			return merged{}, false
+			return merged{}, &outOfScopeError{"the folders of " + k + " changed"}
 		}
 		for d := range oldDirs {
 			if !newDirs[d] {
-				return merged{}, false
+				return merged{}, &outOfScopeError{"the folders of " + k + " changed"}
 			}
 		}
 	}
@@ -296,7 +296,7 @@ func (p *pass) mergeScope() (merged, bool) {
 		out[f] = b
 		paths = append(paths, f)
 	}
-	return merged{files: out, diff: diff, fresh: fresh, merged: paths}, true
+	return merged{files: out, diff: diff, fresh: fresh, merged: paths}, nil
 }
 
 // carryPlans adds the plan entries, notes and warnings of the Configurations out of the scope,
