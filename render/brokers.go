@@ -81,7 +81,7 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 	staged := p.stageRollout(cfg, list)
 	withBrokers := 0
 	for _, in := range list {
-		if _, frozen := p.placement.frozenInstances[k+"/"+in.name]; frozen {
+		if _, frozen := p.frozen.files[k+"/"+in.name]; frozen {
 			continue
 		}
 		p.plan.instance(cfg.Namespace, cfg.Name, in.name, in.deviceID, in.nodes)
@@ -124,21 +124,21 @@ func (p *pass) renderPodBrokers(k string, cfg *api.ParsedConfiguration) int {
 // brokers.
 func (p *pass) keepFrozenBrokers(k string, cfg *api.ParsedConfiguration) int {
 	withBrokers := 0
-	for _, ik := range sortedKeys(p.placement.frozenInstances) {
+	for _, ik := range sortedKeys(p.frozen.files) {
 		if !strings.HasPrefix(ik, k+"/") {
 			continue
 		}
 		inst := strings.TrimPrefix(ik, k+"/")
 		folder := p.instanceFolder(cfg, inst)
 		kept := false
-		for _, f := range p.placement.frozenInstances[ik] {
+		for _, f := range p.frozen.files[ik] {
 			if ref, _ := parseObjectPath(f); ref.kind == "job" {
 				continue
 			}
 			p.put(folder+"/"+path.Base(f), p.prev[f], objMeta{ns: cfg.Namespace, cfg: cfg.Name, inst: inst})
 			kept = true
 		}
-		note := p.placement.frozenWhy[ik]
+		note := p.frozen.why[ik]
 		if note == "" && kept {
 			note = fmt.Sprintf("instance %s kept as it was: a node that sees it has an invalid inventory", inst)
 		}

@@ -54,7 +54,7 @@ func (p *pass) renderDRA(k string, cfg *api.ParsedConfiguration) {
 	})
 	count := claimCount(cfg)
 	for _, in := range p.placement.instances[k] {
-		if _, frozen := p.placement.frozenInstances[k+"/"+in.name]; frozen {
+		if _, frozen := p.frozen.files[k+"/"+in.name]; frozen {
 			continue
 		}
 		nodes := liveNodes(in, p.loaded.lost)

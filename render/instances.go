@@ -14,13 +14,18 @@ import (
 )
 
 // placement is what the place stage makes: the devices of every Configuration grouped into
-// instances as Akri names them, and those kept as they were.
+// instances as Akri names them.
 type placement struct {
-	instances       map[string][]*instance  // by configuration key
-	sets            map[string]*instanceSet // by configuration key
-	frozenInstances map[string][]string     // namespace/configuration/instance -> previous files
-	frozenWhy       map[string]string       // why an instance is frozen, when not for an invalid inventory
-	disputed        []*instance             // shared instances whose reporting nodes disagree
+	instances map[string][]*instance  // by configuration key
+	sets      map[string]*instanceSet // by configuration key
+	disputed  []*instance             // shared instances whose reporting nodes disagree
+}
+
+// frozenSet is what the frozen stage makes, from the placement and the scope: the instances
+// kept as they were.
+type frozenSet struct {
+	files map[string][]string // namespace/configuration/instance -> previous files
+	why   map[string]string   // why an instance is frozen, when not for an invalid inventory
 }
 
 // place is the stage after load: it groups every valid inventory's devices into Akri instances
@@ -271,14 +276,14 @@ func (p *pass) commonFolder(cfg *api.ParsedConfiguration) string {
 // node holds one of its Pods: a node cannot freeze another node's broker (or its runs) by
 // making its own inventory invalid. An instance whose reporting nodes disagree about its
 // properties is held as it was too (instance.disputed).
-func (p *pass) findFrozenInstances() (frozen map[string][]string, why map[string]string) {
-	frozen, why = map[string][]string{}, map[string]string{}
+func (p *pass) findFrozenInstances() frozenSet {
+	frozen, why := map[string][]string{}, map[string]string{}
 	disputed := map[string]*instance{}
 	for _, in := range p.placement.disputed {
 		disputed[in.cfg.Namespace+"/"+in.cfg.Name+"/"+in.name] = in
 	}
 	if len(p.loaded.frozenNodes) == 0 && len(disputed) == 0 {
-		return frozen, why
+		return frozenSet{frozen, why}
 	}
 	files := map[string][]string{}
 	involved := map[string]bool{}
@@ -321,5 +326,5 @@ func (p *pass) findFrozenInstances() (frozen map[string][]string, why map[string
 		frozen[k] = append([]string{}, files[k]...)
 		why[k] = in.disputed
 	}
-	return frozen, why
+	return frozenSet{frozen, why}
 }

@@ -126,7 +126,7 @@ func (p *pass) planKeptJob(ik, name string, m objMeta) {
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 			Reason: "its Configuration was deleted; the Job may still be running, so it stays until its JobRecord arrives"})
-	case cfgOK && p.instance(ik) == nil && p.placement.frozenInstances[ik] == nil:
+	case cfgOK && p.instance(ik) == nil && p.frozen.files[ik] == nil:
 		p.plan.instance(ns, cfgName, inst, m.deviceID, m.nodes)
 		p.plan.add(ns, cfgName, inst, Change{Action: Kept, Kind: "Job", Name: name,
 			Reason: "its device is gone; the Job may still be running, so it stays until its JobRecord arrives"})
@@ -166,7 +166,7 @@ func (p *pass) desiredJobs() []*desiredJob {
 		}
 		parallel(len(todo), func(i int) { todo[i].jobHash = instanceJobHash(chash, todo[i]) })
 		for _, in := range list {
-			if p.placement.frozenInstances[k+"/"+in.name] != nil {
+			if p.frozen.files[k+"/"+in.name] != nil {
 				continue
 			}
 			ih, key := in.jobHash, ""

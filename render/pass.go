@@ -76,6 +76,7 @@ type pass struct {
 
 	loaded    *loaded
 	placement *placement
+	frozen    frozenSet
 	output    *output
 	index     objectIndexes
 	scoping   scoping
@@ -168,7 +169,7 @@ func (p *pass) run() (*Result, error) {
 	if p.scoping.scoped {
 		p.scoping.scope = p.scopeFor()
 	}
-	p.placement.frozenInstances, p.placement.frozenWhy = p.findFrozenInstances()
+	p.frozen = p.findFrozenInstances()
 	p.planConfigurations()
 	p.renderBrokers()
 	if err := p.renderJobs(); err != nil {

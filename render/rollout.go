@@ -51,7 +51,7 @@ func (p *pass) stageRollout(cfg *api.ParsedConfiguration, list []*instance) map[
 	var changed, unsettled, passed []stagedBroker
 	total := 0
 	for _, in := range list {
-		if _, frozen := p.placement.frozenInstances[cfg.Namespace+"/"+cfg.Name+"/"+in.name]; frozen || p.afterHeld(cfg, in) != "" {
+		if _, frozen := p.frozen.files[cfg.Namespace+"/"+cfg.Name+"/"+in.name]; frozen || p.afterHeld(cfg, in) != "" {
 			continue
 		}
 		for j, n := range in.broker.nodes {

@@ -41,7 +41,7 @@ func (p *pass) shares() map[string]map[string]int {
 			if !in.shared {
 				continue
 			}
-			if _, frozen := p.placement.frozenInstances[k+"/"+in.name]; frozen || outOfScope {
+			if _, frozen := p.frozen.files[k+"/"+in.name]; frozen || outOfScope {
 				carried[in.name] = true
 				continue
 			}
@@ -51,7 +51,7 @@ func (p *pass) shares() map[string]map[string]int {
 			}
 		}
 	}
-	for ik := range p.placement.frozenInstances {
+	for ik := range p.frozen.files {
 		carried[ik[strings.LastIndex(ik, "/")+1:]] = true
 	}
 	frozenConfigs := map[string]bool{}
