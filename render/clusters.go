@@ -28,18 +28,25 @@ import (
 // clusterDir is where cluster's part of dir (RenderedDir or HistoryDir) lives.
 func clusterDir(dir, cluster string) string { return dir + cluster + "/" }
 
-// clustersOf returns the clusters of the request's settings, when it declares any and its
-// settings are valid (invalid settings render nothing, whatever the layout: the single pass
-// says why).
-func clustersOf(req Request) (api.ResolvedSettings, bool) {
+// parsedSettings are a request's gitbroker.yaml, parsed once per render, and its errors.
+type parsedSettings struct {
+	settings   api.ResolvedSettings
+	errs       api.ErrorList
+	unreadable bool
+}
+
+func settingsOf(req Request) parsedSettings {
 	if _, unreadable := req.Unreadable[api.SettingsPath]; unreadable {
-		return api.ResolvedSettings{}, false
+		return parsedSettings{unreadable: true}
 	}
 	s, errs := api.ParseSettings(api.SettingsPath, req.Files[api.SettingsPath])
-	if len(errs) > 0 || !s.Clusters.Enabled() {
-		return api.ResolvedSettings{}, false
-	}
-	return s, true
+	return parsedSettings{settings: s, errs: errs}
+}
+
+// clusters reports whether the settings declare clusters and are valid (invalid settings
+// render nothing, whatever the layout: the single pass says why).
+func (s parsedSettings) clusters() bool {
+	return !s.unreadable && len(s.errs) == 0 && s.settings.Clusters.Enabled()
 }
 
 // clusterRenderer is the Renderer kept for cluster c, made on first use. It shares r's memo of

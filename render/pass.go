@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gitbroker/gitbroker/api"
 )
@@ -146,10 +147,13 @@ func (p *pass) run() (*Result, error) {
 	res := &Result{Previous: p.prev, InputsDigest: p.output.digest}
 	var settings api.ResolvedSettings
 	var errs api.ErrorList
-	if p.r.parent != nil && p.r.parent.settings != nil {
+	switch {
+	case p.r.parent != nil && p.r.parent.settings != nil:
 		settings = *p.r.parent.settings // one cluster's pass of several (clusters.go)
-	} else {
-		settings, errs = api.ParseSettings("gitbroker.yaml", p.req.Files["gitbroker.yaml"])
+	case p.r.parsed != nil:
+		settings, errs = p.r.parsed.settings, slices.Clone(p.r.parsed.errs) // Render parsed them
+	default:
+		settings, errs = api.ParseSettings(api.SettingsPath, p.req.Files[api.SettingsPath])
 	}
 	if why, ok := p.req.Unreadable[api.SettingsPath]; ok {
 		errs = append(errs, &api.FieldError{File: api.SettingsPath, Message: why})

@@ -143,8 +143,10 @@ type Renderer struct {
 	parent   *Renderer
 	clusters map[string]*Renderer
 	// settings are, while a repository of several clusters renders, its settings, parsed once
-	// for every cluster's pass.
+	// for every cluster's pass; parsed are, while a repository of one renders, its settings
+	// and their errors, parsed once for its passes (Render decides the layout with them).
 	settings *api.ResolvedSettings
+	parsed   *parsedSettings
 	// lastRun is, on a cluster's Renderer, its last render, kept while the cluster's inputs
 	// and output stay as they were.
 	lastRun *clusterRun
@@ -181,10 +183,13 @@ func (r *Renderer) Render(req Request) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cluster == nil {
-		if s, ok := clustersOf(req); ok {
-			return r.renderClusters(req, s)
+		parsed := settingsOf(req)
+		if parsed.clusters() {
+			return r.renderClusters(req, parsed.settings)
 		}
 		r.clusters = nil
+		r.parsed = &parsed
+		defer func() { r.parsed = nil }()
 	}
 	in := r.split(req)
 	req.Unreadable = in.unreadable(req)
