@@ -55,7 +55,7 @@ func stallOf(ctx context.Context) time.Duration {
 // netContext is ctx for one network operation of r: bounded by its stall timeout, and, for a
 // fetch, by its fetch limit.
 func (r *Repository) netContext(ctx context.Context, fetch bool) context.Context {
-	ctx = withStall(ctx, r.stall)
+	ctx = withThrottleNotice(withStall(ctx, r.stall), r.throttledBy)
 	if fetch {
 		ctx = withBlobLimit(withFetchLimit(ctx, r.maxFetch), r.maxFile)
 	}
@@ -69,7 +69,7 @@ func init() {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = DialTimeout
-	c := githttp.NewClient(&http.Client{Transport: watchedTransport{base: t}})
+	c := githttp.NewClient(&http.Client{Transport: throttledTransport{base: watchedTransport{base: t}}})
 	client.InstallProtocol("http", c)
 	client.InstallProtocol("https", c)
 	installFiltering()

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
@@ -59,6 +60,8 @@ type Repository struct {
 	create   bool
 	failFast bool
 	log      logr.Logger
+	// throttled counts the answers of a git host that throttles (throttle.go).
+	throttled atomic.Int64
 
 	mu         sync.Mutex
 	deepen     bool

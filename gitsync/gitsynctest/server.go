@@ -50,6 +50,8 @@ type state struct {
 	receiveRefs atomic.Int64
 	onPush      atomic.Pointer[func()]
 	webhook     atomic.Pointer[webhook]
+	// host counts and throttles as a git host does (WithHostLimits); nil for none.
+	host *host
 }
 
 // On returns a view of the server whose branch methods (Commit, Head, File, Files, Log) work
@@ -93,7 +95,12 @@ func NewServer(t testing.TB, branch string, files map[string]string, opts ...Opt
 		Stderr: io.Discard,
 		Logger: log.New(io.Discard, "", 0),
 	}
-	s.http = httptest.NewServer(s.faults(s.auth(cgiHandler)))
+	var served http.Handler = s.auth(cgiHandler)
+	if s.host != nil {
+		backend := served
+		served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serveHost(w, r, backend) })
+	}
+	s.http = httptest.NewServer(s.faults(served))
 	t.Cleanup(s.http.Close)
 	return s
 }
