@@ -69,7 +69,8 @@ func init() {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = DialTimeout
-	c := githttp.NewClient(&http.Client{Transport: throttledTransport{base: watchedTransport{base: t}}})
+	httpClient = &http.Client{Transport: throttledTransport{base: watchedTransport{base: t}}}
+	c := githttp.NewClient(httpClient)
 	client.InstallProtocol("http", c)
 	client.InstallProtocol("https", c)
 	installFiltering()

@@ -62,6 +62,9 @@ type Repository struct {
 	log      logr.Logger
 	// throttled counts the answers of a git host that throttles (throttle.go).
 	throttled atomic.Int64
+	// noV2 says the server answered in protocol v0 when asked for v2 (lsrefs.go).
+	noV2  bool
+	quiet atomic.Int64
 
 	mu         sync.Mutex
 	deepen     bool
@@ -327,6 +330,9 @@ func (r *Repository) fetch(ctx context.Context) (*object.Commit, error) {
 	}
 	if r.deepen {
 		depth = math.MaxInt32
+	}
+	if c, quiet, err := r.quietFetch(ctx, depth); err != nil || quiet {
+		return c, err
 	}
 	err := r.fetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
