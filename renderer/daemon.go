@@ -38,6 +38,7 @@ type Metrics struct {
 	wakes        *prometheus.CounterVec
 	triggers     *prometheus.GaugeVec
 	told         *prometheus.CounterVec
+	budgetWaits  prometheus.Counter
 }
 
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -92,9 +93,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gitbroker_renderer_gitops_notifications_total",
 			Help: "Notifications sent to the GitOps tools after a render landed, by target and result (sent, failed: the tool's own interval picks the render up).",
 		}, []string{"target", "result"}),
+		budgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gitbroker_renderer_push_budget_waits_total",
+			Help: "Renders that waited for the push budget (--push-budget) after a render that pushed; the changes meanwhile land together.",
+		}),
 	}
 	reg.MustRegister(m.renders, m.invalid, m.refused, m.heldNodes, m.untrusted, m.unpublished, m.sourceToPush, m.duration, m.leader,
-		m.wakes, m.triggers, m.told)
+		m.wakes, m.triggers, m.told, m.budgetWaits)
 	return m
 }
 
@@ -120,6 +125,13 @@ type Daemon struct {
 	// Pushed, when set, keeps the commit the renderer pushed last where a next leader finds
 	// it (the leader election Lease).
 	Pushed func(commit string)
+	// PushBudget is how many renders that push the daemon makes a minute at most, sustained:
+	// the git host's pushes a minute for the repository (GitHub advises 6); 0 for no bound.
+	// It is a bucket of a minute's pushes: after a quiet spell a change renders at once, even
+	// several in a row; under a churn a render waits for the bucket, and the wakes meanwhile
+	// coalesce into it, so the changes land as fewer, larger commits.
+	PushBudget float64
+	budget     pushBucket
 
 	last          atomic.Int64
 	ready         atomic.Bool
@@ -186,6 +198,16 @@ func (d *Daemon) Run(ctx context.Context) {
 	trigger := "interval"
 	for {
 		d.Metrics.wakes.WithLabelValues(trigger).Inc()
+		if wait := d.budget.wait(d.PushBudget, time.Now()); wait > 0 {
+			d.Metrics.budgetWaits.Inc()
+			budget := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				budget.Stop()
+				return
+			case <-budget.C:
+			}
+		}
 		d.cycle(ctx)
 		t.Reset(d.Interval)
 		select {
@@ -259,6 +281,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.Log.Error(err, "render failed; will retry")
 		d.ready.Store(false)
 	default:
+		d.budget.spend(d.PushBudget, time.Now())
 		d.Metrics.renders.WithLabelValues("committed").Inc()
 		if !out.SourceTime.IsZero() {
 			d.Metrics.sourceToPush.Observe(time.Since(out.SourceTime).Seconds())
@@ -270,6 +293,42 @@ func (d *Daemon) cycle(ctx context.Context) {
 	if err == nil || errors.Is(err, gitsync.ErrNoChanges) {
 		d.tell(ctx, out)
 	}
+}
+
+// pushBucket is the push budget's bucket: it holds up to a minute's pushes, refilled at the
+// budget's rate, and a render that pushed takes one out.
+type pushBucket struct {
+	used float64 // pushes taken and not refilled yet, at at
+	at   time.Time
+}
+
+// refill is what the bucket lacks at now, the budget being perMinute.
+func (b *pushBucket) refill(perMinute float64, now time.Time) {
+	if !b.at.IsZero() {
+		b.used = max(b.used-now.Sub(b.at).Minutes()*perMinute, 0)
+	}
+	b.at = now
+}
+
+// wait is how long a render at now waits for the bucket to hold a push.
+func (b *pushBucket) wait(perMinute float64, now time.Time) time.Duration {
+	if perMinute <= 0 {
+		return 0
+	}
+	b.refill(perMinute, now)
+	if over := b.used + 1 - max(perMinute, 1); over > 0 { // it holds a push at least
+		return time.Duration(over / perMinute * float64(time.Minute))
+	}
+	return 0
+}
+
+// spend takes a push out of the bucket at now.
+func (b *pushBucket) spend(perMinute float64, now time.Time) {
+	if perMinute <= 0 {
+		return
+	}
+	b.refill(perMinute, now)
+	b.used++
 }
 
 // tell sends the GitOps tools what the render moved: the rendered branch when it committed,

@@ -23,17 +23,19 @@ import (
 const (
 	flagWatch                   = "watch"
 	flagWatchInterval           = "interval"
+	flagPushBudget              = "push-budget"
 	flagLeaderElectionNamespace = "leader-election-namespace"
 	flagLeaderElectionID        = "leader-election-id"
 )
 
 // watchOptions are render's daemon flags.
 type watchOptions struct {
-	Watch     bool
-	Interval  time.Duration
-	Endpoints cli.EndpointOptions
-	Log       logger.Options
-	Leader    leaderelection.Options
+	Watch      bool
+	Interval   time.Duration
+	PushBudget float64
+	Endpoints  cli.EndpointOptions
+	Log        logger.Options
+	Leader     leaderelection.Options
 	// CycleTimeout bounds one render of the daemon.
 	CycleTimeout time.Duration
 	LeaderNS     string
@@ -46,6 +48,7 @@ func (o *watchOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.BoolVar(&o.Watch, flagWatch, false, "With --git, keep rendering every --interval as a daemon (probes, metrics, leader election).")
 	fs.DurationVar(&o.Interval, flagWatchInterval, 30*time.Second, "With --watch, time between renders.")
+	fs.Float64Var(&o.PushBudget, flagPushBudget, 6, "With --watch, renders that push a minute at most, sustained (GitHub advises 6 pushes a minute per repository); a change after a quiet spell renders at once, and the changes meanwhile land together. 0 for no bound.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Leader.BindFlags(fs)
@@ -62,6 +65,9 @@ func (o *watchOptions) BindFlags(cmd *cobra.Command) {
 // runRenderDaemon renders every interval, behind leader election when it
 // is enabled, until SIGTERM.
 func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, repoURL, renderedBranch string) error {
+	if o.PushBudget < 0 {
+		return exitf(exitInvalid, "--%s must be 0 (no bound) or more pushes a minute, got %g", flagPushBudget, o.PushBudget)
+	}
 	log := logger.NewLogger(o.Log)
 	logger.SetLogger(log) // client-go's leader election logs through klog
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -76,7 +82,7 @@ func runRenderDaemon(cmd *cobra.Command, r *renderer.Renderer, o *watchOptions, 
 	}
 	reg := prometheus.NewRegistry()
 	d := &renderer.Daemon{Renderer: r, Interval: o.Interval, Log: log, Metrics: renderer.NewMetrics(reg), Timeout: o.CycleTimeout,
-		RenderedBranch: renderedBranch}
+		RenderedBranch: renderedBranch, PushBudget: o.PushBudget}
 	targets, repoURL, err := o.Notify.targets(repoURL, renderedBranch)
 	if err != nil {
 		return exitf(exitInvalid, "%v", err)
