@@ -501,13 +501,17 @@ func (a *adversary) moveAndRestart() string {
 	return moved
 }
 
-// setRef moves branch to commit ("" deletes it) as the attacker can: clearing first what it
-// planted in the way (blockRef), which git would not let it create the branch beside.
+// setRef moves branch to commit ("" deletes it) as the attacker can: clearing first every ref
+// in the way (one it planted, blockRef, or a writer's named as a folder of branch, or under it),
+// which git would not let it create the branch beside.
 func (a *adversary) setRef(branch, commit string) {
 	if commit != "" {
-		a.srv.SetRef(branch+"/x", "")
-		if strings.HasPrefix(branch, api.AcceptedBranchPrefix) {
-			a.srv.SetRef(strings.TrimSuffix(api.AcceptedBranchPrefix, "/"), "")
+		for _, ref := range strings.Fields(gitsynctest.Git(a.t, a.srv.Bare(), "for-each-ref", "--format=%(refname)", "refs/heads/"+branch+"/")) {
+			gitsynctest.Git(a.t, a.srv.Bare(), "update-ref", "-d", ref)
+		}
+		parts := strings.Split(branch, "/")
+		for i := 1; i < len(parts); i++ {
+			a.srv.SetRef(strings.Join(parts[:i], "/"), "")
 		}
 	}
 	a.srv.SetRef(branch, commit)
@@ -643,7 +647,8 @@ func (a *adversary) wipeAndRenderOnce() string {
 	all := a.rng.IntN(2) == 0
 	head := a.srv.Head()
 	for _, b := range a.srv.Branches() {
-		if strings.HasPrefix(b, "gitbroker/") && (all || !strings.HasPrefix(b, verify.InventoryPrefix)) {
+		node, nodeRef := strings.CutPrefix(b, verify.InventoryPrefix)
+		if strings.HasPrefix(b, "gitbroker/") && (all || !nodeRef || strings.Contains(node, "/")) { // a ref in a node ref's way goes too
 			a.srv.SetRef(b, "")
 		}
 	}
