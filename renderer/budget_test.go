@@ -7,29 +7,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The push budget is a window of a minute divided by the budget: a change after a quiet window
-// pushes at once, one sooner waits for the window's end, so no minute holds more pushes than the
-// budget; renders that push nothing cost nothing.
+// The push budget holds a minute's pushes: a few changes after a quiet spell push at once, a
+// churn pushes at the budget's rate, and renders that push nothing cost nothing.
 func TestPushBudget(t *testing.T) {
-	var w pushWindow
+	var b pushBucket
 	at := time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC)
-	require.Zero(t, w.wait(6, at), "the first push")
-	w.spend(6, at)
-	require.Equal(t, 10*time.Second, w.wait(6, at), "at 6 a minute the window is 10 s")
-	require.Equal(t, 4*time.Second, w.wait(6, at.Add(6*time.Second)))
-	// A churn that wakes the daemon every second pushes 6 times in any minute.
-	var churn pushWindow
-	pushes := 0
-	for s := range 60 {
-		if now := at.Add(time.Duration(s) * time.Second); churn.wait(6, now) == 0 {
-			churn.spend(6, now)
-			pushes++
-		}
+	for i := range 6 {
+		require.Zero(t, b.wait(6, at), "push %d of a quiet minute", i)
+		b.spend(6, at)
 	}
-	require.Equal(t, 6, pushes, "no minute holds more than the budget")
-	require.Zero(t, w.wait(6, at.Add(time.Hour)), "after a quiet spell at once")
+	require.Equal(t, 10*time.Second, b.wait(6, at), "the seventh waits a tenth of a minute")
+	at = at.Add(10 * time.Second)
+	require.Zero(t, b.wait(6, at))
+	b.spend(6, at)
+	require.Equal(t, 10*time.Second, b.wait(6, at))
+	at = at.Add(time.Hour)
+	require.Zero(t, b.wait(6, at), "a quiet spell refills it")
 
-	var none pushWindow
+	var none pushBucket
 	none.spend(0, at)
 	require.Zero(t, none.wait(0, at), "0 is no bound")
+
+	var slow pushBucket
+	require.Zero(t, slow.wait(0.5, at), "a budget under one a minute still holds a push")
+	slow.spend(0.5, at)
+	require.Equal(t, 2*time.Minute, slow.wait(0.5, at))
 }

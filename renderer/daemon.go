@@ -125,13 +125,13 @@ type Daemon struct {
 	// Pushed, when set, keeps the commit the renderer pushed last where a next leader finds
 	// it (the leader election Lease).
 	Pushed func(commit string)
-	// PushBudget is how many renders that push the daemon makes a minute at most: the git
-	// host's pushes a minute for the repository (GitHub advises 6); 0 for no bound. A render
-	// pushes at most once per window of a minute divided by the budget: a change after a quiet
-	// window renders at once; one sooner waits for the window's end, and the wakes meanwhile
-	// coalesce into it, so a churn lands as fewer, larger commits.
+	// PushBudget is how many renders that push the daemon makes a minute at most, sustained:
+	// the git host's pushes a minute for the repository (GitHub advises 6); 0 for no bound.
+	// It is a bucket of a minute's pushes: after a quiet spell a change renders at once, even
+	// several in a row; under a churn a render waits for the bucket, and the wakes meanwhile
+	// coalesce into it, so the changes land as fewer, larger commits.
 	PushBudget float64
-	budget     pushWindow
+	budget     pushBucket
 
 	last          atomic.Int64
 	ready         atomic.Bool
@@ -295,24 +295,40 @@ func (d *Daemon) cycle(ctx context.Context) {
 	}
 }
 
-// pushWindow is the push budget's window (docs/DESIGN.md, "Pushes coalesce"): at most one
-// render that pushes in each, a minute divided by the budget (10 s at 6 a minute), so no minute
-// holds more pushes than the budget.
-type pushWindow struct{ last time.Time }
-
-// wait is how long a render at now waits: until a window has passed since the last push.
-func (w *pushWindow) wait(perMinute float64, now time.Time) time.Duration {
-	if perMinute <= 0 || w.last.IsZero() {
-		return 0
-	}
-	return max(w.last.Add(time.Duration(float64(time.Minute)/perMinute)).Sub(now), 0)
+// pushBucket is the push budget's bucket: it holds up to a minute's pushes, refilled at the
+// budget's rate, and a render that pushed takes one out.
+type pushBucket struct {
+	used float64 // pushes taken and not refilled yet, at at
+	at   time.Time
 }
 
-// spend notes a push at now.
-func (w *pushWindow) spend(perMinute float64, now time.Time) {
-	if perMinute > 0 {
-		w.last = now
+// refill is what the bucket lacks at now, the budget being perMinute.
+func (b *pushBucket) refill(perMinute float64, now time.Time) {
+	if !b.at.IsZero() {
+		b.used = max(b.used-now.Sub(b.at).Minutes()*perMinute, 0)
 	}
+	b.at = now
+}
+
+// wait is how long a render at now waits for the bucket to hold a push.
+func (b *pushBucket) wait(perMinute float64, now time.Time) time.Duration {
+	if perMinute <= 0 {
+		return 0
+	}
+	b.refill(perMinute, now)
+	if over := b.used + 1 - max(perMinute, 1); over > 0 { // it holds a push at least
+		return time.Duration(over / perMinute * float64(time.Minute))
+	}
+	return 0
+}
+
+// spend takes a push out of the bucket at now.
+func (b *pushBucket) spend(perMinute float64, now time.Time) {
+	if perMinute <= 0 {
+		return
+	}
+	b.refill(perMinute, now)
+	b.used++
 }
 
 // tell sends the GitOps tools what the render moved: the rendered branch when it committed,

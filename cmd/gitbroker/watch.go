@@ -48,7 +48,7 @@ func (o *watchOptions) BindFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.BoolVar(&o.Watch, flagWatch, false, "With --git, keep rendering every --interval as a daemon (probes, metrics, leader election).")
 	fs.DurationVar(&o.Interval, flagWatchInterval, 30*time.Second, "With --watch, time between renders.")
-	fs.Float64Var(&o.PushBudget, flagPushBudget, 6, "With --watch, renders that push a minute at most (GitHub advises 6 pushes a minute per repository): one push per window of a minute divided by this; a change after a quiet window renders at once, and the changes meanwhile land together. 0 for no bound.")
+	fs.Float64Var(&o.PushBudget, flagPushBudget, 6, "With --watch, renders that push a minute at most, sustained (GitHub advises 6 pushes a minute per repository); a change after a quiet spell renders at once, and the changes meanwhile land together. 0 for no bound.")
 	o.Endpoints.BindFlags(fs)
 	o.Log.BindFlags(fs)
 	o.Leader.BindFlags(fs)
